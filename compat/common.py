@@ -1,0 +1,78 @@
+"""Helpers shared by the client suites: deterministic record sets and checks."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from gregor_harness import wait_until  # noqa: F401 (re-exported)
+
+BASE_TS = 1_700_000_000_000
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Rec:
+    seq: int
+    key: bytes
+    value: bytes
+    headers: List[Tuple[str, bytes]] = field(default_factory=list)
+    ts: int = 0
+
+
+def make_records(n: int, client: str, value_size: int = 100, with_ts: bool = True) -> List[Rec]:
+    out = []
+    for i in range(n):
+        v = f"value-{i}-".encode() + bytes(97 + (i + j) % 26 for j in range(value_size))
+        out.append(Rec(seq=i, key=f"key-{i % 97}-{i}".encode(), value=v,
+                       headers=[("seq", str(i).encode()), ("client", client.encode()), ("dup", b"first"),
+                                ("dup", b"second")],
+                       ts=BASE_TS + i * 10 if with_ts else 0))
+    return out
+
+
+@dataclass
+class Got:
+    partition: int
+    offset: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: List[Tuple[str, Optional[bytes]]]
+    ts: int
+
+
+def verify_records(sent: List[Rec], got: List[Got], check_ts: bool = True,
+                   acked: Optional[Dict[int, Tuple[int, int]]] = None) -> None:
+    """Every sent record comes back exactly once, identical; per partition the
+    offsets are consecutive from 0 and records are in send order."""
+    assert len(got) == len(sent), f"consumed {len(got)} records, produced {len(sent)}"
+    by_part: Dict[int, List[Got]] = {}
+    for g in got:
+        by_part.setdefault(g.partition, []).append(g)
+    seen = set()
+    for p, recs in by_part.items():
+        recs.sort(key=lambda g: g.offset)
+        offs = [g.offset for g in recs]
+        assert offs == list(range(len(recs))), f"partition {p}: offsets not 0..{len(recs) - 1}: {offs[:10]}..."
+        last = -1
+        for g in recs:
+            assert g.headers and g.headers[0][0] == "seq", f"{p}/{g.offset}: headers {g.headers}"
+            seq = int(g.headers[0][1])
+            assert 0 <= seq < len(sent) and seq not in seen, f"{p}/{g.offset}: unexpected or duplicate seq {seq}"
+            seen.add(seq)
+            e = sent[seq]
+            assert g.key == e.key, f"seq {seq}: key {g.key!r} != {e.key!r}"
+            assert g.value == e.value, f"seq {seq}: value {g.value[:40]!r} != {e.value[:40]!r}"
+            assert g.headers == e.headers, f"seq {seq}: headers {g.headers} != {e.headers}"
+            if check_ts:
+                assert g.ts == e.ts, f"seq {seq}: timestamp {g.ts} != {e.ts}"
+            if acked is not None:
+                assert acked[seq] == (g.partition, g.offset), \
+                    f"seq {seq}: acknowledged at {acked[seq]}, consumed at {(g.partition, g.offset)}"
+            assert seq > last, f"partition {p} out of send order: seq {last} then {seq}"
+            last = seq
+    assert len(seen) == len(sent)

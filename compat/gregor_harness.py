@@ -1,0 +1,376 @@
+"""Shared test harness for gregor: start/stop/restart a broker process, ZooKeeper.
+
+Used by compat/conftest.py and protocol-tests/conftest.py.  No Kafka client
+library is needed here: readiness is checked with a hand-built ApiVersions v0
+request.
+
+Environment:
+  GREGOR_BIN           path of the broker binary (default: <repo>/target/release/gregor)
+  GREGOR_START_TIMEOUT seconds to wait for a broker to become ready (default 60)
+  GREGOR_KEEP_DIRS=1   keep broker temp dirs even when the test passed
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_BIN = REPO / "target" / "release" / "gregor"
+ZK_SERVER_SH = "/usr/share/zookeeper/bin/zkServer.sh"
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except Exception:
+        pass
+
+
+def gregor_bin() -> Path:
+    return Path(os.environ.get("GREGOR_BIN", str(DEFAULT_BIN)))
+
+
+def free_port() -> int:
+    """A port that was free a moment ago (bind to 0 on 127.0.0.1)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+    """Poll cond() until it returns a truthy value; raise TimeoutError otherwise."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            v = cond()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - the condition may raise while not ready
+            last_exc = e
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}"
+                               + (f" (last error: {last_exc!r})" if last_exc else ""))
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------
+# minimal ApiVersions v0 probe
+# ---------------------------------------------------------------------------
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def api_versions_probe(host: str, port: int, timeout: float = 2.0) -> Dict[int, tuple]:
+    """Send ApiVersions v0; return {api_key: (min, max)}. Raises on any problem."""
+    corr = 0x5EED
+    client_id = b"gregor-harness"
+    body = struct.pack(">hhih", 18, 0, corr, len(client_id)) + client_id
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        (size,) = struct.unpack(">i", _recv_exact(s, 4))
+        resp = _recv_exact(s, size)
+    (rcorr, err, n) = struct.unpack(">ihi", resp[:10])
+    if rcorr != corr:
+        raise AssertionError(f"ApiVersions probe: correlation id {rcorr} != {corr}")
+    if err != 0:
+        raise AssertionError(f"ApiVersions probe: error_code {err}")
+    out = {}
+    off = 10
+    for _ in range(n):
+        k, lo, hi = struct.unpack(">hhh", resp[off:off + 6])
+        off += 6
+        out[k] = (lo, hi)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Broker
+# ---------------------------------------------------------------------------
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class Broker:
+    """One gregor process. `start()` polls until it answers ApiVersions."""
+
+    def __init__(self, data_dir: Optional[Path] = None, port: Optional[int] = None,
+                 overrides: Optional[Dict[str, str]] = None, broker_id: int = 0,
+                 base_dir: Optional[Path] = None):
+        self.base_dir = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="gregor-test-"))
+        self.data_dir = Path(data_dir) if data_dir else self.base_dir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = port
+        self._fixed_port = port is not None
+        self.host = "127.0.0.1"
+        self.broker_id = broker_id
+        self.overrides = dict(overrides or {})
+        self.proc: Optional[subprocess.Popen] = None
+        self.starts = 0
+        self.exit_codes: List[int] = []
+        self.api_versions: Dict[int, tuple] = {}
+
+    # -- info ---------------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / f"broker-stderr.{self.starts}.log"
+
+    def stderr_tail(self, lines: int = 80) -> str:
+        parts = []
+        for i in range(1, self.starts + 1):
+            p = self.base_dir / f"broker-stderr.{i}.log"
+            if p.exists():
+                text = p.read_text(errors="replace").splitlines()
+                parts.append(f"--- {p} (start #{i}, last {min(lines, len(text))} lines) ---")
+                parts.extend(text[-lines:])
+        return "\n".join(parts) if parts else "(no broker stderr captured)"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- lifecycle ----------------------------------------------------------
+    def _cmd(self) -> List[str]:
+        cfg = {
+            "broker.id": str(self.broker_id),
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "log.dirs": str(self.data_dir),
+        }
+        cfg.update(self.overrides)
+        cmd = [str(gregor_bin())]
+        for k, v in cfg.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+    def start(self, timeout: Optional[float] = None) -> "Broker":
+        if self.alive():
+            raise RuntimeError("broker already running")
+        binp = gregor_bin()
+        if not binp.exists():
+            raise BrokerStartError(f"broker binary {binp} does not exist (run cargo build --release)")
+        timeout = timeout or float(os.environ.get("GREGOR_START_TIMEOUT", "60"))
+        attempts = 1 if self._fixed_port else 3
+        last = None
+        for _ in range(attempts):
+            if not self._fixed_port:
+                self.port = free_port()
+            try:
+                self._start_once(timeout)
+                return self
+            except BrokerStartError as e:
+                last = e
+                # only retry when another process grabbed the port in the meantime
+                if "in use" not in self.stderr_tail(20).lower():
+                    raise
+        raise last  # type: ignore[misc]
+
+    def _start_once(self, timeout: float) -> None:
+        self.starts += 1
+        env = dict(os.environ)
+        env.setdefault("RUST_BACKTRACE", "1")
+        env.setdefault("NO_COLOR", "1")
+        # keep KAFKA_* from the outer environment from changing the test broker
+        for k in list(env):
+            if k.startswith("KAFKA_"):
+                del env[k]
+        self._logf = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self._cmd(), stdin=subprocess.DEVNULL, stdout=self._logf,
+                                     stderr=subprocess.STDOUT, cwd=str(self.base_dir), env=env,
+                                     preexec_fn=_die_with_parent)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise BrokerStartError(
+                    f"gregor exited with code {self.proc.returncode} during startup\n" + self.stderr_tail(40))
+            self.api_versions = api_versions_probe(self.host, self.port)
+            return True
+
+        try:
+            wait_until(ready, timeout, f"gregor on {self.bootstrap} to answer ApiVersions", interval=0.05)
+        except BrokerStartError:
+            self._reap()
+            raise
+        except TimeoutError as e:
+            self.kill()
+            raise BrokerStartError(f"{e}\n{self.stderr_tail(60)}") from None
+
+    def _reap(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.exit_codes.append(self.proc.returncode)
+        if getattr(self, "_logf", None):
+            self._logf.close()
+            self._logf = None
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, wait for exit (SIGKILL after `timeout`). Returns the exit code
+        (negative = killed by that signal, as in subprocess)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode
+        self._reap()
+        return rc
+
+    def kill(self) -> int:
+        """kill -9."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        rc = self.proc.returncode
+        self._reap()
+        return rc
+
+    def restart(self, mode: str = "term") -> int:
+        """Stop (mode 'term' = SIGTERM, 'kill' = SIGKILL) and start again on the same
+        port and data dir. Returns the exit code of the stopped process."""
+        rc = self.stop() if mode == "term" else self.kill()
+        self._fixed_port = True
+        # the same port can briefly be unavailable; the broker itself must use
+        # SO_REUSEADDR, so a bind failure here is reported as a failure.
+        self.start()
+        return rc
+
+    def cleanup(self, keep: bool = False) -> None:
+        try:
+            self.kill()
+        finally:
+            if not keep and not os.environ.get("GREGOR_KEEP_DIRS"):
+                shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# ZooKeeper (Debian package)
+# ---------------------------------------------------------------------------
+
+def zk_four_letter(host: str, port: int, cmd: bytes = b"ruok", timeout: float = 2.0) -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        s.sendall(cmd)
+        out = bytearray()
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            out += chunk
+    return bytes(out)
+
+
+class ZooKeeper:
+    def __init__(self, base_dir: Optional[Path] = None):
+        self.base_dir = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="gregor-zk-"))
+        self.host = "127.0.0.1"
+        self.port: Optional[int] = None
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def connect(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def stderr_tail(self, lines: int = 60) -> str:
+        p = self.base_dir / "zookeeper.out"
+        if not p.exists():
+            return "(no zookeeper output)"
+        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+
+    def start(self, timeout: float = 60) -> "ZooKeeper":
+        if not Path(ZK_SERVER_SH).exists():
+            raise RuntimeError(f"{ZK_SERVER_SH} missing: apt-get install zookeeper")
+        last = None
+        for _ in range(3):
+            self.port = free_port()
+            data = self.base_dir / "data"
+            logs = self.base_dir / "logs"
+            data.mkdir(parents=True, exist_ok=True)
+            logs.mkdir(parents=True, exist_ok=True)
+            cfg = self.base_dir / "zoo.cfg"
+            cfg.write_text(
+                "tickTime=2000\n"
+                "initLimit=10\nsyncLimit=5\n"
+                f"dataDir={data}\n"
+                f"clientPort={self.port}\n"
+                f"clientPortAddress={self.host}\n"
+                "maxClientCnxns=0\n"
+                "admin.enableServer=false\n"
+                "4lw.commands.whitelist=ruok,srvr,stat\n"
+                "standaloneEnabled=true\n"
+            )
+            env = dict(os.environ)
+            env["ZOO_LOG_DIR"] = str(logs)
+            env["ZOO_LOG4J_PROP"] = "INFO,CONSOLE"
+            env["JVMFLAGS"] = "-Xmx256m -Dzookeeper.admin.enableServer=false"
+            self._logf = open(self.base_dir / "zookeeper.out", "ab")
+            self.proc = subprocess.Popen(["bash", ZK_SERVER_SH, "start-foreground", str(cfg)],
+                                         stdin=subprocess.DEVNULL, stdout=self._logf, stderr=subprocess.STDOUT,
+                                         cwd=str(self.base_dir), env=env, preexec_fn=_die_with_parent)
+
+            def ready():
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"zookeeper exited with {self.proc.returncode}")
+                # ruok answers imok before the server is serving; srvr tells the mode
+                if zk_four_letter(self.host, self.port, b"ruok") != b"imok":
+                    return False
+                return b"Mode:" in zk_four_letter(self.host, self.port, b"srvr")
+
+            try:
+                wait_until(ready, timeout, f"zookeeper on {self.connect} to answer ruok/srvr", interval=0.1)
+                return self
+            except Exception as e:  # noqa: BLE001
+                last = e
+                self.stop()
+                if "address already in use" not in self.stderr_tail(200).lower():
+                    break
+        raise RuntimeError(f"zookeeper did not start: {last}\n{self.stderr_tail()}")
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_logf", None):
+            self._logf.close()
+            self._logf = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)

@@ -1,0 +1,439 @@
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
+import org.apache.kafka.common.record.TimestampType;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+/**
+ * Drives the official Java client (kafka-clients 3.9.1) against a gregor broker.
+ *
+ * Usage: java GregorCompat BOOTSTRAP SCENARIO [ARGS...]
+ * Scenarios: metadata, create-topic, produce-consume, codecs, acks, idempotent, list-offsets,
+ *            delete-topic, auto-create, produce N TOPIC, verify N TOPIC
+ * Exit 0 = all checks passed; exit 1 with a "MISMATCH:" message otherwise.
+ * Consumers use assign() and no group.id (consumer groups are not implemented yet).
+ */
+public class GregorCompat {
+    static String bootstrap;
+    static final long BASE_TS = 1_700_000_000_000L;
+    static final Duration WAIT = Duration.ofSeconds(60);
+
+    static class Mismatch extends RuntimeException {
+        Mismatch(String m) { super(m); }
+    }
+
+    static void check(boolean cond, String msg) {
+        if (!cond) throw new Mismatch(msg);
+    }
+
+    static byte[] b(String s) { return s.getBytes(StandardCharsets.UTF_8); }
+    static String s(byte[] b) { return b == null ? null : new String(b, StandardCharsets.UTF_8); }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 2) {
+            System.err.println("usage: GregorCompat BOOTSTRAP SCENARIO [ARGS...]");
+            System.exit(2);
+        }
+        bootstrap = args[0];
+        String scenario = args[1];
+        try {
+            switch (scenario) {
+                case "metadata": metadata(); break;
+                case "create-topic": createTopic(); break;
+                case "produce-consume": produceConsume(); break;
+                case "codecs": codecs(); break;
+                case "acks": acks(); break;
+                case "idempotent": idempotent(); break;
+                case "list-offsets": listOffsets(); break;
+                case "delete-topic": deleteTopic(); break;
+                case "auto-create": autoCreate(); break;
+                case "produce": produceN(args[3], Integer.parseInt(args[2])); break;
+                case "verify": verifyN(args[3], Integer.parseInt(args[2])); break;
+                default:
+                    System.err.println("unknown scenario " + scenario);
+                    System.exit(2);
+            }
+        } catch (Mismatch m) {
+            System.err.println("MISMATCH: " + m.getMessage());
+            System.exit(1);
+        } catch (Throwable t) {
+            System.err.println("ERROR: " + t);
+            t.printStackTrace();
+            System.exit(1);
+        }
+        System.out.println("OK " + scenario);
+        System.exit(0);
+    }
+
+    // ------------------------------------------------------------------ clients
+
+    static Admin admin() {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
+        return Admin.create(p);
+    }
+
+    static KafkaProducer<byte[], byte[]> producer(Map<String, String> extra) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.putAll(extra);
+        return new KafkaProducer<>(p);
+    }
+
+    static KafkaConsumer<byte[], byte[]> consumer() {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
+        return new KafkaConsumer<>(p);
+    }
+
+    // ------------------------------------------------------------------ records
+
+    static class Rec {
+        final int seq;
+        final String key, value;
+        final long ts;
+        final List<String[]> headers = new ArrayList<>();
+        Rec(String topic, int seq, int valueSize) {
+            this.seq = seq;
+            this.key = "key-" + (seq % 97) + "-" + seq;
+            StringBuilder v = new StringBuilder("value-" + seq + "-");
+            while (v.length() < valueSize) v.append((char) ('a' + (seq + v.length()) % 26));
+            this.value = v.toString();
+            this.ts = BASE_TS + seq * 10L;
+            headers.add(new String[]{"seq", Integer.toString(seq)});
+            headers.add(new String[]{"client", "java"});
+            headers.add(new String[]{"dup", "first"});
+            headers.add(new String[]{"dup", "second"});
+        }
+        ProducerRecord<byte[], byte[]> toRecord(String topic) {
+            ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, null, ts, b(key), b(value));
+            for (String[] h : headers) r.headers().add(h[0], b(h[1]));
+            return r;
+        }
+    }
+
+    static List<Rec> makeRecs(String topic, int n, int valueSize) {
+        List<Rec> out = new ArrayList<>();
+        for (int i = 0; i < n; i++) out.add(new Rec(topic, i, valueSize));
+        return out;
+    }
+
+    /** Sends all, flushes, checks every future; returns the metadata per seq. */
+    static List<RecordMetadata> sendAll(KafkaProducer<byte[], byte[]> prod, String topic, List<Rec> recs)
+            throws Exception {
+        List<Future<RecordMetadata>> fs = new ArrayList<>();
+        for (Rec r : recs) fs.add(prod.send(r.toRecord(topic)));
+        prod.flush();
+        List<RecordMetadata> out = new ArrayList<>();
+        for (Future<RecordMetadata> f : fs) out.add(f.get(60, TimeUnit.SECONDS));
+        return out;
+    }
+
+    static List<ConsumerRecord<byte[], byte[]>> consumeAll(String topic, int expected) {
+        try (KafkaConsumer<byte[], byte[]> c = consumer()) {
+            List<TopicPartition> tps = new ArrayList<>();
+            c.partitionsFor(topic, WAIT).forEach(pi -> tps.add(new TopicPartition(topic, pi.partition())));
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps, WAIT);
+            long total = 0;
+            for (long v : end.values()) total += v;
+            check(total == expected, "end offsets of " + topic + " sum to " + total + ", expected " + expected + " " + end);
+            List<ConsumerRecord<byte[], byte[]>> out = new ArrayList<>();
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (out.size() < expected) {
+                check(System.nanoTime() < deadline, "consumed only " + out.size() + " of " + expected + " from " + topic);
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) out.add(r);
+            }
+            // nothing beyond the expected records
+            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) out.add(r);
+            check(out.size() == expected, "consumed " + out.size() + " records, expected " + expected);
+            return out;
+        }
+    }
+
+    /** Every record back identical; per partition in send order with consecutive offsets. */
+    static void verify(String topic, List<Rec> recs, List<ConsumerRecord<byte[], byte[]>> got,
+                       List<RecordMetadata> sent) {
+        check(got.size() == recs.size(), "got " + got.size() + " records, sent " + recs.size());
+        Map<Integer, Long> lastOffset = new HashMap<>();
+        Map<Integer, Integer> lastSeq = new HashMap<>();
+        Set<Integer> seen = new HashSet<>();
+        for (ConsumerRecord<byte[], byte[]> r : got) {
+            List<Header> hs = new ArrayList<>();
+            r.headers().forEach(hs::add);
+            check(!hs.isEmpty() && hs.get(0).key().equals("seq"), "first header is not seq at " + r.partition() + "/" + r.offset());
+            int seq = Integer.parseInt(s(hs.get(0).value()));
+            check(seq >= 0 && seq < recs.size() && seen.add(seq), "unexpected/duplicate seq " + seq);
+            Rec e = recs.get(seq);
+            check(e.key.equals(s(r.key())), "key mismatch seq " + seq + ": " + s(r.key()) + " != " + e.key);
+            check(e.value.equals(s(r.value())), "value mismatch seq " + seq);
+            check(r.timestamp() == e.ts, "timestamp mismatch seq " + seq + ": " + r.timestamp() + " != " + e.ts);
+            check(r.timestampType() == TimestampType.CREATE_TIME, "timestamp type " + r.timestampType());
+            check(hs.size() == e.headers.size(), "header count " + hs.size() + " != " + e.headers.size() + " seq " + seq);
+            for (int i = 0; i < hs.size(); i++) {
+                check(hs.get(i).key().equals(e.headers.get(i)[0]) && s(hs.get(i).value()).equals(e.headers.get(i)[1]),
+                        "header " + i + " mismatch seq " + seq + ": " + hs.get(i).key() + "=" + s(hs.get(i).value()));
+            }
+            if (sent != null) {
+                RecordMetadata m = sent.get(seq);
+                check(m.partition() == r.partition() && m.offset() == r.offset(),
+                        "seq " + seq + " acknowledged at " + m.partition() + "/" + m.offset() + " but consumed at "
+                                + r.partition() + "/" + r.offset());
+            }
+            Long lo = lastOffset.get(r.partition());
+            check(lo == null ? r.offset() == 0 : r.offset() == lo + 1,
+                    "offset gap in partition " + r.partition() + ": " + lo + " -> " + r.offset());
+            Integer ls = lastSeq.get(r.partition());
+            check(ls == null || seq > ls, "partition " + r.partition() + " out of order: seq " + ls + " then " + seq);
+            lastOffset.put(r.partition(), r.offset());
+            lastSeq.put(r.partition(), seq);
+        }
+    }
+
+    static String uniq(String prefix) {
+        return prefix + "-" + UUID.randomUUID().toString().substring(0, 8);
+    }
+
+    static void createTopicAndWait(Admin a, String topic, int partitions) throws Exception {
+        a.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get(60, TimeUnit.SECONDS);
+        long deadline = System.nanoTime() + WAIT.toNanos();
+        while (true) {
+            try {
+                TopicDescription d = a.describeTopics(List.of(topic)).allTopicNames().get(60, TimeUnit.SECONDS).get(topic);
+                boolean ok = d.partitions().size() == partitions;
+                for (TopicPartitionInfo pi : d.partitions()) ok &= pi.leader() != null && pi.leader().id() >= 0;
+                if (ok) return;
+            } catch (ExecutionException e) {
+                if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) throw e;
+            }
+            check(System.nanoTime() < deadline, "topic " + topic + " never got " + partitions + " partitions with leaders");
+            Thread.sleep(50);
+        }
+    }
+
+    // ------------------------------------------------------------------ scenarios
+
+    static void metadata() throws Exception {
+        try (Admin a = admin()) {
+            DescribeClusterResult dc = a.describeCluster();
+            Collection<Node> nodes = dc.nodes().get(60, TimeUnit.SECONDS);
+            String[] hp = bootstrap.split(":");
+            check(nodes.size() == 1, "expected 1 broker, got " + nodes);
+            Node n = nodes.iterator().next();
+            check(n.host().equals(hp[0]) && n.port() == Integer.parseInt(hp[1]), "broker " + n + " != " + bootstrap);
+            check(dc.clusterId().get() != null && !dc.clusterId().get().isEmpty(), "empty cluster id");
+            Node ctl = dc.controller().get();
+            check(ctl != null && ctl.id() == n.id(), "controller " + ctl);
+            String t = uniq("java-md");
+            createTopicAndWait(a, t, 2);
+            Set<String> names = a.listTopics().names().get(60, TimeUnit.SECONDS);
+            check(names.contains(t), "listTopics lacks " + t + ": " + names);
+        }
+    }
+
+    static void createTopic() throws Exception {
+        try (Admin a = admin()) {
+            String t = uniq("java-create");
+            createTopicAndWait(a, t, 3);
+            TopicDescription d = a.describeTopics(List.of(t)).allTopicNames().get().get(t);
+            check(d.partitions().size() == 3, "partitions " + d.partitions().size());
+            for (TopicPartitionInfo pi : d.partitions()) {
+                check(pi.replicas().size() == 1 && pi.isr().size() == 1, "replicas/isr " + pi);
+            }
+            check(!d.topicId().equals(org.apache.kafka.common.Uuid.ZERO_UUID), "zero topic id");
+            try {
+                a.createTopics(List.of(new NewTopic(t, 3, (short) 1))).all().get(60, TimeUnit.SECONDS);
+                check(false, "creating an existing topic succeeded");
+            } catch (ExecutionException e) {
+                check(e.getCause() instanceof org.apache.kafka.common.errors.TopicExistsException,
+                        "re-create: expected TopicExistsException, got " + e.getCause());
+            }
+        }
+    }
+
+    static void produceConsume() throws Exception {
+        String t = uniq("java-pc");
+        try (Admin a = admin()) { createTopicAndWait(a, t, 3); }
+        List<Rec> recs = makeRecs(t, 10_000, 100);
+        List<RecordMetadata> md;
+        try (KafkaProducer<byte[], byte[]> p = producer(Map.of())) { md = sendAll(p, t, recs); }
+        Set<Integer> parts = new HashSet<>();
+        for (RecordMetadata m : md) parts.add(m.partition());
+        check(parts.size() == 3, "keys landed in partitions " + parts + " only");
+        verify(t, recs, consumeAll(t, recs.size()), md);
+    }
+
+    static void codecs() throws Exception {
+        for (String codec : List.of("none", "gzip", "snappy", "lz4", "zstd")) {
+            String t = uniq("java-codec-" + codec);
+            try (Admin a = admin()) { createTopicAndWait(a, t, 1); }
+            List<Rec> recs = makeRecs(t, 2000, 300);
+            List<RecordMetadata> md;
+            try (KafkaProducer<byte[], byte[]> p = producer(Map.of(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec,
+                    ProducerConfig.BATCH_SIZE_CONFIG, "65536"))) {
+                md = sendAll(p, t, recs);
+            }
+            try {
+                verify(t, recs, consumeAll(t, recs.size()), md);
+            } catch (Mismatch m) {
+                throw new Mismatch("codec " + codec + ": " + m.getMessage());
+            }
+            System.out.println("codec " + codec + " ok");
+        }
+    }
+
+    static void acks() throws Exception {
+        for (String acks : List.of("0", "1", "all")) {
+            String t = uniq("java-acks-" + acks);
+            try (Admin a = admin()) { createTopicAndWait(a, t, 1); }
+            List<Rec> recs = makeRecs(t, 500, 50);
+            Map<String, String> cfg = new HashMap<>();
+            cfg.put(ProducerConfig.ACKS_CONFIG, acks);
+            if (!acks.equals("all")) cfg.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false");
+            List<RecordMetadata> md;
+            try (KafkaProducer<byte[], byte[]> p = producer(cfg)) { md = sendAll(p, t, recs); }
+            // acks=0: the client cannot know offsets; all records must still arrive, in order
+            try {
+                if (acks.equals("0")) {
+                    waitEndOffset(t, recs.size());
+                    verify(t, recs, consumeAll(t, recs.size()), null);
+                } else {
+                    verify(t, recs, consumeAll(t, recs.size()), md);
+                }
+            } catch (Mismatch m) {
+                throw new Mismatch("acks=" + acks + ": " + m.getMessage());
+            }
+            System.out.println("acks " + acks + " ok");
+        }
+    }
+
+    static void waitEndOffset(String t, long want) throws Exception {
+        long deadline = System.nanoTime() + WAIT.toNanos();
+        try (KafkaConsumer<byte[], byte[]> c = consumer()) {
+            TopicPartition tp = new TopicPartition(t, 0);
+            while (true) {
+                long end = c.endOffsets(List.of(tp), WAIT).get(tp);
+                if (end == want) return;
+                check(end < want, "end offset " + end + " beyond " + want);
+                check(System.nanoTime() < deadline, "end offset stuck at " + end + ", expected " + want);
+                Thread.sleep(50);
+            }
+        }
+    }
+
+    static void idempotent() throws Exception {
+        String t = uniq("java-idem");
+        try (Admin a = admin()) { createTopicAndWait(a, t, 3); }
+        List<Rec> recs = makeRecs(t, 3000, 80);
+        List<RecordMetadata> md;
+        try (KafkaProducer<byte[], byte[]> p = producer(Map.of(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true",
+                ProducerConfig.ACKS_CONFIG, "all", ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, "5",
+                ProducerConfig.BATCH_SIZE_CONFIG, "4096"))) {
+            md = sendAll(p, t, recs);
+        }
+        verify(t, recs, consumeAll(t, recs.size()), md);
+    }
+
+    static void listOffsets() throws Exception {
+        String t = uniq("java-lo");
+        try (Admin a = admin()) {
+            createTopicAndWait(a, t, 1);
+            List<Rec> recs = makeRecs(t, 100, 20);  // timestamps BASE_TS + 10*i
+            try (KafkaProducer<byte[], byte[]> p = producer(Map.of())) { sendAll(p, t, recs); }
+            TopicPartition tp = new TopicPartition(t, 0);
+            long e = a.listOffsets(Map.of(tp, OffsetSpec.earliest())).partitionResult(tp).get().offset();
+            long l = a.listOffsets(Map.of(tp, OffsetSpec.latest())).partitionResult(tp).get().offset();
+            check(e == 0, "admin earliest " + e);
+            check(l == 100, "admin latest " + l);
+            ListOffsetsResult.ListOffsetsResultInfo ts =
+                    a.listOffsets(Map.of(tp, OffsetSpec.forTimestamp(BASE_TS + 425))).partitionResult(tp).get();
+            check(ts.offset() == 43 && ts.timestamp() == BASE_TS + 430, "admin forTimestamp -> " + ts);
+            ListOffsetsResult.ListOffsetsResultInfo mx =
+                    a.listOffsets(Map.of(tp, OffsetSpec.maxTimestamp())).partitionResult(tp).get();
+            check(mx.offset() == 99 && mx.timestamp() == BASE_TS + 990, "admin maxTimestamp -> " + mx);
+            try (KafkaConsumer<byte[], byte[]> c = consumer()) {
+                check(c.beginningOffsets(List.of(tp), WAIT).get(tp) == 0, "consumer beginningOffsets");
+                check(c.endOffsets(List.of(tp), WAIT).get(tp) == 100, "consumer endOffsets");
+                OffsetAndTimestamp ot = c.offsetsForTimes(Map.of(tp, BASE_TS + 500), WAIT).get(tp);
+                check(ot != null && ot.offset() == 50 && ot.timestamp() == BASE_TS + 500, "offsetsForTimes -> " + ot);
+                OffsetAndTimestamp none = c.offsetsForTimes(Map.of(tp, BASE_TS + 100_000), WAIT).get(tp);
+                check(none == null, "offsetsForTimes past the end -> " + none);
+                c.assign(List.of(tp));
+                c.seek(tp, 90);
+                List<ConsumerRecord<byte[], byte[]>> got = new ArrayList<>();
+                long deadline = System.nanoTime() + WAIT.toNanos();
+                while (got.size() < 10) {
+                    check(System.nanoTime() < deadline, "seek(90) consumed " + got.size());
+                    for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) got.add(r);
+                }
+                check(got.get(0).offset() == 90 && s(got.get(0).value()).startsWith("value-90-"), "seek(90) first " + got.get(0));
+            }
+        }
+    }
+
+    static void deleteTopic() throws Exception {
+        try (Admin a = admin()) {
+            String t = uniq("java-del");
+            createTopicAndWait(a, t, 2);
+            a.deleteTopics(List.of(t)).all().get(60, TimeUnit.SECONDS);
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (a.listTopics().names().get().contains(t)) {
+                check(System.nanoTime() < deadline, "deleted topic still listed");
+                Thread.sleep(50);
+            }
+            try {
+                a.describeTopics(List.of(t)).allTopicNames().get(60, TimeUnit.SECONDS);
+                check(false, "describeTopics of a deleted topic succeeded");
+            } catch (ExecutionException e) {
+                check(e.getCause() instanceof UnknownTopicOrPartitionException, "describe deleted: " + e.getCause());
+            }
+        }
+    }
+
+    static void autoCreate() throws Exception {
+        String t = uniq("java-auto");
+        List<Rec> recs = makeRecs(t, 50, 20);
+        List<RecordMetadata> md;
+        try (KafkaProducer<byte[], byte[]> p = producer(Map.of())) { md = sendAll(p, t, recs); }
+        try (Admin a = admin()) {
+            check(a.listTopics().names().get().contains(t), "auto-created topic not listed");
+        }
+        verify(t, recs, consumeAll(t, recs.size()), md);
+    }
+
+    static void produceN(String t, int n) throws Exception {
+        try (Admin a = admin()) { createTopicAndWait(a, t, 3); }
+        List<Rec> recs = makeRecs(t, n, 100);
+        try (KafkaProducer<byte[], byte[]> p = producer(Map.of(ProducerConfig.ACKS_CONFIG, "all"))) {
+            sendAll(p, t, recs);
+        }
+    }
+
+    static void verifyN(String t, int n) throws Exception {
+        verify(t, makeRecs(t, n, 100), consumeAll(t, n), null);
+    }
+}

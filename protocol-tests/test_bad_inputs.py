@@ -1,0 +1,247 @@
+"""Malformed / hostile input. After each one the broker must still serve a fresh
+connection, and data produced before must be unchanged."""
+import socket
+import struct
+import time
+import uuid
+
+import pytest
+
+import kproto as kp
+
+SMALL_MAX = 1048576
+
+
+class Sentinel:
+    """A topic with known content; check() asserts the broker is healthy and the content unchanged."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.topic = f"sentinel-{uuid.uuid4().hex[:8]}"
+        with self.conn() as c:
+            res = kp.create_topic(c, self.topic, 1)
+            assert res["error_code"] == 0, res
+            deadline = time.monotonic() + 30
+            while True:
+                t = kp.metadata(c, [self.topic])["topics"][0]
+                if t["error_code"] == 0 and t["partitions"] and t["partitions"][0]["leader_id"] >= 0:
+                    break
+                assert time.monotonic() < deadline, "sentinel topic has no leader"
+                time.sleep(0.05)
+            recs = [kp.Record(value=b"sentinel-%d" % i, key=b"k%d" % i, headers=[("h", b"%d" % i)],
+                              timestamp=1_700_000_000_000 + i) for i in range(20)]
+            for chunk in (recs[:10], recs[10:]):
+                p = kp.produce(c, self.topic, 0, kp.build_batch(chunk))
+                assert p["error_code"] == 0, p
+            self.latest = kp.list_offset(c, self.topic, 0, kp.LATEST)["offset"]
+            assert self.latest == 20
+            self.content = self._content(c)
+
+    def conn(self):
+        return kp.Conn(self.broker.host, self.broker.port)
+
+    def _content(self, c):
+        return [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in kp.fetch_all(c, self.topic, 0)]
+
+    def check(self):
+        assert self.broker.alive(), f"broker process died (exit {self.broker.proc.returncode})"
+        with self.conn() as c:
+            av = c.api_versions(0)
+            assert av["error_code"] == 0
+            assert kp.list_offset(c, self.topic, 0, kp.LATEST)["offset"] == self.latest, "log end offset changed"
+            assert self._content(c) == self.content, "stored records changed"
+
+
+@pytest.fixture
+def sentinel(broker):
+    return Sentinel(broker)
+
+
+@pytest.fixture
+def small_broker(broker_factory):
+    return broker_factory({"socket.request.max.bytes": str(SMALL_MAX)})
+
+
+def raw_conn(broker):
+    s = socket.create_connection((broker.host, broker.port), timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def test_truncated_frame_then_close(sentinel):
+    s = raw_conn(sentinel.broker)
+    full = kp.encode_request(kp.METADATA, 1, 1, kp.metadata_request(1, None))
+    s.sendall(struct.pack(">i", 100) + full[4:4 + 10])  # promise 100 bytes, send 10
+    s.close()
+    sentinel.check()
+
+
+def test_truncated_produce_then_close(sentinel):
+    s = raw_conn(sentinel.broker)
+    batch = kp.build_batch([kp.Record(b"never")])
+    full = kp.encode_request(kp.PRODUCE, 8, 1, kp.produce_request(8, {sentinel.topic: {0: batch}}))
+    s.sendall(full[:-5])
+    s.close()
+    sentinel.check()
+
+
+def test_oversized_frame_closes_connection(small_broker):
+    sentinel = Sentinel(small_broker)
+    s = raw_conn(small_broker)
+    s.sendall(struct.pack(">i", SMALL_MAX + 1) + b"\x00\x03\x00\x01\x00\x00\x00\x01")
+    assert kp.wait_closed(s), "connection not closed after a size prefix above socket.request.max.bytes"
+    s.close()
+    sentinel.check()
+
+
+def test_huge_size_prefix_closes_connection(sentinel):
+    s = raw_conn(sentinel.broker)
+    s.sendall(struct.pack(">i", 0x7FFFFFFF) + b"\x00" * 16)
+    assert kp.wait_closed(s), "connection not closed after a 2 GiB size prefix"
+    s.close()
+    sentinel.check()
+
+
+def test_request_within_small_limit_still_served(small_broker):
+    sentinel = Sentinel(small_broker)
+    with sentinel.conn() as c:
+        big = kp.build_batch([kp.Record(b"x" * 500_000)])
+        p = kp.produce(c, sentinel.topic, 0, big)
+        assert p["error_code"] == 0 and p["base_offset"] == 20
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    struct.pack(">i", 16) + b"\xff" * 16,
+    struct.pack(">i", -5) + b"\x00" * 8,
+    struct.pack(">i", 2) + b"\x00\x03",  # frame too short for a request header
+    struct.pack(">i", 6) + b"\x00\x03\x00\x01\x00\x00",  # header cut inside correlation id
+], ids=["http", "ff-bytes", "negative-size", "short-frame", "cut-header"])
+def test_garbage_closes_connection(sentinel, garbage):
+    s = raw_conn(sentinel.broker)
+    s.sendall(garbage)
+    assert kp.wait_closed(s), f"connection not closed after garbage {garbage[:20]!r}"
+    s.close()
+    sentinel.check()
+
+
+def test_unknown_api_key_closes_connection(sentinel):
+    s = raw_conn(sentinel.broker)
+    s.sendall(kp.encode_request(999, 0, 7, b"\x00\x00\x00\x00"))
+    assert kp.wait_closed(s), "connection not closed after api key 999"
+    s.close()
+    sentinel.check()
+
+
+def test_unsupported_produce_version_closes_connection(sentinel):
+    s = raw_conn(sentinel.broker)
+    batch = kp.build_batch([kp.Record(b"never")])
+    s.sendall(kp.encode_request(kp.PRODUCE, 99, 7, kp.produce_request(8, {sentinel.topic: {0: batch}}),
+                                flexible=False))
+    assert kp.wait_closed(s), "connection not closed after Produce v99"
+    s.close()
+    sentinel.check()
+
+
+def test_unsupported_old_produce_version_closes_connection(sentinel):
+    """Produce v2 (magic-1 era) is below the served range."""
+    s = raw_conn(sentinel.broker)
+    s.sendall(kp.encode_request(kp.PRODUCE, 2, 7, struct.pack(">hii", -1, 1000, 0)))
+    assert kp.wait_closed(s), "connection not closed after Produce v2"
+    s.close()
+    sentinel.check()
+
+
+def test_create_topics_invalid_names(sentinel):
+    bad = ["..", ".", "x" * 250, "bad/name"]
+    good = f"good-{uuid.uuid4().hex[:8]}"
+    with sentinel.conn() as c:
+        for v in (2, 5):
+            topics = [(n, 1, 1) for n in bad] + ([(good, 1, 1)] if v == 5 else [])
+            r = c.call(kp.CREATE_TOPICS, v, kp.create_topics_request(v, topics))
+            res = {t["name"]: t for t in kp.decode_create_topics(r, v)["topics"]}
+            for n in bad:
+                assert n in res, f"v{v}: no result for {n[:20]!r}; got {[k[:20] for k in res]}"
+                assert res[n]["error_code"] == kp.INVALID_TOPIC_EXCEPTION, \
+                    f"CreateTopics v{v} {n[:20]!r}: error {res[n]['error_code']} {res[n].get('error_message')}"
+            if v == 5:
+                assert res[good]["error_code"] == 0, res[good]
+        md = kp.metadata(c, None)
+        names = {t["name"] for t in md["topics"]}
+        assert not names & set(bad), f"invalid topics were created: {names & set(bad)}"
+    sentinel.check()
+
+
+def test_corrupted_crc_rejected_nothing_stored(sentinel):
+    with sentinel.conn() as c:
+        for v in (3, 8):
+            batch = kp.build_batch([kp.Record(b"corrupt-%d" % i) for i in range(3)], corrupt_crc=True)
+            r = c.call(kp.PRODUCE, v, kp.produce_request(v, {sentinel.topic: {0: batch}}))
+            p = kp.decode_produce(r, v)["responses"][0]["partitions"][0]
+            assert p["error_code"] == kp.CORRUPT_MESSAGE, f"Produce v{v} corrupted CRC: error {p['error_code']}"
+        # the payload flipped after the CRC was computed
+        batch = bytearray(kp.build_batch([kp.Record(b"flipped")]))
+        batch[-3] ^= 0x01
+        p = kp.produce(c, sentinel.topic, 0, bytes(batch))
+        assert p["error_code"] == kp.CORRUPT_MESSAGE, f"payload bit flip: error {p['error_code']}"
+    sentinel.check()
+
+
+def test_batch_length_mismatch_rejected(sentinel):
+    with sentinel.conn() as c:
+        batch = bytearray(kp.build_batch([kp.Record(b"short")]))
+        struct.pack_into(">i", batch, 8, len(batch))  # claims 12 bytes more than present
+        p = kp.produce(c, sentinel.topic, 0, bytes(batch))
+        assert p["error_code"] != 0, "a batch whose length field exceeds the data was accepted"
+    sentinel.check()
+
+
+def test_pipelined_requests_answered_in_order(sentinel):
+    topic = sentinel.topic
+    reqs = [
+        (kp.API_VERSIONS, 0, b""),
+        (kp.METADATA, 1, kp.metadata_request(1, [topic])),
+        (kp.LIST_OFFSETS, 1, kp.list_offsets_request(1, {topic: {0: kp.LATEST}})),
+        (kp.PRODUCE, 3, kp.produce_request(3, {topic: {0: kp.build_batch([kp.Record(b"piped")])}})),
+        (kp.FETCH, 4, kp.fetch_request(4, {topic: {0: 0}})),
+        (kp.METADATA, 9, kp.metadata_request(9, [topic])),
+        (kp.API_VERSIONS, 3, kp.api_versions_request(3)),
+        (kp.LIST_OFFSETS, 7, kp.list_offsets_request(7, {topic: {0: kp.LATEST}})),
+    ]
+    with sentinel.conn() as c:
+        wire = b""
+        corrs = []
+        for i, (api, v, body) in enumerate(reqs):
+            corr = 5000 + i * 7
+            corrs.append(corr)
+            wire += kp.encode_request(api, v, corr, body)
+        c.sock.sendall(wire)
+        decoded = []
+        for (api, v, _), corr in zip(reqs, corrs):
+            r = c.recv(api, v, corr)
+            decoded.append(DECODERS[api](r, v))
+    assert decoded[0]["error_code"] == 0
+    assert decoded[2]["topics"][0]["partitions"][0]["offset"] == 20
+    assert decoded[3]["responses"][0]["partitions"][0]["base_offset"] == 20
+    assert decoded[7]["topics"][0]["partitions"][0]["offset"] == 21
+    sentinel.latest = 21
+    with sentinel.conn() as c:
+        sentinel.content = sentinel._content(c)
+    assert sentinel.content[-1][2] == b"piped"
+    sentinel.check()
+
+
+DECODERS = {
+    kp.API_VERSIONS: kp.decode_api_versions, kp.METADATA: kp.decode_metadata,
+    kp.LIST_OFFSETS: kp.decode_list_offsets, kp.PRODUCE: kp.decode_produce, kp.FETCH: kp.decode_fetch,
+}
+
+
+def test_many_connections_closed_abruptly(sentinel):
+    """Connections reset mid-request (RST via SO_LINGER 0) don't hurt the broker."""
+    for i in range(20):
+        s = raw_conn(sentinel.broker)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.sendall(kp.encode_request(kp.METADATA, 1, i, kp.metadata_request(1, None))[: 5 + i % 10])
+        s.close()
+    sentinel.check()

@@ -1,0 +1,70 @@
+//! Kafka's error codes (`Errors.java`) and the error type handlers return.
+
+use crate::log::LogError;
+use crate::metadata::StoreError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
+pub enum ErrorCode {
+    UnknownServerError = -1,
+    None = 0,
+    OffsetOutOfRange = 1,
+    CorruptMessage = 2,
+    UnknownTopicOrPartition = 3,
+    LeaderNotAvailable = 5,
+    NotLeaderOrFollower = 6,
+    MessageTooLarge = 10,
+    InvalidTopicException = 17,
+    NotEnoughReplicas = 19,
+    InvalidRequiredAcks = 21,
+    UnsupportedVersion = 35,
+    TopicAlreadyExists = 36,
+    InvalidPartitions = 37,
+    InvalidReplicationFactor = 38,
+    InvalidReplicaAssignment = 39,
+    InvalidConfig = 40,
+    NotController = 41,
+    InvalidRequest = 42,
+    KafkaStorageError = 56,
+    TopicDeletionDisabled = 73,
+    TransactionalIdAuthorizationFailed = 53,
+    UnknownTopicId = 100,
+    InconsistentTopicId = 103,
+}
+
+impl ErrorCode {
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError { code: code.code(), message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "error {}: {}", self.code, self.message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        tracing::error!(error = %e, "metadata store failure");
+        ApiError::new(ErrorCode::UnknownServerError, e.to_string())
+    }
+}
+
+impl From<LogError> for ApiError {
+    fn from(e: LogError) -> ApiError {
+        ApiError { code: e.kafka_code(), message: e.to_string() }
+    }
+}

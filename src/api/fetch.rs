@@ -1,0 +1,193 @@
+//! Fetch (with long-poll) and ListOffsets.
+//!
+//! Fetch returns stored batches byte for byte, starting at the batch that contains the fetch
+//! offset. It waits up to `max_wait_ms` for `min_bytes`, woken by appends, never by polling.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::error::ErrorCode;
+use super::RequestContext;
+
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const EARLIEST_TIMESTAMP: i64 = -2;
+const LATEST_TIMESTAMP: i64 = -1;
+const MAX_TIMESTAMP: i64 = -3;
+
+struct Wanted {
+    name: String,
+    id: Uuid,
+    partitions: Vec<(i32, i64, i32)>, // (partition, fetch offset, partition max bytes)
+}
+
+pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
+    let version = ctx.version();
+    let mut r = FetchResponse::default();
+    if req.session_id != 0 {
+        // We never hand out sessions, so any id a client names is unknown to us.
+        r.error_code = FETCH_SESSION_ID_NOT_FOUND;
+        r.session_id = 0;
+        return r;
+    }
+    let snapshot = ctx.broker.cache.snapshot();
+    let wanted: Vec<Wanted> = req
+        .topics
+        .iter()
+        .map(|t| {
+            let (name, id) = if version >= 13 {
+                match snapshot.topic_by_id(t.topic_id) {
+                    Some(info) => (info.name.clone(), t.topic_id),
+                    None => (String::new(), t.topic_id),
+                }
+            } else {
+                let name = t.topic.0.to_string();
+                let id = snapshot.topics.get(&name).map(|i| i.id).unwrap_or_default();
+                (name, id)
+            };
+            Wanted {
+                name,
+                id,
+                partitions: t.partitions.iter().map(|p| (p.partition, p.fetch_offset, p.partition_max_bytes)).collect(),
+            }
+        })
+        .collect();
+
+    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let deadline = Instant::now() + max_wait;
+    let min_bytes = req.min_bytes.max(0) as usize;
+    let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    loop {
+        // Registered before reading, so an append that lands in between still wakes us.
+        let appended = ctx.broker.replicas.appended();
+        tokio::pin!(appended);
+        appended.as_mut().enable();
+
+        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version);
+        let now = Instant::now();
+        if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
+            r.responses = responses;
+            return r;
+        }
+        if tokio::time::timeout(deadline - now, appended).await.is_err() {
+            // Timed out: one last read so data that arrived at the very end is not missed.
+            r.responses = read_all(ctx, &wanted, max_bytes, version).0;
+            return r;
+        }
+    }
+}
+
+fn read_all(
+    ctx: &RequestContext,
+    wanted: &[Wanted],
+    max_bytes: usize,
+    version: i16,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let mut remaining = max_bytes;
+    let mut total = 0usize;
+    let mut any_error = false;
+    let mut out = Vec::with_capacity(wanted.len());
+    for w in wanted {
+        let mut topic = FetchableTopicResponse::default();
+        topic.topic = TopicName(StrBytes::from_string(w.name.clone()));
+        topic.topic_id = w.id;
+        for &(index, offset, partition_max) in &w.partitions {
+            let mut pd = PartitionData::default();
+            pd.partition_index = index;
+            pd.high_watermark = -1;
+            pd.last_stable_offset = -1;
+            pd.log_start_offset = -1;
+            pd.preferred_read_replica = BrokerId(-1);
+            let partition = if w.name.is_empty() { None } else { ctx.broker.replicas.partition(&w.name, index) };
+            match partition {
+                None => {
+                    pd.error_code = if version >= 13 && w.name.is_empty() {
+                        ErrorCode::UnknownTopicId.code()
+                    } else if ctx
+                        .broker
+                        .cache
+                        .topic(&w.name)
+                        .is_some_and(|t| t.partitions.iter().any(|p| p.index == index))
+                    {
+                        ErrorCode::NotLeaderOrFollower.code()
+                    } else {
+                        ErrorCode::UnknownTopicOrPartition.code()
+                    };
+                    any_error = true;
+                }
+                Some(p) => {
+                    let limit = (partition_max.max(0) as usize).min(remaining);
+                    let result = if limit == 0 && total > 0 {
+                        // Budget spent: report offsets only, no records.
+                        crate::replication::FetchResult {
+                            error_code: 0,
+                            high_watermark: p.high_watermark(),
+                            log_start_offset: p.log_start_offset(),
+                            records: Bytes::new(),
+                        }
+                    } else {
+                        p.read(offset, limit.max(1))
+                    };
+                    pd.error_code = result.error_code;
+                    pd.high_watermark = result.high_watermark;
+                    pd.last_stable_offset = result.high_watermark;
+                    pd.log_start_offset = result.log_start_offset;
+                    if result.error_code != 0 {
+                        any_error = true;
+                    }
+                    let n = result.records.len();
+                    total += n;
+                    remaining = remaining.saturating_sub(n);
+                    pd.records = Some(result.records);
+                }
+            }
+            topic.partitions.push(pd);
+        }
+        out.push(topic);
+    }
+    (out, total, any_error)
+}
+
+pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let mut r = ListOffsetsResponse::default();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut tr = ListOffsetsTopicResponse::default();
+        for p in t.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            pr.timestamp = -1;
+            pr.offset = -1;
+            pr.leader_epoch = -1;
+            match ctx.broker.replicas.partition(&name, p.partition_index) {
+                None => pr.error_code = ErrorCode::UnknownTopicOrPartition.code(),
+                Some(part) => match p.timestamp {
+                    LATEST_TIMESTAMP => pr.offset = part.high_watermark(),
+                    EARLIEST_TIMESTAMP => pr.offset = part.log_start_offset(),
+                    // The offset of the largest timestamp (KIP-734) is not tracked yet; -1/-1 is
+                    // what Kafka answers when it has none, and clients treat it as "unknown".
+                    MAX_TIMESTAMP => {}
+                    ts => match part.offset_for_timestamp(ts) {
+                        Ok(Some((offset, timestamp))) => {
+                            pr.offset = offset;
+                            pr.timestamp = timestamp;
+                        }
+                        Ok(None) => {}
+                        Err(e) => pr.error_code = e.kafka_code(),
+                    },
+                },
+            }
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        r.topics.push(tr);
+    }
+    r
+}

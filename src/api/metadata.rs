@@ -1,0 +1,169 @@
+//! Metadata and DescribeCluster: who the brokers are, which topics exist, who leads what.
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::error::ErrorCode;
+use super::RequestContext;
+use crate::controller::{validate_topic_name, TopicRequest};
+use crate::metadata::{BrokerInfo, TopicInfo};
+
+/// Kafka's "not requested" marker for authorized-operations fields.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+/// The brokers as this client must reach them: our own entry uses the advertised address of
+/// the listener the client came in on.
+fn brokers_for(ctx: &RequestContext) -> Vec<BrokerInfo> {
+    let snapshot = ctx.broker.cache.snapshot();
+    let me = ctx.broker.config.broker_id;
+    snapshot
+        .brokers
+        .iter()
+        .map(|b| match ctx.broker.config.advertised_for(&ctx.listener) {
+            Some(ep) if b.id == me => BrokerInfo { host: ep.host.clone(), port: ep.port, ..b.clone() },
+            _ => b.clone(),
+        })
+        .collect()
+}
+
+fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
+    let mut out = MetadataResponseTopic::default();
+    out.name = Some(TopicName(StrBytes::from_string(t.name.clone())));
+    out.topic_id = t.id;
+    out.is_internal = t.is_internal();
+    out.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    out.partitions = t
+        .partitions
+        .iter()
+        .map(|p| {
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = p.index;
+            if p.leader < 0 {
+                mp.error_code = ErrorCode::LeaderNotAvailable.code();
+            }
+            mp.leader_id = BrokerId(p.leader);
+            // Leader epochs are withheld (-1) until leadership can move: clients then skip
+            // epoch validation, which is correct while every epoch would be 0 forever.
+            mp.leader_epoch = -1;
+            mp.replica_nodes = p.replicas.iter().map(|&r| BrokerId(r)).collect();
+            mp.isr_nodes = p.isr.iter().map(|&r| BrokerId(r)).collect();
+            mp
+        })
+        .collect();
+    out
+}
+
+fn error_topic(name: Option<String>, id: Uuid, code: ErrorCode) -> MetadataResponseTopic {
+    let mut out = MetadataResponseTopic::default();
+    out.name = name.map(|n| TopicName(StrBytes::from_string(n)));
+    out.topic_id = id;
+    out.error_code = code.code();
+    out.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    out
+}
+
+pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
+    let version = ctx.version();
+    let broker = &ctx.broker;
+    // v0: an empty list means all topics; v1+: null means all, empty means none.
+    let requested = match req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(t),
+    };
+    let allow_auto_create = version < 4 || req.allow_auto_topic_creation;
+    let topics = match requested {
+        None => broker.cache.snapshot().topics.values().map(|t| topic_response(t)).collect(),
+        Some(list) => list
+            .into_iter()
+            .map(|rt| {
+                let name = rt.name.map(|n| n.0.to_string());
+                let Some(name) = name else {
+                    return match broker.cache.snapshot().topic_by_id(rt.topic_id) {
+                        Some(t) => topic_response(t),
+                        None => error_topic(None, rt.topic_id, ErrorCode::UnknownTopicId),
+                    };
+                };
+                if let Some(t) = broker.cache.topic(&name) {
+                    return topic_response(&t);
+                }
+                if validate_topic_name(&name).is_err() {
+                    return error_topic(Some(name), Uuid::nil(), ErrorCode::InvalidTopicException);
+                }
+                if !(allow_auto_create && broker.config.auto_create_topics_enable) {
+                    return error_topic(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition);
+                }
+                let plan = broker.plan_topic(TopicRequest {
+                    name: name.clone(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    assignment: Default::default(),
+                    configs: Default::default(),
+                });
+                match plan.and_then(|p| broker.create_topic(p)) {
+                    Ok(t) => topic_response(&t),
+                    // Another request created it first: serve what exists.
+                    Err(_) if broker.cache.topic(&name).is_some() => {
+                        broker.cache.topic(&name).map(|t| topic_response(&t)).unwrap_or_default()
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %name, error = %e, "auto-create failed");
+                        error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable)
+                    }
+                }
+            })
+            .collect(),
+    };
+    let snapshot = broker.cache.snapshot();
+    let mut r = MetadataResponse::default();
+    r.brokers = brokers_for(ctx)
+        .into_iter()
+        .map(|b| {
+            let mut mb = MetadataResponseBroker::default();
+            mb.node_id = BrokerId(b.id);
+            mb.host = StrBytes::from_string(b.host);
+            mb.port = b.port as i32;
+            mb.rack = b.rack.map(StrBytes::from_string);
+            mb
+        })
+        .collect();
+    r.cluster_id = Some(StrBytes::from_string(snapshot.cluster_id.clone()));
+    r.controller_id = BrokerId(snapshot.controller_id);
+    r.topics = topics;
+    r.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    r
+}
+
+pub fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> DescribeClusterResponse {
+    let snapshot = ctx.broker.cache.snapshot();
+    let mut r = DescribeClusterResponse::default();
+    r.endpoint_type = 1;
+    if req.endpoint_type != 1 {
+        // Only broker endpoints exist in ZooKeeper mode (Kafka: UNSUPPORTED_ENDPOINT_TYPE).
+        r.error_code = 119;
+        r.error_message = Some(StrBytes::from_static_str("Only broker endpoints are available"));
+        return r;
+    }
+    r.cluster_id = StrBytes::from_string(snapshot.cluster_id.clone());
+    r.controller_id = BrokerId(snapshot.controller_id);
+    r.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    r.brokers = brokers_for(ctx)
+        .into_iter()
+        .map(|b| {
+            let mut d = DescribeClusterBroker::default();
+            d.broker_id = BrokerId(b.id);
+            d.host = StrBytes::from_string(b.host);
+            d.port = b.port as i32;
+            d.rack = b.rack.map(StrBytes::from_string);
+            d
+        })
+        .collect();
+    r
+}

@@ -1,0 +1,35 @@
+//! InitProducerId: ids for idempotent producers (Java producers are idempotent by default).
+
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use super::error::ErrorCode;
+use super::RequestContext;
+
+pub fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {
+    let mut r = InitProducerIdResponse::default();
+    r.producer_id = ProducerId(-1);
+    r.producer_epoch = -1;
+    if req.transactional_id.is_some() {
+        // No transaction coordinator yet: a clear, non-retriable refusal instead of a
+        // producer that retries forever.
+        r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
+        return r;
+    }
+    // KIP-360: a producer that knows its id may ask for the next epoch instead of a new id.
+    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
+        r.producer_id = req.producer_id;
+        r.producer_epoch = req.producer_epoch + 1;
+        return r;
+    }
+    match ctx.broker.producer_ids.next_id() {
+        Ok(id) => {
+            r.producer_id = ProducerId(id);
+            r.producer_epoch = 0;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot allocate a producer id");
+            r.error_code = ErrorCode::UnknownServerError.code();
+        }
+    }
+    r
+}

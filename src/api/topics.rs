@@ -1,0 +1,176 @@
+//! Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords. In
+//! ZooKeeper mode Kafka serves the first three on the controller only; standalone, this broker
+//! is the controller.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest,
+    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::configs::{topic_config_entries, ConfigEntry};
+use super::error::{ApiError, ErrorCode};
+use super::RequestContext;
+use crate::controller::TopicRequest;
+
+pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse {
+    let broker = &ctx.broker;
+    let mut r = CreateTopicsResponse::default();
+    let mut seen = std::collections::HashSet::new();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut out = CreatableTopicResult::default();
+        out.name = t.name.clone();
+        out.num_partitions = -1;
+        out.replication_factor = -1;
+        if !seen.insert(name.clone()) {
+            out.error_code = ErrorCode::InvalidRequest.code();
+            out.error_message = Some(StrBytes::from_string(format!("Duplicate topic name {name} in request")));
+            r.topics.push(out);
+            continue;
+        }
+        let configs: BTreeMap<String, String> =
+            t.configs.iter().filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string()))).collect();
+        let assignment: BTreeMap<i32, Vec<i32>> =
+            t.assignments.iter().map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect())).collect();
+        if !assignment.is_empty() && (t.num_partitions != -1 || t.replication_factor != -1) {
+            out.error_code = ErrorCode::InvalidRequest.code();
+            out.error_message = Some(StrBytes::from_static_str(
+                "Both numPartitions or replicationFactor and replicasAssignments were set.",
+            ));
+            r.topics.push(out);
+            continue;
+        }
+        let plan = broker.plan_topic(TopicRequest {
+            name: name.clone(),
+            num_partitions: t.num_partitions,
+            replication_factor: t.replication_factor,
+            assignment,
+            configs,
+        });
+        let result = match plan {
+            Ok(plan) if req.validate_only => Ok((plan.num_partitions, plan.replication_factor, plan.configs, None)),
+            Ok(plan) => {
+                let (np, rf) = (plan.num_partitions, plan.replication_factor);
+                broker.create_topic(plan).map(|info| (np, rf, info.configs.clone(), Some(info.id)))
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((np, rf, configs, id)) => {
+                out.num_partitions = np;
+                out.replication_factor = rf;
+                out.topic_id = id.unwrap_or_default();
+                out.configs = Some(
+                    topic_config_entries(&broker.config, &configs)
+                        .into_iter()
+                        .map(|e: ConfigEntry| {
+                            let mut c = CreatableTopicConfigs::default();
+                            c.name = StrBytes::from_static_str(e.name);
+                            c.value = Some(StrBytes::from_string(e.value));
+                            c.config_source = e.source;
+                            c
+                        })
+                        .collect(),
+                );
+            }
+            Err(e) => {
+                out.error_code = e.code;
+                out.error_message = Some(StrBytes::from_string(e.message));
+            }
+        }
+        r.topics.push(out);
+    }
+    r
+}
+
+pub fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    let broker = &ctx.broker;
+    // v0-5 name topics in `topic_names`; v6 in `topics`, by name or by id.
+    let mut targets: Vec<(Option<String>, uuid::Uuid)> =
+        req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
+    targets.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
+    let mut r = DeleteTopicsResponse::default();
+    for (name, id) in targets {
+        let mut out = DeletableTopicResult::default();
+        out.topic_id = id;
+        let resolved =
+            match name {
+                Some(n) => Ok(n),
+                None => broker.cache.snapshot().topic_by_id(id).map(|t| t.name.clone()).ok_or_else(|| {
+                    ApiError::new(ErrorCode::UnknownTopicId, "This server does not host this topic ID.")
+                }),
+            };
+        match resolved.and_then(|n| broker.delete_topic(&n).map(|id| (n, id))) {
+            Ok((n, id)) => {
+                out.name = Some(TopicName(StrBytes::from_string(n)));
+                out.topic_id = id;
+            }
+            Err(e) => {
+                out.error_code = e.code;
+                out.error_message = Some(StrBytes::from_string(e.message));
+            }
+        }
+        r.responses.push(out);
+    }
+    r
+}
+
+pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let mut r = CreatePartitionsResponse::default();
+    for t in req.topics {
+        let mut out = CreatePartitionsTopicResult::default();
+        let name = t.name.0.to_string();
+        let result = if t.assignments.is_some() {
+            Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, "Manual assignments are not supported yet."))
+        } else {
+            ctx.broker.create_partitions(&name, t.count, req.validate_only)
+        };
+        if let Err(e) = result {
+            out.error_code = e.code;
+            out.error_message = Some(StrBytes::from_string(e.message));
+        }
+        out.name = t.name;
+        r.results.push(out);
+    }
+    r
+}
+
+pub fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut r = DeleteRecordsResponse::default();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut tr = DeleteRecordsTopicResult::default();
+        for p in t.partitions {
+            let mut pr = DeleteRecordsPartitionResult::default();
+            pr.partition_index = p.partition_index;
+            pr.low_watermark = -1;
+            match ctx.broker.replicas.partition(&name, p.partition_index) {
+                None => pr.error_code = ErrorCode::UnknownTopicOrPartition.code(),
+                Some(part) => {
+                    let hw = part.high_watermark();
+                    // -1 means "up to the high watermark", as Kafka defines it.
+                    let target = if p.offset == -1 { hw } else { p.offset };
+                    if target < 0 || target > hw {
+                        pr.error_code = ErrorCode::OffsetOutOfRange.code();
+                    } else {
+                        match part.delete_records_before(target) {
+                            Ok(low) => pr.low_watermark = low,
+                            Err(e) => pr.error_code = e.kafka_code(),
+                        }
+                    }
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        r.topics.push(tr);
+    }
+    r
+}

@@ -1,0 +1,626 @@
+//! Broker configuration, read the way Kafka reads it.
+//!
+//! Sources, lowest precedence first: Kafka's defaults, a `server.properties` (Java properties) or
+//! `*.toml` file, `KAFKA_<KEY>` environment variables (as the common Kafka images map them), and
+//! `--override key=value` arguments. Every key keeps Kafka's name. An unknown key is a warning;
+//! a value that does not parse is an error naming the key, and the broker does not start.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::log::LogConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Toml { path: PathBuf, message: String },
+    #[error("invalid value {value:?} for configuration {key}: {reason}")]
+    Invalid { key: String, value: String, reason: String },
+    #[error("--override expects key=value, got {0:?}")]
+    Override(String),
+}
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+}
+
+/// One `NAME://host:port` entry of `listeners` / `advertised.listeners`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub listener_name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn security_protocol(&self) -> &str {
+        // Without listener.security.protocol.map every name must be a protocol name.
+        &self.listener_name
+    }
+}
+
+/// Kafka's broker keys that gregor reads, with Kafka's defaults. The value strings are parsed by
+/// [`BrokerConfig::from_map`]; keys absent here but known to Kafka are accepted silently.
+const DEFAULTS: &[(&str, &str)] = &[
+    ("broker.id", "0"),
+    ("broker.rack", ""),
+    ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+    ("advertised.listeners", ""),
+    ("log.dirs", "./data"),
+    ("num.partitions", "1"),
+    ("default.replication.factor", "1"),
+    ("auto.create.topics.enable", "true"),
+    ("delete.topic.enable", "true"),
+    ("message.max.bytes", "1048588"),
+    ("socket.request.max.bytes", "104857600"),
+    ("zookeeper.connect", ""),
+    ("zookeeper.session.timeout.ms", "18000"),
+    ("zookeeper.connection.timeout.ms", ""),
+    ("log.segment.bytes", "1073741824"),
+    ("log.roll.hours", "168"),
+    ("log.roll.ms", ""),
+    ("log.retention.hours", "168"),
+    ("log.retention.minutes", ""),
+    ("log.retention.ms", ""),
+    ("log.retention.bytes", "-1"),
+    ("log.retention.check.interval.ms", "300000"),
+    ("log.index.interval.bytes", "4096"),
+    ("log.index.size.max.bytes", "10485760"),
+    ("log.flush.interval.messages", "9223372036854775807"),
+    ("log.flush.interval.ms", ""),
+    ("log.flush.scheduler.interval.ms", "9223372036854775807"),
+    ("log.flush.offset.checkpoint.interval.ms", "60000"),
+    ("log.segment.delete.delay.ms", "60000"),
+    ("log.cleanup.policy", "delete"),
+    ("log.cleaner.enable", "true"),
+    ("log.message.timestamp.type", "CreateTime"),
+    ("compression.type", "producer"),
+    ("min.insync.replicas", "1"),
+    ("unclean.leader.election.enable", "false"),
+    ("offsets.topic.replication.factor", "3"),
+    ("offsets.topic.num.partitions", "50"),
+    ("transaction.state.log.replication.factor", "3"),
+    ("transaction.state.log.min.isr", "2"),
+    ("group.initial.rebalance.delay.ms", "3000"),
+    ("num.network.threads", "3"),
+    ("num.io.threads", "8"),
+    ("num.recovery.threads.per.data.dir", "1"),
+    ("replica.lag.time.max.ms", "30000"),
+    ("socket.send.buffer.bytes", "102400"),
+    ("socket.receive.buffer.bytes", "102400"),
+    ("replica.fetch.max.bytes", "1048576"),
+    ("replica.fetch.wait.max.ms", "500"),
+    ("controlled.shutdown.enable", "true"),
+    ("auto.leader.rebalance.enable", "true"),
+    ("broker.id.generation.enable", "true"),
+    ("offsets.retention.minutes", "10080"),
+    ("group.min.session.timeout.ms", "6000"),
+    ("group.max.session.timeout.ms", "1800000"),
+    ("transaction.state.log.num.partitions", "50"),
+];
+
+/// Environment variables of Kafka images that are not broker settings.
+const NON_CONFIG_ENV: &[&str] = &[
+    "KAFKA_HOME",
+    "KAFKA_OPTS",
+    "KAFKA_HEAP_OPTS",
+    "KAFKA_JMX_OPTS",
+    "KAFKA_JVM_PERFORMANCE_OPTS",
+    "KAFKA_LOG4J_OPTS",
+    "KAFKA_DEBUG",
+    "KAFKA_GC_LOG_OPTS",
+    "KAFKA_VERSION",
+    "KAFKA_CLUSTER_ID",
+];
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub broker_id: i32,
+    pub rack: Option<String>,
+    pub listeners: Vec<Endpoint>,
+    pub advertised_listeners: Vec<Endpoint>,
+    pub log_dirs: Vec<PathBuf>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub delete_topic_enable: bool,
+    pub socket_request_max_bytes: usize,
+    pub zookeeper_connect: Option<String>,
+    pub zookeeper_session_timeout_ms: u64,
+    pub zookeeper_connection_timeout_ms: u64,
+    pub log_retention_check_interval_ms: u64,
+    pub log_flush_scheduler_interval_ms: u64,
+    pub log_flush_offset_checkpoint_interval_ms: u64,
+    pub min_insync_replicas: i32,
+    /// The topic-level defaults derived from the `log.*` keys.
+    pub log: LogConfig,
+    /// Every key as finally resolved (defaults included), for DescribeConfigs.
+    pub values: BTreeMap<String, String>,
+}
+
+impl BrokerConfig {
+    /// Reads the file (if any), then the environment, then the overrides.
+    pub fn load(
+        file: Option<&Path>,
+        overrides: &[String],
+        env: impl Iterator<Item = (String, String)>,
+    ) -> Result<BrokerConfig, ConfigError> {
+        let mut map = BTreeMap::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            let entries = if path.extension().is_some_and(|e| e == "toml") {
+                parse_toml(&text).map_err(|message| ConfigError::Toml { path: path.to_path_buf(), message })?
+            } else {
+                parse_properties(&text)
+            };
+            map.extend(entries);
+        }
+        for (name, value) in env {
+            if let Some(key) = env_to_key(&name) {
+                map.insert(key, value);
+            }
+        }
+        for item in overrides {
+            let (k, v) = item.split_once('=').ok_or_else(|| ConfigError::Override(item.clone()))?;
+            map.insert(k.trim().to_string(), v.trim().to_string());
+        }
+        Self::from_map(map)
+    }
+
+    pub fn from_map(given: BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
+        for key in given.keys() {
+            if !DEFAULTS.iter().any(|(k, _)| k == key) && !is_passthrough_key(key) {
+                tracing::warn!(key = %key, "unknown configuration key; ignored");
+            }
+        }
+        let mut values: BTreeMap<String, String> =
+            DEFAULTS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        values.extend(given);
+        // `log.dir` is Kafka's single-directory alias, used only when `log.dirs` is not given.
+        if let Some(dir) = values.get("log.dir").cloned() {
+            if values.get("log.dirs").map(String::as_str) == Some("./data") {
+                values.insert("log.dirs".into(), dir);
+            }
+        }
+        let get = |k: &str| values.get(k).map(String::as_str).unwrap_or("");
+
+        let listeners = parse_endpoints("listeners", get("listeners"))?;
+        if listeners.is_empty() {
+            return Err(invalid("listeners", get("listeners"), "at least one listener is required"));
+        }
+        let advertised_listeners = if get("advertised.listeners").is_empty() {
+            listeners.clone()
+        } else {
+            parse_endpoints("advertised.listeners", get("advertised.listeners"))?
+        };
+        let log_dirs: Vec<PathBuf> =
+            get("log.dirs").split(',').map(str::trim).filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+        if log_dirs.is_empty() {
+            return Err(invalid("log.dirs", get("log.dirs"), "at least one directory is required"));
+        }
+
+        let hours_ms = |k: &str| -> Result<i64, ConfigError> { Ok(num::<i64>(k, get(k))?.saturating_mul(3_600_000)) };
+        let retention_ms = if !get("log.retention.ms").is_empty() {
+            num::<i64>("log.retention.ms", get("log.retention.ms"))?
+        } else if !get("log.retention.minutes").is_empty() {
+            num::<i64>("log.retention.minutes", get("log.retention.minutes"))?.saturating_mul(60_000)
+        } else {
+            hours_ms("log.retention.hours")?
+        };
+        let segment_ms = if get("log.roll.ms").is_empty() {
+            hours_ms("log.roll.hours")?
+        } else {
+            num::<i64>("log.roll.ms", get("log.roll.ms"))?
+        };
+        let flush_interval_ms = if get("log.flush.interval.ms").is_empty() {
+            u64::MAX
+        } else {
+            num::<u64>("log.flush.interval.ms", get("log.flush.interval.ms"))?
+        };
+        let message_max_bytes = num::<u32>("message.max.bytes", get("message.max.bytes"))?;
+        let log = LogConfig {
+            segment_bytes: positive::<u64>("log.segment.bytes", get("log.segment.bytes"))?,
+            segment_ms,
+            index_interval_bytes: num::<u32>("log.index.interval.bytes", get("log.index.interval.bytes"))?,
+            max_index_size: positive::<u32>("log.index.size.max.bytes", get("log.index.size.max.bytes"))?,
+            retention_ms,
+            retention_bytes: num::<i64>("log.retention.bytes", get("log.retention.bytes"))?,
+            max_message_bytes: message_max_bytes,
+            flush_interval_messages: positive::<u64>(
+                "log.flush.interval.messages",
+                get("log.flush.interval.messages"),
+            )?,
+            flush_interval_ms,
+            file_delete_delay_ms: num::<u64>("log.segment.delete.delay.ms", get("log.segment.delete.delay.ms"))?,
+        };
+        let zk = get("zookeeper.connect").trim().to_string();
+        let session_ms = positive::<u64>("zookeeper.session.timeout.ms", get("zookeeper.session.timeout.ms"))?;
+        let connection_ms = if get("zookeeper.connection.timeout.ms").is_empty() {
+            session_ms
+        } else {
+            positive::<u64>("zookeeper.connection.timeout.ms", get("zookeeper.connection.timeout.ms"))?
+        };
+        let rack = Some(get("broker.rack").to_string()).filter(|r| !r.is_empty());
+        let config = BrokerConfig {
+            broker_id: num::<i32>("broker.id", get("broker.id"))?,
+            rack,
+            listeners,
+            advertised_listeners,
+            log_dirs,
+            num_partitions: positive::<i32>("num.partitions", get("num.partitions"))?,
+            default_replication_factor: positive::<i16>(
+                "default.replication.factor",
+                get("default.replication.factor"),
+            )?,
+            auto_create_topics_enable: boolean("auto.create.topics.enable", get("auto.create.topics.enable"))?,
+            delete_topic_enable: boolean("delete.topic.enable", get("delete.topic.enable"))?,
+            socket_request_max_bytes: positive::<usize>("socket.request.max.bytes", get("socket.request.max.bytes"))?,
+            zookeeper_connect: Some(zk).filter(|s| !s.is_empty()),
+            zookeeper_session_timeout_ms: session_ms,
+            zookeeper_connection_timeout_ms: connection_ms,
+            log_retention_check_interval_ms: positive::<u64>(
+                "log.retention.check.interval.ms",
+                get("log.retention.check.interval.ms"),
+            )?,
+            log_flush_scheduler_interval_ms: positive::<u64>(
+                "log.flush.scheduler.interval.ms",
+                get("log.flush.scheduler.interval.ms"),
+            )?,
+            log_flush_offset_checkpoint_interval_ms: positive::<u64>(
+                "log.flush.offset.checkpoint.interval.ms",
+                get("log.flush.offset.checkpoint.interval.ms"),
+            )?,
+            min_insync_replicas: positive::<i32>("min.insync.replicas", get("min.insync.replicas"))?,
+            log,
+            values: values.clone(),
+        };
+        for key in ["log.cleaner.enable", "unclean.leader.election.enable", "controlled.shutdown.enable"] {
+            boolean(key, get(key))?;
+        }
+        match get("log.message.timestamp.type") {
+            "CreateTime" | "LogAppendTime" => {}
+            other => return Err(invalid("log.message.timestamp.type", other, "expected CreateTime or LogAppendTime")),
+        }
+        Ok(config)
+    }
+
+    /// The endpoint clients should use, matching the listener they connected to.
+    pub fn advertised_for(&self, listener_name: &str) -> Option<&Endpoint> {
+        self.advertised_listeners
+            .iter()
+            .find(|e| e.listener_name == listener_name)
+            .or_else(|| self.advertised_listeners.first())
+    }
+}
+
+/// Topic-level keys gregor honours, each with the broker key that supplies its default.
+pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
+    ("cleanup.policy", "log.cleanup.policy"),
+    ("compression.type", "compression.type"),
+    ("file.delete.delay.ms", "log.segment.delete.delay.ms"),
+    ("flush.messages", "log.flush.interval.messages"),
+    ("flush.ms", "log.flush.interval.ms"),
+    ("index.interval.bytes", "log.index.interval.bytes"),
+    ("max.message.bytes", "message.max.bytes"),
+    ("message.timestamp.type", "log.message.timestamp.type"),
+    ("min.insync.replicas", "min.insync.replicas"),
+    ("retention.bytes", "log.retention.bytes"),
+    ("retention.ms", "log.retention.ms"),
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.index.bytes", "log.index.size.max.bytes"),
+    ("segment.ms", "log.roll.ms"),
+    ("unclean.leader.election.enable", "unclean.leader.election.enable"),
+];
+
+impl BrokerConfig {
+    /// The broker-wide default of a topic-level key, as DescribeConfigs reports it.
+    pub fn topic_default(&self, topic_key: &str) -> Option<String> {
+        let (_, broker_key) = TOPIC_CONFIGS.iter().find(|(k, _)| *k == topic_key)?;
+        Some(match topic_key {
+            "retention.ms" => self.log.retention_ms.to_string(),
+            "segment.ms" => self.log.segment_ms.to_string(),
+            "flush.ms" => (self.log.flush_interval_ms.min(i64::MAX as u64)).to_string(),
+            _ => self.values.get(*broker_key).cloned().unwrap_or_default(),
+        })
+    }
+
+    /// The log settings of a topic: broker defaults overlaid with the topic's overrides.
+    pub fn log_config_for(&self, overrides: &BTreeMap<String, String>) -> Result<LogConfig, ConfigError> {
+        let mut c = self.log.clone();
+        for (k, v) in overrides {
+            match k.as_str() {
+                "segment.bytes" => c.segment_bytes = positive(k, v)?,
+                "segment.ms" => c.segment_ms = positive(k, v)?,
+                "index.interval.bytes" => c.index_interval_bytes = num(k, v)?,
+                "segment.index.bytes" => c.max_index_size = positive(k, v)?,
+                "retention.ms" => c.retention_ms = num(k, v)?,
+                "retention.bytes" => c.retention_bytes = num(k, v)?,
+                "max.message.bytes" => c.max_message_bytes = positive(k, v)?,
+                "flush.messages" => c.flush_interval_messages = positive(k, v)?,
+                "flush.ms" => c.flush_interval_ms = num(k, v)?,
+                "file.delete.delay.ms" => c.file_delete_delay_ms = num(k, v)?,
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+
+    /// Checks one topic-level override the way CreateTopics/AlterConfigs must (INVALID_CONFIG).
+    pub fn validate_topic_config(&self, key: &str, value: &str) -> Result<(), ConfigError> {
+        if !TOPIC_CONFIGS.iter().any(|(k, _)| *k == key) {
+            return Err(invalid(key, value, "unknown topic configuration"));
+        }
+        match key {
+            "cleanup.policy" => {
+                for p in value.split(',').map(str::trim) {
+                    if p != "delete" && p != "compact" {
+                        return Err(invalid(key, value, "expected delete and/or compact"));
+                    }
+                }
+            }
+            "compression.type" => {
+                if !["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"].contains(&value) {
+                    return Err(invalid(key, value, "unknown compression type"));
+                }
+            }
+            "message.timestamp.type" => {
+                if value != "CreateTime" && value != "LogAppendTime" {
+                    return Err(invalid(key, value, "expected CreateTime or LogAppendTime"));
+                }
+            }
+            "unclean.leader.election.enable" => {
+                boolean(key, value)?;
+            }
+            "min.insync.replicas" => {
+                positive::<i32>(key, value)?;
+            }
+            _ => {
+                let one = BTreeMap::from([(key.to_string(), value.to_string())]);
+                self.log_config_for(&one)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Keys Kafka knows that gregor accepts without acting on them, so a stock server.properties
+/// does not produce a page of warnings.
+fn is_passthrough_key(key: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "log.",
+        "socket.",
+        "num.",
+        "replica.",
+        "offsets.",
+        "transaction.",
+        "group.",
+        "zookeeper.",
+        "listener.",
+        "sasl.",
+        "ssl.",
+        "security.",
+        "inter.broker.",
+        "controller.",
+        "queued.",
+        "metric",
+        "confluent.",
+    ];
+    PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// `KAFKA_ADVERTISED_LISTENERS` -> `advertised.listeners`, with the Confluent image's escapes
+/// (`___` for `-`, `__` for `_`).
+fn env_to_key(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("KAFKA_")?;
+    if rest.is_empty() || NON_CONFIG_ENV.contains(&name) {
+        return None;
+    }
+    let lower = rest.to_ascii_lowercase();
+    Some(
+        lower
+            .replace("___", "\u{1}")
+            .replace("__", "\u{2}")
+            .replace('_', ".")
+            .replace('\u{1}', "-")
+            .replace('\u{2}', "_"),
+    )
+}
+
+fn num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.trim().parse::<T>().map_err(|e| invalid(key, value, e.to_string()))
+}
+
+fn positive<T: std::str::FromStr + PartialOrd + Default>(key: &str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    let n = num::<T>(key, value)?;
+    if n <= T::default() {
+        return Err(invalid(key, value, "must be greater than 0"));
+    }
+    Ok(n)
+}
+
+fn boolean(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(key, value, "expected true or false")),
+    }
+}
+
+pub fn parse_endpoints(key: &str, value: &str) -> Result<Vec<Endpoint>, ConfigError> {
+    let mut out = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, addr) = item.split_once("://").ok_or_else(|| invalid(key, value, "expected NAME://host:port"))?;
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| invalid(key, value, "missing port"))?;
+        let port: u16 = port.parse().map_err(|_| invalid(key, value, format!("bad port {port:?}")))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        if name.is_empty() {
+            return Err(invalid(key, value, "empty listener name"));
+        }
+        if out.iter().any(|e: &Endpoint| e.listener_name == name) {
+            return Err(invalid(key, value, format!("listener name {name} appears twice")));
+        }
+        out.push(Endpoint { listener_name: name.to_string(), host, port });
+    }
+    Ok(out)
+}
+
+/// Java properties: `key=value`, `key: value` or `key value`; `#`/`!` comments; a trailing
+/// backslash continues the line.
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut logical = String::new();
+    for raw in text.lines() {
+        let line = raw.trim_start();
+        if logical.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!')) {
+            continue;
+        }
+        if let Some(stripped) = line.strip_suffix('\\') {
+            logical.push_str(stripped);
+            continue;
+        }
+        logical.push_str(line);
+        let entry = std::mem::take(&mut logical);
+        let split = entry.find(['=', ':', ' ', '\t']);
+        let (k, v) = match split {
+            Some(i) => (&entry[..i], entry[i + 1..].trim_start_matches([' ', '\t', '=', ':'])),
+            None => (entry.as_str(), ""),
+        };
+        out.insert(k.trim().to_string(), unescape(v.trim_end()));
+    }
+    out
+}
+
+fn unescape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some(other) => out.push(other),
+                None => {}
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// TOML with the same dotted keys: nested tables are flattened back into `a.b.c`.
+pub fn parse_toml(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+    let mut out = BTreeMap::new();
+    flatten_toml("", &toml::Value::Table(table), &mut out);
+    Ok(out)
+}
+
+fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) {
+    let scalar = |v: &toml::Value| match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Datetime(d) => d.to_string(),
+        toml::Value::Array(_) | toml::Value::Table(_) => String::new(),
+    };
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten_toml(&key, v, out);
+            }
+        }
+        toml::Value::Array(items) => {
+            out.insert(prefix.to_string(), items.iter().map(scalar).collect::<Vec<_>>().join(","));
+        }
+        other => {
+            out.insert(prefix.to_string(), scalar(other));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        BrokerConfig::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn defaults_are_kafkas() {
+        let c = load(&[]).unwrap();
+        assert_eq!(c.broker_id, 0);
+        assert_eq!(c.listeners[0].port, 9092);
+        assert_eq!(c.log_dirs, vec![PathBuf::from("./data")]);
+        assert_eq!(c.log.segment_bytes, 1 << 30);
+        assert_eq!(c.log.retention_ms, 168 * 3_600_000);
+        assert_eq!(c.log.max_message_bytes, 1_048_588);
+        assert_eq!(c.socket_request_max_bytes, 104_857_600);
+        assert!(c.zookeeper_connect.is_none());
+    }
+
+    #[test]
+    fn retention_precedence_ms_minutes_hours() {
+        assert_eq!(load(&[("log.retention.minutes", "2")]).unwrap().log.retention_ms, 120_000);
+        let c = load(&[("log.retention.minutes", "2"), ("log.retention.ms", "5")]).unwrap();
+        assert_eq!(c.log.retention_ms, 5);
+    }
+
+    #[test]
+    fn bad_value_names_the_key() {
+        let err = load(&[("num.partitions", "many")]).unwrap_err().to_string();
+        assert!(err.contains("num.partitions"), "{err}");
+        let err = load(&[("listeners", "127.0.0.1:9092")]).unwrap_err().to_string();
+        assert!(err.contains("listeners"), "{err}");
+        assert!(load(&[("auto.create.topics.enable", "yes")]).is_err());
+        assert!(load(&[("log.segment.bytes", "0")]).is_err());
+    }
+
+    #[test]
+    fn properties_syntax() {
+        let p = parse_properties("# c\n! c\nbroker.id=3\nlog.dirs : /a,\\\n  /b\nnum.partitions 4\n");
+        assert_eq!(p["broker.id"], "3");
+        assert_eq!(p["log.dirs"], "/a,/b");
+        assert_eq!(p["num.partitions"], "4");
+    }
+
+    #[test]
+    fn toml_dotted_keys_flatten() {
+        let t = parse_toml("broker.id = 2\n[log]\ndirs = [\"/x\", \"/y\"]\n\"retention.hours\" = 1\n").unwrap();
+        assert_eq!(t["broker.id"], "2");
+        assert_eq!(t["log.dirs"], "/x,/y");
+        assert_eq!(t["log.retention.hours"], "1");
+    }
+
+    #[test]
+    fn env_names_map_like_kafka_images() {
+        assert_eq!(env_to_key("KAFKA_ADVERTISED_LISTENERS").as_deref(), Some("advertised.listeners"));
+        assert_eq!(env_to_key("KAFKA_BROKER_ID").as_deref(), Some("broker.id"));
+        assert_eq!(env_to_key("KAFKA_HEAP_OPTS"), None);
+        assert_eq!(env_to_key("PATH"), None);
+    }
+
+    #[test]
+    fn precedence_file_env_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("s.properties");
+        std::fs::write(&f, "broker.id=1\nnum.partitions=2\nlog.dirs=/tmp/x\n").unwrap();
+        let env = vec![("KAFKA_NUM_PARTITIONS".to_string(), "5".to_string())];
+        let c = BrokerConfig::load(Some(&f), &["log.dirs=/tmp/y".into()], env.into_iter()).unwrap();
+        assert_eq!(c.broker_id, 1);
+        assert_eq!(c.num_partitions, 5);
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/tmp/y")]);
+    }
+}

@@ -1,0 +1,337 @@
+//! The controller: decides replica assignment and partition leadership and records both in the
+//! znode tree in Kafka's layout. Standalone, this broker is the only one and so the controller;
+//! every change is written to the store first (the durable truth), then to the metadata cache,
+//! then applied to the local replicas.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::api::error::{ApiError, ErrorCode};
+use crate::broker::Broker;
+use crate::metadata::zk_data::{self, PartitionState};
+use crate::metadata::{PartitionInfo, TopicInfo};
+
+/// Kafka's limit: 249, so that `<topic>-<partition>` plus a deletion suffix fits in 255 bytes.
+const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Kafka's topic name rules (`Topic.validate`).
+pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+    let bad = |why: String| Err(ApiError::new(ErrorCode::InvalidTopicException, why));
+    if name.is_empty() {
+        return bad("Topic name is illegal, it can't be empty".into());
+    }
+    if name == "." || name == ".." {
+        return bad("Topic name cannot be \".\" or \"..\"".into());
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return bad(format!("Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LEN} characters"));
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        return bad(format!(
+            "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// The seed document's assignment: partition i on broker (i mod n), its replica j on broker
+/// ((i + j) mod n), over the sorted live brokers.
+pub fn assign_replicas(brokers: &[i32], first_partition: i32, count: i32, rf: i16) -> BTreeMap<i32, Vec<i32>> {
+    let mut sorted = brokers.to_vec();
+    sorted.sort_unstable();
+    let n = sorted.len();
+    (first_partition..first_partition + count)
+        .map(|i| {
+            let replicas = (0..rf as usize).map(|j| sorted[(i as usize + j) % n]).collect();
+            (i, replicas)
+        })
+        .collect()
+}
+
+pub struct TopicRequest {
+    pub name: String,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub assignment: BTreeMap<i32, Vec<i32>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+impl Broker {
+    fn live_broker_ids(&self) -> Vec<i32> {
+        self.cache.snapshot().brokers.iter().map(|b| b.id).collect()
+    }
+
+    /// Checks a CreateTopics entry and fills in defaults; writes nothing.
+    pub fn plan_topic(&self, mut req: TopicRequest) -> Result<TopicRequest, ApiError> {
+        validate_topic_name(&req.name)?;
+        if self.cache.topic(&req.name).is_some() {
+            return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
+        }
+        for (k, v) in &req.configs {
+            self.config
+                .validate_topic_config(k, v)
+                .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        }
+        let live = self.live_broker_ids();
+        if req.assignment.is_empty() {
+            if req.num_partitions == -1 {
+                req.num_partitions = self.config.num_partitions;
+            }
+            if req.replication_factor == -1 {
+                req.replication_factor = self.config.default_replication_factor;
+            }
+            if req.num_partitions <= 0 {
+                return Err(ApiError::new(ErrorCode::InvalidPartitions, "Number of partitions must be larger than 0."));
+            }
+            if req.replication_factor <= 0 {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidReplicationFactor,
+                    "Replication factor must be larger than 0.",
+                ));
+            }
+            if req.replication_factor as usize > live.len() {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidReplicationFactor,
+                    format!(
+                        "Replication factor: {} larger than available brokers: {}.",
+                        req.replication_factor,
+                        live.len()
+                    ),
+                ));
+            }
+            req.assignment = assign_replicas(&live, 0, req.num_partitions, req.replication_factor);
+        } else {
+            let expected: Vec<i32> = (0..req.assignment.len() as i32).collect();
+            if req.assignment.keys().copied().collect::<Vec<_>>() != expected {
+                return Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, "Partitions must be numbered 0..n-1."));
+            }
+            for replicas in req.assignment.values() {
+                if replicas.is_empty() || replicas.iter().any(|r| !live.contains(r)) {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidReplicaAssignment,
+                        "Replica assignment names an unknown broker.",
+                    ));
+                }
+            }
+            req.num_partitions = req.assignment.len() as i32;
+            req.replication_factor = req.assignment.values().next().map(|r| r.len() as i16).unwrap_or(0);
+        }
+        Ok(req)
+    }
+
+    /// Creates a planned topic: znodes first, then the cache, then the local logs.
+    pub fn create_topic(&self, req: TopicRequest) -> Result<Arc<TopicInfo>, ApiError> {
+        let id = zk_data::new_kafka_uuid();
+        if !req.configs.is_empty() {
+            self.store.set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&req.configs))?;
+        } else {
+            self.store.set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&BTreeMap::new()))?;
+        }
+        self.store.create(&zk_data::topic_path(&req.name), &zk_data::topic_json(&req.assignment, id), false)?;
+        let info = self.write_partition_states(&req.name, id, &req.assignment, req.configs)?;
+        tracing::info!(topic = %req.name, partitions = req.num_partitions, "created topic");
+        Ok(info)
+    }
+
+    fn write_partition_states(
+        &self,
+        name: &str,
+        id: Uuid,
+        assignment: &BTreeMap<i32, Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<TopicInfo>, ApiError> {
+        let existing = self.cache.topic(name);
+        let mut partitions: Vec<PartitionInfo> = existing.map(|t| t.partitions.clone()).unwrap_or_default();
+        let live = self.live_broker_ids();
+        for (&p, replicas) in assignment {
+            if partitions.iter().any(|x| x.index == p) {
+                continue;
+            }
+            let isr: Vec<i32> = replicas.iter().copied().filter(|r| live.contains(r)).collect();
+            let leader = isr.first().copied().unwrap_or(-1);
+            let state =
+                PartitionState { leader, leader_epoch: 0, isr: isr.clone(), controller_epoch: self.controller_epoch };
+            self.store.set(&zk_data::partition_state_path(name, p), &zk_data::partition_state_json(&state))?;
+            partitions.push(PartitionInfo { index: p, leader, leader_epoch: 0, replicas: replicas.clone(), isr });
+        }
+        partitions.sort_by_key(|p| p.index);
+        let info = Arc::new(TopicInfo { name: name.to_string(), id, partitions, configs });
+        self.cache.update(|c| {
+            c.topics.insert(name.to_string(), info.clone());
+        });
+        self.become_leader_for(&info)?;
+        Ok(info)
+    }
+
+    /// Opens the logs of the partitions of `topic` that this broker leads.
+    pub fn become_leader_for(&self, topic: &TopicInfo) -> Result<(), ApiError> {
+        let log_config = self
+            .config
+            .log_config_for(&topic.configs)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        let id = zk_data::uuid_to_kafka(topic.id);
+        for p in topic.partitions.iter().filter(|p| p.leader == self.config.broker_id) {
+            self.replicas.make_leader(&topic.name, p.index, &id, log_config.clone())?;
+        }
+        Ok(())
+    }
+
+    pub fn delete_topic(&self, name: &str) -> Result<Uuid, ApiError> {
+        if !self.config.delete_topic_enable {
+            return Err(ApiError::new(ErrorCode::TopicDeletionDisabled, "Topic deletion is disabled."));
+        }
+        let Some(topic) = self.cache.topic(name) else {
+            return Err(ApiError::new(ErrorCode::UnknownTopicOrPartition, "This server does not host this topic."));
+        };
+        self.store.delete_recursive(&zk_data::topic_path(name))?;
+        self.store.delete_recursive(&zk_data::topic_config_path(name))?;
+        self.cache.update(|c| {
+            c.topics.remove(name);
+        });
+        for p in &topic.partitions {
+            if let Err(e) = self.replicas.remove_partition(name, p.index) {
+                tracing::warn!(topic = %name, partition = p.index, error = %e, "could not delete partition log");
+            }
+        }
+        tracing::info!(topic = %name, "deleted topic");
+        Ok(topic.id)
+    }
+
+    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), ApiError> {
+        let Some(topic) = self.cache.topic(name) else {
+            return Err(ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("The topic '{name}' does not exist."),
+            ));
+        };
+        let current = topic.partitions.len() as i32;
+        if count <= current {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPartitions,
+                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
+            ));
+        }
+        let rf = topic.partitions.first().map(|p| p.replicas.len() as i16).unwrap_or(1);
+        let live = self.live_broker_ids();
+        if rf as usize > live.len() {
+            return Err(ApiError::new(ErrorCode::InvalidReplicationFactor, "Not enough live brokers."));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let mut assignment: BTreeMap<i32, Vec<i32>> =
+            topic.partitions.iter().map(|p| (p.index, p.replicas.clone())).collect();
+        assignment.extend(assign_replicas(&live, current, count - current, rf));
+        self.store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, topic.id))?;
+        self.write_partition_states(name, topic.id, &assignment, topic.configs.clone())?;
+        Ok(())
+    }
+
+    /// Replaces a topic's overrides (already validated) and applies them to its open logs.
+    pub fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), ApiError> {
+        let Some(topic) = self.cache.topic(name) else {
+            return Err(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("Topic {name} does not exist.")));
+        };
+        let log_config =
+            self.config.log_config_for(&configs).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        self.store.set(&zk_data::topic_config_path(name), &zk_data::topic_config_json(&configs))?;
+        let mut next = (*topic).clone();
+        next.configs = configs;
+        let next = Arc::new(next);
+        self.cache.update(|c| {
+            c.topics.insert(name.to_string(), next.clone());
+        });
+        for p in &topic.partitions {
+            if let Some(part) = self.replicas.partition(name, p.index) {
+                part.set_config(log_config.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the cache from the store at startup, and opens the logs this broker leads.
+    pub fn load_topics(&self) -> Result<(), ApiError> {
+        for name in self.store.children(zk_data::BROKER_TOPICS) {
+            let Some(data) = self.store.get(&zk_data::topic_path(&name)) else { continue };
+            let Some((assignment, id)) = zk_data::parse_topic_json(&data) else {
+                tracing::warn!(topic = %name, "unreadable topic znode; skipped");
+                continue;
+            };
+            // A topic written by hand without an id (as old tools did) gets one now.
+            let id = match id {
+                Some(id) => id,
+                None => {
+                    let id = zk_data::new_kafka_uuid();
+                    self.store.set(&zk_data::topic_path(&name), &zk_data::topic_json(&assignment, id))?;
+                    id
+                }
+            };
+            let configs = self
+                .store
+                .get(&zk_data::topic_config_path(&name))
+                .map(|d| zk_data::parse_topic_config(&d))
+                .unwrap_or_default();
+            let mut partitions = Vec::new();
+            for (&p, replicas) in &assignment {
+                let state = self
+                    .store
+                    .get(&zk_data::partition_state_path(&name, p))
+                    .and_then(|d| zk_data::parse_partition_state(&d));
+                let state = match state {
+                    Some(s) => s,
+                    None => {
+                        let s = PartitionState {
+                            leader: replicas.first().copied().unwrap_or(-1),
+                            leader_epoch: 0,
+                            isr: replicas.clone(),
+                            controller_epoch: self.controller_epoch,
+                        };
+                        self.store.set(&zk_data::partition_state_path(&name, p), &zk_data::partition_state_json(&s))?;
+                        s
+                    }
+                };
+                partitions.push(PartitionInfo {
+                    index: p,
+                    leader: state.leader,
+                    leader_epoch: state.leader_epoch,
+                    replicas: replicas.clone(),
+                    isr: state.isr,
+                });
+            }
+            let info = Arc::new(TopicInfo { name: name.clone(), id, partitions, configs });
+            self.cache.update(|c| {
+                c.topics.insert(name.clone(), info.clone());
+            });
+            self.become_leader_for(&info)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "ü"] {
+            assert!(validate_topic_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_topic_name(&"a".repeat(249)).is_ok());
+        assert!(validate_topic_name(&"a".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn assignment_follows_the_seed() {
+        let a = assign_replicas(&[4, 0, 3, 1, 2], 0, 6, 3);
+        assert_eq!(a[&0], vec![0, 1, 2]);
+        assert_eq!(a[&3], vec![3, 4, 0]);
+        assert_eq!(a[&5], vec![0, 1, 2]);
+        let b = assign_replicas(&[0, 1, 2], 3, 2, 2);
+        assert_eq!(b.keys().copied().collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(b[&4], vec![1, 2]);
+    }
+}

@@ -1,0 +1,16 @@
+//! gregor: a broker that Kafka clients, tools and ZooKeeper take for Apache Kafka.
+//!
+//! Modules are named after their Kafka counterparts (see DESIGN.md): `network` is the
+//! SocketServer, `api` KafkaApis, `log` the storage layer, `metadata` the znode tree and
+//! metadata cache, `controller` the KafkaController, `replication` the ReplicaManager, `txn`
+//! producer ids and idempotence.
+
+pub mod api;
+pub mod broker;
+pub mod config;
+pub mod controller;
+pub mod log;
+pub mod metadata;
+pub mod network;
+pub mod replication;
+pub mod txn;

@@ -1,0 +1,232 @@
+//! On-disk segment store, laid out exactly like Kafka's: one directory per
+//! partition (`<topic>-<partition>`), segments named by their 20-digit base
+//! offset (`.log` data, `.index` offset index, `.timeindex` time index), and
+//! Kafka's text checkpoint files in each log dir.
+//!
+//! Invariants kept across the module:
+//! * a `.log` file only ever holds whole, CRC-valid v2 batches up to the
+//!   segment's in-memory size; anything after that (torn writes) is cut on
+//!   recovery before any reader can see it;
+//! * indexes are hints: every lookup is followed by a header-only forward
+//!   scan, so a lost index entry costs time, never correctness;
+//! * nothing here spawns threads; the broker drives flush/retention/checkpoint.
+
+pub mod batch;
+pub mod checkpoint;
+pub mod index;
+pub mod manager;
+pub mod partition_log;
+pub mod segment;
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use batch::{validate_batches, BatchHeader};
+pub use checkpoint::{read_partition_metadata, write_partition_metadata};
+pub use index::{OffsetIndex, TimeIndex};
+pub use manager::LogManager;
+pub use partition_log::Log;
+pub use segment::LogSegment;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("corrupt message: {0}")]
+    CorruptMessage(String),
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    #[error("unsupported version: {0}")]
+    UnsupportedVersion(String),
+    #[error("message larger than max.message.bytes")]
+    MessageTooLarge,
+    #[error("record set larger than segment.bytes")]
+    RecordListTooLarge,
+    #[error("offset {offset} out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
+    #[error("invalid topic: {0}")]
+    InvalidTopic(String),
+    /// The log dir holding this partition failed or the log was deleted.
+    #[error("log storage unavailable: {0}")]
+    StorageUnavailable(String),
+}
+
+impl LogError {
+    /// Kafka error code to put in a response.
+    pub fn kafka_code(&self) -> i16 {
+        match self {
+            LogError::Io(_) | LogError::StorageUnavailable(_) => 56, // KAFKA_STORAGE_ERROR
+            LogError::CorruptMessage(_) => 2,
+            LogError::InvalidRecord(_) => 87,
+            LogError::UnsupportedVersion(_) => 35,
+            LogError::MessageTooLarge => 10,
+            LogError::RecordListTooLarge => 18,
+            LogError::OffsetOutOfRange { .. } => 1,
+            LogError::InvalidTopic(_) => 17,
+        }
+    }
+}
+
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// Per-topic effective config (Kafka property names in comments).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// segment.bytes / log.segment.bytes
+    pub segment_bytes: u64,
+    /// segment.ms / log.roll.ms | log.roll.hours
+    pub segment_ms: i64,
+    /// index.interval.bytes
+    pub index_interval_bytes: u32,
+    /// segment.index.bytes / log.index.size.max.bytes
+    pub max_index_size: u32,
+    /// retention.ms (-1 = forever)
+    pub retention_ms: i64,
+    /// retention.bytes (-1 = unlimited)
+    pub retention_bytes: i64,
+    /// max.message.bytes / message.max.bytes
+    pub max_message_bytes: u32,
+    /// flush.messages
+    pub flush_interval_messages: u64,
+    /// flush.ms
+    pub flush_interval_ms: u64,
+    /// file.delete.delay.ms (accepted but files are removed at once, see
+    /// `partition_log`)
+    pub file_delete_delay_ms: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * DAY_MS,
+            index_interval_bytes: 4096,
+            max_index_size: 10 * 1024 * 1024,
+            retention_ms: 7 * DAY_MS,
+            retention_bytes: -1,
+            max_message_bytes: 1_048_588,
+            flush_interval_messages: u64::MAX,
+            flush_interval_ms: u64::MAX,
+            file_delete_delay_ms: 60_000,
+        }
+    }
+}
+
+/// Result of one append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// Largest batch maxTimestamp in the append (-1 if none).
+    pub max_timestamp: i64,
+    /// Last offset of the batch holding `max_timestamp` (batch granularity).
+    pub offset_of_max_timestamp: i64,
+    pub record_count: u64,
+}
+
+/// A byte range of a segment file that Fetch sends as-is. It holds the file
+/// open, so it stays readable even if retention deletes the segment; a
+/// concurrent `truncate_to` may shorten it, in which case `read_into` fails
+/// with `UnexpectedEof`.
+#[derive(Clone, Debug)]
+pub struct FileRange {
+    pub file: Arc<File>,
+    pub position: u64,
+    pub len: usize,
+}
+
+impl FileRange {
+    /// Appends the range's bytes to `out` with positional reads.
+    pub fn read_into(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let start = out.len();
+        out.resize(start + self.len, 0);
+        let r = self.file.read_exact_at(&mut out[start..], self.position);
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r
+    }
+}
+
+/// `00000000000000000042` - Kafka's 20-digit zero-padded base offset.
+pub fn file_prefix(base_offset: i64) -> String {
+    format!("{base_offset:020}")
+}
+
+pub fn log_file_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{}.log", file_prefix(base_offset)))
+}
+
+pub fn index_file_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{}.index", file_prefix(base_offset)))
+}
+
+pub fn time_index_file_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{}.timeindex", file_prefix(base_offset)))
+}
+
+/// Partition directory name: `<topic>-<partition>`.
+pub fn partition_dir_name(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+/// Splits a partition directory name at the LAST '-' (topics may contain
+/// '-' and '.'). Rejects Kafka's `-delete`/`-future` dirs and anything whose
+/// suffix is not a non-negative integer.
+pub fn parse_partition_dir_name(name: &str) -> Option<(String, i32)> {
+    let (topic, part) = name.rsplit_once('-')?;
+    if topic.is_empty() || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let p: i32 = part.parse().ok()?;
+    Some((topic.to_string(), p))
+}
+
+/// Kafka's legal topic characters; also keeps names safe as path components.
+pub fn validate_topic_name(topic: &str) -> Result<(), LogError> {
+    let ok = !topic.is_empty()
+        && topic.len() <= 249
+        && topic != "."
+        && topic != ".."
+        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(LogError::InvalidTopic(topic.to_string()))
+    }
+}
+
+/// Wall clock in ms since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(file_prefix(0), "00000000000000000000");
+        assert_eq!(file_prefix(368769), "00000000000000368769");
+        assert_eq!(log_file_path(Path::new("/d"), 5), PathBuf::from("/d/00000000000000000005.log"));
+        assert_eq!(parse_partition_dir_name("orders-0"), Some(("orders".into(), 0)));
+        assert_eq!(parse_partition_dir_name("my-top.ic-12"), Some(("my-top.ic".into(), 12)));
+        assert_eq!(parse_partition_dir_name("orders-0.abc-delete"), None);
+        assert_eq!(parse_partition_dir_name("orders"), None);
+        assert_eq!(parse_partition_dir_name("-3"), None);
+        assert_eq!(parse_partition_dir_name("t--3"), Some(("t-".into(), 3)));
+        assert!(validate_topic_name("a.b-c_d").is_ok());
+        assert!(validate_topic_name("../x").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("").is_err());
+    }
+
+    #[test]
+    fn error_codes() {
+        assert_eq!(LogError::Io(std::io::Error::other("x")).kafka_code(), 56);
+        assert_eq!(LogError::OffsetOutOfRange { offset: 1, log_start_offset: 0, log_end_offset: 0 }.kafka_code(), 1);
+    }
+}

@@ -1,0 +1,494 @@
+//! One log segment: a `.log` file of whole v2 batches plus its `.index` and
+//! `.timeindex`.
+//!
+//! Invariants: bytes `[0, size)` of the `.log` file are a sequence of
+//! complete batches with strictly increasing offsets, all `>= base_offset`
+//! and within `i32::MAX` of it; `next_offset` is one past the last batch's
+//! last offset (or `base_offset` when empty). Writes go to `size` with
+//! positional I/O so readers holding the file can pread concurrently. The
+//! segment is trusted only after `load_trusted` or `recover` succeeded.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::batch::{self, BatchHeader, HEADER_SIZE};
+use super::index::{OffsetIndex, TimeIndex};
+use super::{index_file_path, log_file_path, time_index_file_path, LogConfig, LogError};
+
+/// Reads batch headers one after another without touching records. It
+/// fetches `cap` bytes at a time so that runs of small batches cost one
+/// pread, and jumps over large batches with a fresh pread.
+pub struct HeaderScanner<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+    buf_len: usize,
+}
+
+impl<'a> HeaderScanner<'a> {
+    pub fn new(file: &'a File, from: u64, end: u64, cap: usize) -> Self {
+        HeaderScanner { file, pos: from, end, buf: vec![0; cap.max(HEADER_SIZE)], buf_start: 0, buf_len: 0 }
+    }
+
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Next `(position, header)`; `Ok(None)` exactly at `end`. A header that
+    /// is torn, not magic 2, or claims more bytes than remain is an error.
+    pub fn next_header(&mut self) -> Result<Option<(u64, BatchHeader)>, LogError> {
+        if self.pos >= self.end {
+            return Ok(None);
+        }
+        let avail = self.end - self.pos;
+        if avail < HEADER_SIZE as u64 {
+            return Err(LogError::CorruptMessage(format!("torn batch header at position {}", self.pos)));
+        }
+        let in_buf =
+            self.pos >= self.buf_start && self.pos + HEADER_SIZE as u64 <= self.buf_start + self.buf_len as u64;
+        if !in_buf {
+            let n = (self.buf.len() as u64).min(avail) as usize;
+            self.file.read_exact_at(&mut self.buf[..n], self.pos)?;
+            self.buf_start = self.pos;
+            self.buf_len = n;
+        }
+        let at = (self.pos - self.buf_start) as usize;
+        let h = BatchHeader::parse(&self.buf[at..at + HEADER_SIZE])
+            .ok_or_else(|| LogError::CorruptMessage("short header".into()))?;
+        h.check_framing(avail.min(usize::MAX as u64) as usize)?;
+        let here = self.pos;
+        self.pos += h.total_size() as u64;
+        Ok(Some((here, h)))
+    }
+}
+
+#[derive(Debug)]
+pub struct LogSegment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: Arc<File>,
+    size: u64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    next_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// maxTimestamp of the first batch: segment.ms counts from it (Kafka's
+    /// rollingBasedTimestamp); `None` falls back to `created_ms`.
+    rolling_base_timestamp: Option<i64>,
+    created_ms: i64,
+    bytes_since_last_index_entry: u64,
+    index_interval_bytes: u32,
+    max_index_size: u32,
+    /// Indexes preallocated for appends (false once trimmed).
+    active: bool,
+}
+
+fn open_log_file(path: &Path, create: bool) -> io::Result<File> {
+    OpenOptions::new().read(true).write(true).create(create).truncate(false).open(path)
+}
+
+impl LogSegment {
+    /// New empty active segment. Refuses to clobber a non-empty `.log`.
+    pub fn create(dir: &Path, base_offset: i64, config: &LogConfig, now_ms: i64) -> Result<Self, LogError> {
+        let log_path = log_file_path(dir, base_offset);
+        let file = open_log_file(&log_path, true)?;
+        if file.metadata()?.len() != 0 {
+            return Err(LogError::Io(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("segment {} already exists", log_path.display()),
+            )));
+        }
+        let mut seg = Self::assemble(dir, base_offset, file, config, now_ms, true)?;
+        // Stale index files with this name (e.g. left by a truncation) must go.
+        seg.offset_index.reset();
+        seg.time_index.reset();
+        Ok(seg)
+    }
+
+    /// Opens an existing segment's files. Contents are not trusted yet: call
+    /// `load_trusted` or `recover` next.
+    pub fn open(dir: &Path, base_offset: i64, config: &LogConfig, active: bool, now_ms: i64) -> Result<Self, LogError> {
+        let file = open_log_file(&log_file_path(dir, base_offset), false)?;
+        Self::assemble(dir, base_offset, file, config, now_ms, active)
+    }
+
+    fn assemble(
+        dir: &Path,
+        base_offset: i64,
+        file: File,
+        config: &LogConfig,
+        now_ms: i64,
+        active: bool,
+    ) -> Result<Self, LogError> {
+        let size = file.metadata()?.len();
+        let offset_index =
+            OffsetIndex::open(&index_file_path(dir, base_offset), base_offset, config.max_index_size, active)?;
+        let time_index =
+            TimeIndex::open(&time_index_file_path(dir, base_offset), base_offset, config.max_index_size, active)?;
+        Ok(LogSegment {
+            base_offset,
+            log_path: log_file_path(dir, base_offset),
+            log: Arc::new(file),
+            size,
+            offset_index,
+            time_index,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            rolling_base_timestamp: None,
+            created_ms: now_ms,
+            bytes_since_last_index_entry: 0,
+            index_interval_bytes: config.index_interval_bytes,
+            max_index_size: config.max_index_size,
+            active,
+        })
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn log_file(&self) -> &Arc<File> {
+        &self.log
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+
+    /// Timestamp retention compares against: the largest batch timestamp,
+    /// or the file's mtime when no batch carried one (Kafka does the same).
+    pub fn largest_timestamp(&self) -> i64 {
+        if self.max_timestamp >= 0 {
+            return self.max_timestamp;
+        }
+        self.log
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+
+    pub fn set_config(&mut self, config: &LogConfig) {
+        self.index_interval_bytes = config.index_interval_bytes;
+        self.max_index_size = config.max_index_size;
+    }
+
+    pub fn scanner(&self, from: u64, cap: usize) -> HeaderScanner<'_> {
+        HeaderScanner::new(&self.log, from, self.size, cap)
+    }
+
+    /// Trusts the segment after cheap checks: both indexes pass their sanity
+    /// check against `upper_bound` (next segment's base, or `i64::MAX`) and
+    /// the batches after the last offset-index entry have sane headers.
+    /// `Ok(false)` means the caller must `recover` it.
+    pub fn load_trusted(&mut self, upper_bound: i64) -> Result<bool, LogError> {
+        if !self.offset_index.sanity_check(upper_bound, self.size) || !self.time_index.sanity_check(upper_bound) {
+            return Ok(false);
+        }
+        if !self.reload_tail()? {
+            return Ok(false);
+        }
+        Ok(self.next_offset <= upper_bound)
+    }
+
+    /// Recomputes next offset, max timestamp and index bookkeeping from the
+    /// indexes plus a header scan after the last offset-index entry.
+    fn reload_tail(&mut self) -> Result<bool, LogError> {
+        let (entry_offset, entry_pos) = match self.offset_index.last_entry() {
+            Some((o, p)) => (Some(o), u64::from(p)),
+            None => (None, 0),
+        };
+        match self.time_index.last_entry() {
+            Some((t, o)) => {
+                self.max_timestamp = t;
+                self.offset_of_max_timestamp = o;
+            }
+            None => {
+                self.max_timestamp = -1;
+                self.offset_of_max_timestamp = -1;
+            }
+        }
+        self.next_offset = self.base_offset;
+        self.rolling_base_timestamp = None;
+        let mut expected = self.base_offset;
+        let mut first = true;
+        let mut sc = HeaderScanner::new(&self.log, entry_pos, self.size, 64 * 1024);
+        loop {
+            let (_, h) = match sc.next_header() {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(LogError::Io(e)) => return Err(LogError::Io(e)),
+                Err(_) => return Ok(false),
+            };
+            if first {
+                if let Some(o) = entry_offset {
+                    if h.last_offset() != o {
+                        return Ok(false);
+                    }
+                }
+                first = false;
+            }
+            if h.base_offset < expected
+                || h.last_offset_delta < 0
+                || h.last_offset() - self.base_offset > i64::from(i32::MAX)
+            {
+                return Ok(false);
+            }
+            expected = h.next_offset();
+            if h.max_timestamp > self.max_timestamp {
+                self.max_timestamp = h.max_timestamp;
+                self.offset_of_max_timestamp = h.last_offset();
+            }
+            self.next_offset = h.next_offset();
+        }
+        self.bytes_since_last_index_entry = self.size - entry_pos;
+        if self.size > 0 {
+            let mut hb = [0u8; HEADER_SIZE];
+            self.log.read_exact_at(&mut hb, 0)?;
+            if let Some(h) = BatchHeader::parse(&hb) {
+                if h.max_timestamp >= 0 {
+                    self.rolling_base_timestamp = Some(h.max_timestamp);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Full validation of every batch (framing, CRC, offsets), rebuilding
+    /// both indexes. Cuts the file at the first invalid byte and returns how
+    /// many bytes were cut.
+    pub fn recover(&mut self) -> Result<u64, LogError> {
+        self.offset_index.reset();
+        self.time_index.reset();
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = -1;
+        self.rolling_base_timestamp = None;
+        self.bytes_since_last_index_entry = 0;
+        let file_len = self.log.metadata()?.len();
+        let mut reader = BufReader::with_capacity(1 << 20, File::open(&self.log_path)?);
+        let mut pos = 0u64;
+        let mut buf = Vec::new();
+        let mut hdr = [0u8; HEADER_SIZE];
+        while file_len - pos >= HEADER_SIZE as u64 {
+            if reader.read_exact(&mut hdr).is_err() {
+                break;
+            }
+            let h = match BatchHeader::parse(&hdr) {
+                Some(h) => h,
+                None => break,
+            };
+            if h.check_framing((file_len - pos).min(usize::MAX as u64) as usize).is_err() {
+                break;
+            }
+            buf.clear();
+            buf.extend_from_slice(&hdr);
+            buf.resize(h.total_size(), 0);
+            if reader.read_exact(&mut buf[HEADER_SIZE..]).is_err() {
+                break;
+            }
+            let h = match batch::check_stored_batch(&buf) {
+                Ok(h) => h,
+                Err(_) => break,
+            };
+            if h.base_offset < self.next_offset || h.last_offset() - self.base_offset > i64::from(i32::MAX) {
+                break;
+            }
+            self.index_batch(pos, &h);
+            pos += h.total_size() as u64;
+        }
+        self.size = pos;
+        let cut = file_len - pos;
+        if cut > 0 {
+            self.log.set_len(pos)?;
+        }
+        Ok(cut)
+    }
+
+    /// Index bookkeeping for one batch written at `pos` (Kafka's rule: an
+    /// entry when more than index.interval.bytes were appended since the
+    /// last one, so the first batch never gets one).
+    fn index_batch(&mut self, pos: u64, h: &BatchHeader) {
+        if h.max_timestamp > self.max_timestamp {
+            self.max_timestamp = h.max_timestamp;
+            self.offset_of_max_timestamp = h.last_offset();
+        }
+        if self.bytes_since_last_index_entry > u64::from(self.index_interval_bytes) {
+            self.offset_index.append(h.last_offset(), pos as u32);
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += h.total_size() as u64;
+        if self.rolling_base_timestamp.is_none() && h.max_timestamp >= 0 && pos == 0 {
+            self.rolling_base_timestamp = Some(h.max_timestamp);
+        }
+        self.next_offset = h.next_offset();
+    }
+
+    /// Writes already-validated batches (offsets assigned) at the end. On a
+    /// write error the file is cut back so the segment stays consistent.
+    pub fn append(&mut self, records: &[u8], headers: &[BatchHeader]) -> Result<(), LogError> {
+        self.ensure_active()?;
+        let start = self.size;
+        if let Err(e) = self.log.write_all_at(records, start) {
+            if let Err(e2) = self.log.set_len(start) {
+                tracing::error!(segment = %self.log_path.display(), error = %e2, "could not cut back a failed append");
+            }
+            return Err(LogError::Io(e));
+        }
+        let mut pos = start;
+        for h in headers {
+            self.index_batch(pos, h);
+            pos += h.total_size() as u64;
+        }
+        self.size = pos;
+        Ok(())
+    }
+
+    /// Kafka's roll conditions, checked before writing `len` bytes holding
+    /// offsets `[first_offset, last_offset]` with max timestamp `max_ts`.
+    pub fn should_roll(
+        &self,
+        config: &LogConfig,
+        len: usize,
+        first_offset: i64,
+        last_offset: i64,
+        max_ts: i64,
+        now_ms: i64,
+    ) -> bool {
+        let limit = config.segment_bytes.min(i32::MAX as u64);
+        let non_empty = self.size > 0;
+        let full = non_empty && self.size + len as u64 > limit;
+        let waited = match self.rolling_base_timestamp {
+            Some(t) => max_ts.saturating_sub(t),
+            None => now_ms.saturating_sub(self.created_ms),
+        };
+        let aged = non_empty && waited > config.segment_ms;
+        let index_full = self.offset_index.is_full() || self.time_index.is_full();
+        let overflow = first_offset < self.base_offset || last_offset - self.base_offset > i64::from(i32::MAX);
+        full || aged || index_full || overflow
+    }
+
+    /// First batch whose last offset is >= `offset`, as (position, header).
+    pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
+        let (_, pos) = self.offset_index.lookup(offset);
+        let mut sc = self.scanner(u64::from(pos), 16 * 1024);
+        while let Some((p, h)) = sc.next_header()? {
+            if h.last_offset() >= offset {
+                return Ok(Some((p, h)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// First batch with maxTimestamp >= `ts` holding an offset >=
+    /// `min_offset` (batch granularity).
+    pub fn find_by_timestamp(&self, ts: i64, min_offset: i64) -> Result<Option<BatchHeader>, LogError> {
+        if self.max_timestamp < ts {
+            return Ok(None);
+        }
+        let start_offset = self.time_index.lookup(ts).max(min_offset);
+        let (_, pos) = self.offset_index.lookup(start_offset);
+        let mut sc = self.scanner(u64::from(pos), 16 * 1024);
+        while let Some((_, h)) = sc.next_header()? {
+            if h.max_timestamp >= ts && h.last_offset() >= min_offset {
+                return Ok(Some(h));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes every batch whose last offset is >= `offset` (whole batches).
+    /// Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<u64, LogError> {
+        let cut = match self.find_batch(offset)? {
+            None => return Ok(0),
+            Some((pos, _)) => pos,
+        };
+        self.log.set_len(cut)?;
+        let removed = self.size - cut;
+        self.size = cut;
+        self.offset_index.truncate_to(offset);
+        self.time_index.truncate_to(offset);
+        if !self.reload_tail()? {
+            self.recover()?;
+        }
+        if self.size == 0 {
+            self.created_ms = super::now_ms();
+        }
+        Ok(removed)
+    }
+
+    /// Re-grows trimmed indexes so the segment can take appends.
+    pub fn ensure_active(&mut self) -> Result<(), LogError> {
+        if !self.active {
+            self.offset_index.preallocate(self.max_index_size)?;
+            self.time_index.preallocate(self.max_index_size)?;
+            self.active = true;
+        }
+        Ok(())
+    }
+
+    /// Called at roll and close: record the segment's max timestamp in the
+    /// time index (so a reopen finds it without a scan) and trim both
+    /// indexes to their used size.
+    pub fn make_inactive(&mut self) -> Result<(), LogError> {
+        if self.max_timestamp >= 0 {
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
+        }
+        self.offset_index.trim()?;
+        self.time_index.trim()?;
+        self.active = false;
+        Ok(())
+    }
+
+    pub fn flush(&self) -> Result<(), LogError> {
+        self.log.sync_data()?;
+        self.offset_index.flush()?;
+        self.time_index.flush()?;
+        Ok(())
+    }
+
+    /// Renames the files to `*.deleted` and removes them. Readers holding a
+    /// `FileRange` keep their open file.
+    pub fn delete_files(self) -> Result<(), LogError> {
+        let paths =
+            [self.log_path.clone(), self.offset_index.path().to_path_buf(), self.time_index.path().to_path_buf()];
+        drop(self);
+        for p in paths {
+            let mut deleted = p.clone().into_os_string();
+            deleted.push(".deleted");
+            match std::fs::rename(&p, &deleted) {
+                Ok(()) => std::fs::remove_file(&deleted)?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,103 @@
+//! `gregor [server.properties|file.toml] [--override key=value]...`, shaped like Kafka's
+//! `kafka-server-start.sh`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use gregor::broker::Broker;
+use gregor::config::BrokerConfig;
+use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
+
+/// How long shutdown waits for in-flight requests (a long-polling fetch waits up to its
+/// max.wait.ms, 500 ms by default in clients) before flushing the logs anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Parser, Debug)]
+#[command(name = "gregor", version, about = "A Kafka wire-protocol-compatible broker")]
+struct Args {
+    /// server.properties (Java properties) or a .toml file with the same keys.
+    config: Option<PathBuf>,
+    /// Override one property, as kafka-server-start.sh does: --override key=value
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GREGOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("gregor: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = BrokerConfig::load(args.config.as_deref(), &args.overrides, std::env::vars())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
+    let mut bound = Vec::new();
+    for ep in &config.listeners {
+        let addr = format!("{}:{}", if ep.host.is_empty() { "0.0.0.0" } else { &ep.host }, ep.port);
+        let listener =
+            tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        bound.push((listener, ep.listener_name.clone()));
+    }
+    let broker = tokio::task::spawn_blocking(move || Broker::start(config)).await??;
+    broker.spawn_log_tasks();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tracker = TaskTracker::new();
+    let mut listeners = Vec::new();
+    for (listener, name) in bound {
+        tracing::info!(address = %listener.local_addr()?, listener = %name, "listening");
+        listeners.push(tokio::spawn(gregor::network::serve_listener(
+            broker.clone(),
+            listener,
+            Arc::from(name.as_str()),
+            stop_rx.clone(),
+            tracker.clone(),
+        )));
+    }
+
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    for l in listeners {
+        let _ = l.await;
+    }
+    tracker.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
+        tracing::warn!("connections still open after the grace period; flushing anyway");
+    }
+    tokio::task::spawn_blocking(move || broker.shutdown()).await?;
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! This broker's view of the cluster: brokers, topics, partition leaders. Readers take a
+//! snapshot (`Arc`) so a Metadata response is built from one consistent state even while the
+//! controller changes it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PartitionInfo {
+    pub index: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopicInfo {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: Vec<PartitionInfo>,
+    /// Per-topic overrides from `/config/topics/<t>`.
+    pub configs: BTreeMap<String, String>,
+}
+
+impl TopicInfo {
+    pub fn is_internal(&self) -> bool {
+        self.name == "__consumer_offsets" || self.name == "__transaction_state"
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSnapshot {
+    pub cluster_id: String,
+    pub controller_id: i32,
+    pub brokers: Vec<BrokerInfo>,
+    pub topics: BTreeMap<String, Arc<TopicInfo>>,
+}
+
+impl ClusterSnapshot {
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&Arc<TopicInfo>> {
+        self.topics.values().find(|t| t.id == id)
+    }
+}
+
+#[derive(Default)]
+pub struct MetadataCache {
+    inner: RwLock<Arc<ClusterSnapshot>>,
+}
+
+impl MetadataCache {
+    pub fn snapshot(&self) -> Arc<ClusterSnapshot> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Applies `f` to a copy of the current state and publishes the result.
+    pub fn update(&self, f: impl FnOnce(&mut ClusterSnapshot)) {
+        let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = (**guard).clone();
+        f(&mut next);
+        *guard = Arc::new(next);
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<TopicInfo>> {
+        self.snapshot().topics.get(name).cloned()
+    }
+}

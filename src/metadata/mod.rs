@@ -1,0 +1,12 @@
+//! Cluster metadata: the znode tree in Kafka's layout and the cache served to clients.
+//!
+//! ZooKeeper (or, standalone, the embedded store) holds the durable truth in exactly the paths
+//! and JSON Kafka 3.x writes; [`MetadataCache`] is this broker's in-memory view of it, the only
+//! thing the request path reads.
+
+pub mod cache;
+pub mod store;
+pub mod zk_data;
+
+pub use cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
+pub use store::{EmbeddedStore, StoreError};

@@ -1,0 +1,197 @@
+//! Kafka's znode paths and the JSON it keeps in them (Kafka 3.x, ZooKeeper mode), so that an
+//! operator who knows `zkCli.sh ls /brokers` finds what they expect.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+pub const CLUSTER_ID: &str = "/cluster/id";
+pub const BROKER_IDS: &str = "/brokers/ids";
+pub const BROKER_TOPICS: &str = "/brokers/topics";
+pub const CONTROLLER: &str = "/controller";
+pub const CONTROLLER_EPOCH: &str = "/controller_epoch";
+pub const CONFIG_TOPICS: &str = "/config/topics";
+pub const CONFIG_CHANGES: &str = "/config/changes";
+pub const PRODUCER_ID_BLOCK: &str = "/latest_producer_id_block";
+
+pub fn broker_path(id: i32) -> String {
+    format!("{BROKER_IDS}/{id}")
+}
+pub fn topic_path(topic: &str) -> String {
+    format!("{BROKER_TOPICS}/{topic}")
+}
+pub fn partition_state_path(topic: &str, partition: i32) -> String {
+    format!("{BROKER_TOPICS}/{topic}/partitions/{partition}/state")
+}
+pub fn topic_config_path(topic: &str) -> String {
+    format!("{CONFIG_TOPICS}/{topic}")
+}
+
+/// Kafka prints UUIDs (topic and cluster ids) as URL-safe base64 without padding.
+pub fn uuid_to_kafka(id: Uuid) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+pub fn uuid_from_kafka(s: &str) -> Option<Uuid> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s).ok()?;
+    Uuid::from_slice(&bytes).ok()
+}
+
+/// A fresh random id that is never the zero UUID nor Kafka's reserved METADATA_TOPIC_ID
+/// (which starts 0x0000...), and whose base64 form does not start with '-'.
+pub fn new_kafka_uuid() -> Uuid {
+    loop {
+        let id = Uuid::new_v4();
+        if id.as_bytes()[0] != 0 && !uuid_to_kafka(id).starts_with('-') {
+            return id;
+        }
+    }
+}
+
+pub fn cluster_id_json(id: &str) -> String {
+    json!({"version": "1", "id": id}).to_string()
+}
+
+pub fn parse_cluster_id(data: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(data).ok()?;
+    v.get("id")?.as_str().map(str::to_string)
+}
+
+/// `/brokers/topics/<t>`: the replica assignment, version 3 with the topic id.
+pub fn topic_json(assignment: &BTreeMap<i32, Vec<i32>>, topic_id: Uuid) -> String {
+    let partitions: serde_json::Map<String, Value> =
+        assignment.iter().map(|(p, r)| (p.to_string(), json!(r))).collect();
+    json!({
+        "partitions": partitions,
+        "topic_id": uuid_to_kafka(topic_id),
+        "adding_replicas": {},
+        "removing_replicas": {},
+        "version": 3
+    })
+    .to_string()
+}
+
+pub fn parse_topic_json(data: &str) -> Option<(BTreeMap<i32, Vec<i32>>, Option<Uuid>)> {
+    let v: Value = serde_json::from_str(data).ok()?;
+    let mut assignment = BTreeMap::new();
+    for (p, replicas) in v.get("partitions")?.as_object()? {
+        let p: i32 = p.parse().ok()?;
+        let replicas = replicas.as_array()?.iter().filter_map(|r| r.as_i64()).map(|r| r as i32).collect();
+        assignment.insert(p, replicas);
+    }
+    let id = v.get("topic_id").and_then(Value::as_str).and_then(uuid_from_kafka);
+    Some((assignment, id))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+    pub controller_epoch: i32,
+}
+
+pub fn partition_state_json(s: &PartitionState) -> String {
+    json!({
+        "controller_epoch": s.controller_epoch,
+        "leader": s.leader,
+        "version": 1,
+        "leader_epoch": s.leader_epoch,
+        "isr": s.isr
+    })
+    .to_string()
+}
+
+pub fn parse_partition_state(data: &str) -> Option<PartitionState> {
+    let v: Value = serde_json::from_str(data).ok()?;
+    Some(PartitionState {
+        leader: v.get("leader")?.as_i64()? as i32,
+        leader_epoch: v.get("leader_epoch")?.as_i64()? as i32,
+        isr: v.get("isr")?.as_array()?.iter().filter_map(Value::as_i64).map(|r| r as i32).collect(),
+        controller_epoch: v.get("controller_epoch").and_then(Value::as_i64).unwrap_or(0) as i32,
+    })
+}
+
+pub fn topic_config_json(config: &BTreeMap<String, String>) -> String {
+    json!({"version": 1, "config": config}).to_string()
+}
+
+pub fn parse_topic_config(data: &str) -> BTreeMap<String, String> {
+    serde_json::from_str::<Value>(data)
+        .ok()
+        .and_then(|v| v.get("config").cloned())
+        .and_then(|c| serde_json::from_value(c).ok())
+        .unwrap_or_default()
+}
+
+/// `/brokers/ids/<id>`, version 5, as a Kafka 3.x ZooKeeper-mode broker registers itself.
+pub fn broker_registration_json(
+    endpoints: &[crate::config::Endpoint],
+    rack: Option<&str>,
+    timestamp_ms: i64,
+) -> String {
+    let first = endpoints.first();
+    let protocol_map: serde_json::Map<String, Value> =
+        endpoints.iter().map(|e| (e.listener_name.clone(), json!(e.security_protocol()))).collect();
+    let eps: Vec<String> = endpoints.iter().map(|e| format!("{}://{}:{}", e.listener_name, e.host, e.port)).collect();
+    let mut v = json!({
+        "features": {},
+        "listener_security_protocol_map": protocol_map,
+        "endpoints": eps,
+        "jmx_port": -1,
+        "port": first.map(|e| e.port as i64).unwrap_or(-1),
+        "host": first.map(|e| e.host.clone()),
+        "version": 5,
+        "timestamp": timestamp_ms.to_string()
+    });
+    if let Some(rack) = rack {
+        v["rack"] = json!(rack);
+    }
+    v.to_string()
+}
+
+pub fn controller_json(broker_id: i32, timestamp_ms: i64) -> String {
+    json!({"version": 2, "brokerid": broker_id, "timestamp": timestamp_ms.to_string(), "kraftControllerEpoch": -1})
+        .to_string()
+}
+
+pub fn producer_id_block_json(broker: i32, start: i64, end: i64) -> String {
+    json!({"version": 1, "broker": broker, "block_start": start.to_string(), "block_end": end.to_string()}).to_string()
+}
+
+pub fn parse_producer_id_block_end(data: &str) -> Option<i64> {
+    let v: Value = serde_json::from_str(data).ok()?;
+    v.get("block_end")?.as_str()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_base64_roundtrip_is_22_chars() {
+        let id = new_kafka_uuid();
+        let s = uuid_to_kafka(id);
+        assert_eq!(s.len(), 22);
+        assert_eq!(uuid_from_kafka(&s), Some(id));
+    }
+
+    #[test]
+    fn topic_and_state_json_roundtrip() {
+        let mut a = BTreeMap::new();
+        a.insert(0, vec![1, 2]);
+        a.insert(1, vec![2, 1]);
+        let id = new_kafka_uuid();
+        let (back, back_id) = parse_topic_json(&topic_json(&a, id)).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(back_id, Some(id));
+        // A hand-written znode from an old tool has no topic id.
+        let (old, none) = parse_topic_json(r#"{"version":1,"partitions":{"0":[0]}}"#).unwrap();
+        assert_eq!(old[&0], vec![0]);
+        assert!(none.is_none());
+        let s = PartitionState { leader: 1, leader_epoch: 3, isr: vec![1, 2], controller_epoch: 7 };
+        assert_eq!(parse_partition_state(&partition_state_json(&s)), Some(s));
+    }
+}

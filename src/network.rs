@@ -1,0 +1,212 @@
+//! Listeners and connections (Kafka's `SocketServer`).
+//!
+//! Each connection has a reader that frames and decodes requests and starts a task per request,
+//! and a writer that sends the responses strictly in request order, so clients may pipeline.
+//! Anything malformed closes the connection with one log line; it never reaches a handler.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::api::{self, RequestContext};
+use crate::broker::Broker;
+
+/// Requests one connection may have in flight before the reader stops reading (back-pressure).
+/// Clients keep at most 5 produce requests in flight; this leaves room for pipelined metadata.
+const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+enum FrameError {
+    #[error("connection closed")]
+    Closed,
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame of {0} bytes exceeds socket.request.max.bytes ({1})")]
+    TooLarge(i64, usize),
+    #[error("frame too short for a request header ({0} bytes)")]
+    TooShort(usize),
+    #[error("unknown API key {0}")]
+    UnknownApi(i16),
+    #[error("unsupported version {1} of API {0:?}")]
+    UnsupportedVersion(ApiKey, i16),
+    #[error("malformed {0:?} v{1} request: {2}")]
+    Malformed(ApiKey, i16, String),
+}
+
+pub async fn serve_listener(
+    broker: Arc<Broker>,
+    listener: TcpListener,
+    listener_name: Arc<str>,
+    mut shutdown: watch::Receiver<bool>,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let span = tracing::info_span!("connection", %peer, listener = %listener_name);
+                let conn = Connection { broker: broker.clone(), listener: listener_name.clone() };
+                tracker.spawn(conn.serve(stream, shutdown.clone()).instrument(span));
+            }
+            Err(e) => {
+                // Typically EMFILE: back off briefly instead of spinning on accept.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+    tracing::info!(listener = %listener_name, "listener stopped");
+}
+
+struct Connection {
+    broker: Arc<Broker>,
+    listener: Arc<str>,
+}
+
+impl Connection {
+    async fn serve(self, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::with_capacity(64 * 1024, rd);
+        let (tx, mut rx) = mpsc::channel::<JoinHandle<Result<Option<Bytes>, ()>>>(MAX_IN_FLIGHT_PER_CONNECTION);
+        let writer = tokio::spawn(
+            async move {
+                while let Some(pending) = rx.recv().await {
+                    match pending.await {
+                        Ok(Ok(Some(frame))) => {
+                            if let Err(e) = wr.write_all(&frame).await {
+                                tracing::debug!(error = %e, "write failed; closing");
+                                return;
+                            }
+                        }
+                        Ok(Ok(None)) => {}
+                        Ok(Err(())) => return,
+                        Err(e) => {
+                            tracing::error!(error = %e, "request task failed; closing connection");
+                            return;
+                        }
+                    }
+                }
+                let _ = wr.shutdown().await;
+            }
+            .in_current_span(),
+        );
+        let max = self.broker.config.socket_request_max_bytes;
+        loop {
+            let frame = tokio::select! {
+                f = read_frame(&mut rd, max) => f,
+                _ = shutdown.changed() => break,
+            };
+            let result = frame.and_then(|f| self.dispatch(f));
+            match result {
+                Ok(task) => {
+                    if tx.send(task).await.is_err() {
+                        break;
+                    }
+                }
+                Err(FrameError::Closed) => break,
+                Err(FrameError::Io(e)) => {
+                    tracing::debug!(error = %e, "read failed; closing");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "closing connection");
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let _ = writer.await;
+    }
+
+    /// Decodes one frame and starts its handler; the handle resolves to the encoded response.
+    fn dispatch(&self, mut frame: Bytes) -> Result<JoinHandle<Result<Option<Bytes>, ()>>, FrameError> {
+        if frame.len() < 8 {
+            return Err(FrameError::TooShort(frame.len()));
+        }
+        let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        let key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApi(raw_key))?;
+        let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version));
+        if !supported {
+            if key == ApiKey::ApiVersions {
+                // Kafka answers an ApiVersions version it doesn't know in v0 form, with its
+                // own list, so the client can downgrade.
+                let body = ResponseKind::ApiVersions(api::api_versions_unsupported());
+                let bytes = encode_response(key, 0, correlation_id, &body).map(Some);
+                return Ok(tokio::spawn(async move { bytes }));
+            }
+            return Err(FrameError::UnsupportedVersion(key, version));
+        }
+        let malformed = |e: String| FrameError::Malformed(key, version, e);
+        // kafka-protocol's decoders are not written for hostile input; a panic inside one must
+        // cost this connection, not the broker.
+        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let header = RequestHeader::decode(&mut frame, key.request_header_version(version))?;
+            let request = RequestKind::decode(key, &mut frame, version)?;
+            Ok::<_, anyhow::Error>((header, request))
+        }));
+        let (header, request) = match decoded {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) => return Err(malformed(e.to_string())),
+            Err(_) => return Err(malformed("decoder panicked".into())),
+        };
+        let ctx = RequestContext { broker: self.broker.clone(), listener: self.listener.clone(), header };
+        let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
+        Ok(tokio::spawn(
+            async move {
+                match api::handle(&ctx, request).await {
+                    Some(response) => encode_response(key, version, correlation_id, &response).map(Some),
+                    None => Ok(None),
+                }
+            }
+            .instrument(span),
+        ))
+    }
+}
+
+async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<Bytes, FrameError> {
+    let size = match rd.read_i32().await {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    };
+    if size < 0 || size as usize > max {
+        return Err(FrameError::TooLarge(size as i64, max));
+    }
+    let mut buf = BytesMut::zeroed(size as usize);
+    rd.read_exact(&mut buf).await?;
+    Ok(buf.freeze())
+}
+
+/// Err means the response could not be encoded; the connection is then closed, since the
+/// client would otherwise wait for it forever.
+fn encode_response(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Result<Bytes, ()> {
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    let encoded =
+        header.encode(&mut buf, key.response_header_version(version)).and_then(|_| body.encode(&mut buf, version));
+    if let Err(e) = encoded {
+        // Only a handler bug (a field set that this version cannot carry) gets here.
+        tracing::error!(api = ?key, version, error = %e, "cannot encode response");
+        return Err(());
+    }
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
