@@ -107,7 +107,8 @@ def consume_all(broker, topic, expected, start=ck.OFFSET_BEGINNING):
 def test_metadata_lists_broker_and_topics(broker):
     t = uniq("ck-md")
     create_topic(broker, t, 2)
-    md = admin(broker).list_topics(timeout=WAIT)
+    a = admin(broker)  # keep a reference: futures die with their AdminClient
+    md = a.list_topics(timeout=WAIT)
     assert [(b.id, b.host, b.port) for b in md.brokers.values()] == [(0, broker.host, broker.port)]
     assert md.controller_id == 0
     assert md.cluster_id
@@ -115,7 +116,7 @@ def test_metadata_lists_broker_and_topics(broker):
     for p in md.topics[t].partitions.values():
         assert p.leader == 0 and p.replicas == [0] and p.isrs == [0]
     # describe_cluster (DescribeCluster API via librdkafka admin)
-    dc = admin(broker).describe_cluster(request_timeout=WAIT).result(timeout=WAIT)
+    dc = a.describe_cluster(request_timeout=WAIT).result(timeout=WAIT)
     assert [(n.id, n.host, n.port) for n in dc.nodes] == [(0, broker.host, broker.port)]
     assert dc.cluster_id == md.cluster_id
 

@@ -147,13 +147,17 @@ def check_fetch(broker, c, v):
     name = new_topic(c)
     recs = sample_records(4)
     assert kp.produce(c, name, 0, kp.build_batch(recs))["error_code"] == 0
+    key = kp.topic_id(c, name) if v >= 13 else name
+    if v >= 13:
+        assert key != b"\x00" * 16, "Fetch v13+ advertised but Metadata returns a zero topic id"
     for start in (0, 2):
-        r = c.call(kp.FETCH, v, kp.fetch_request(v, {name: {0: start}}, max_wait_ms=0))
+        r = c.call(kp.FETCH, v, kp.fetch_request(v, {key: {0: start}}, max_wait_ms=0))
         resp = kp.decode_fetch(r, v)
         if v >= 7:
             assert resp["error_code"] == 0
             assert resp["session_id"] == 0
         [t] = resp["responses"]
+        assert t.get("topic", t.get("topic_id")) == key
         [p] = t["partitions"]
         assert p["error_code"] == 0
         assert p["high_watermark"] == 4
@@ -167,9 +171,14 @@ def check_fetch(broker, c, v):
         # the broker returns whole batches: records below `start` may be included
         assert [g for g in got if g[0] >= start] == want[start:]
     # offset beyond the log end => OFFSET_OUT_OF_RANGE
-    r = c.call(kp.FETCH, v, kp.fetch_request(v, {name: {0: 100}}, max_wait_ms=0))
+    r = c.call(kp.FETCH, v, kp.fetch_request(v, {key: {0: 100}}, max_wait_ms=0))
     p = kp.decode_fetch(r, v)["responses"][0]["partitions"][0]
     assert p["error_code"] == kp.OFFSET_OUT_OF_RANGE
+    if v >= 13:  # unknown topic id
+        r = c.call(kp.FETCH, v, kp.fetch_request(v, {b"\x42" * 16: {0: 0}}, max_wait_ms=0))
+        resp = kp.decode_fetch(r, v)
+        errs = [p["error_code"] for t in resp["responses"] for p in t["partitions"]]
+        assert resp["error_code"] == kp.UNKNOWN_TOPIC_ID or errs == [kp.UNKNOWN_TOPIC_ID], resp
 
 
 def check_list_offsets(broker, c, v):
@@ -224,6 +233,7 @@ def check_delete_topics(broker, c, v):
     r = c.call(kp.DELETE_TOPICS, v, kp.delete_topics_request(v, [name]))
     [t] = kp.decode_delete_topics(r, v)["responses"]
     assert t["error_code"] == kp.UNKNOWN_TOPIC_OR_PARTITION
+    assert t["name"] == name, f"DeleteTopics v{v} error result for an unknown topic names {t['name']!r}, not {name!r}"
 
 
 def check_create_partitions(broker, c, v):

@@ -245,3 +245,31 @@ def test_many_connections_closed_abruptly(sentinel):
         s.sendall(kp.encode_request(kp.METADATA, 1, i, kp.metadata_request(1, None))[: 5 + i % 10])
         s.close()
     sentinel.check()
+
+
+def test_pipelined_read_your_writes(sentinel):
+    """Kafka handles one request per connection at a time, in order: a ListOffsets or
+    Fetch pipelined behind a Produce (acks=all) on the same connection must see it."""
+    topic = sentinel.topic
+    problems = []
+    with sentinel.conn() as c:
+        for i in range(30):
+            base = 20 + i
+            wire = (kp.encode_request(kp.PRODUCE, 8, 1, kp.produce_request(
+                        8, {topic: {0: kp.build_batch([kp.Record(b"ryw-%d" % i)])}}))
+                    + kp.encode_request(kp.LIST_OFFSETS, 7, 2, kp.list_offsets_request(7, {topic: {0: kp.LATEST}}))
+                    + kp.encode_request(kp.FETCH, 11, 3, kp.fetch_request(11, {topic: {0: base}})))
+            c.sock.sendall(wire)
+            p = kp.decode_produce(c.recv(kp.PRODUCE, 8, 1), 8)["responses"][0]["partitions"][0]
+            lo = kp.decode_list_offsets(c.recv(kp.LIST_OFFSETS, 7, 2), 7)["topics"][0]["partitions"][0]
+            f = kp.decode_fetch(c.recv(kp.FETCH, 11, 3), 11)["responses"][0]["partitions"][0]
+            assert p["error_code"] == 0 and p["base_offset"] == base, p
+            vals = [r.value for b in kp.decode_batches(f["records"]) for r in b.records if r.offset == base]
+            if lo["offset"] != base + 1 or f["high_watermark"] != base + 1 or vals != [b"ryw-%d" % i]:
+                problems.append(f"iteration {i}: produced at {base}; pipelined ListOffsets latest={lo['offset']}, "
+                                f"Fetch@{base} error={f['error_code']} hw={f['high_watermark']} values={vals}")
+    assert not problems, f"{len(problems)}/30 pipelined reads missed the preceding write:\n" + "\n".join(problems[:10])
+    sentinel.latest = 50
+    with sentinel.conn() as c:
+        sentinel.content = sentinel._content(c)
+    sentinel.check()

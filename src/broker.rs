@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::BrokerConfig;
+use crate::group::coordinator::CoordinatorConfig;
+use crate::group::GroupCoordinator;
 use crate::log::LogManager;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache};
 use crate::replication::ReplicaManager;
@@ -22,7 +24,10 @@ pub struct Broker {
     pub store: Arc<EmbeddedStore>,
     pub replicas: ReplicaManager,
     pub producer_ids: ProducerIdManager,
+    pub groups: GroupCoordinator,
     pub controller_epoch: i32,
+    /// Serializes topic creation, deletion and partition changes (the controller's event queue).
+    pub admin_lock: std::sync::Mutex<()>,
 }
 
 fn now_ms() -> i64 {
@@ -83,12 +88,15 @@ impl Broker {
         let broker = Arc::new(Broker {
             replicas: ReplicaManager::new(id, logs),
             producer_ids: ProducerIdManager::new(id, store.clone()),
+            groups: GroupCoordinator::new(coordinator_config(&config)?),
             config,
             cache,
             store,
             controller_epoch,
+            admin_lock: std::sync::Mutex::new(()),
         });
         broker.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
+        broker.load_groups();
         tracing::info!(broker_id = id, cluster_id = %cluster_id, "broker started");
         Ok(broker)
     }
@@ -141,6 +149,18 @@ impl Broker {
             Err(e) => tracing::error!(error = %e, "log shutdown failed; the next start will run recovery"),
         }
     }
+}
+
+fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorConfig> {
+    let get = |k: &str| -> anyhow::Result<i64> {
+        let v = config.values.get(k).map(String::as_str).unwrap_or("");
+        v.parse::<i64>().map_err(|_| anyhow::anyhow!("invalid value {v:?} for configuration {k}: not a number"))
+    };
+    Ok(CoordinatorConfig {
+        initial_rebalance_delay: Duration::from_millis(get("group.initial.rebalance.delay.ms")?.max(0) as u64),
+        min_session_timeout_ms: get("group.min.session.timeout.ms")? as i32,
+        max_session_timeout_ms: get("group.max.session.timeout.ms")? as i32,
+    })
 }
 
 /// `meta.properties` in each log dir, as a ZooKeeper-mode Kafka writes it.

@@ -123,6 +123,11 @@ impl Broker {
 
     /// Creates a planned topic: znodes first, then the cache, then the local logs.
     pub fn create_topic(&self, req: TopicRequest) -> Result<Arc<TopicInfo>, ApiError> {
+        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Checked again under the lock: two requests may have planned the same topic.
+        if self.cache.topic(&req.name).is_some() {
+            return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
+        }
         let id = zk_data::new_kafka_uuid();
         if !req.configs.is_empty() {
             self.store.set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&req.configs))?;
@@ -179,6 +184,7 @@ impl Broker {
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, ApiError> {
+        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
         if !self.config.delete_topic_enable {
             return Err(ApiError::new(ErrorCode::TopicDeletionDisabled, "Topic deletion is disabled."));
         }
@@ -200,6 +206,7 @@ impl Broker {
     }
 
     pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), ApiError> {
+        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
         let Some(topic) = self.cache.topic(name) else {
             return Err(ApiError::new(
                 ErrorCode::UnknownTopicOrPartition,

@@ -62,6 +62,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     }
     let broker = tokio::task::spawn_blocking(move || Broker::start(config)).await??;
     broker.spawn_log_tasks();
+    broker.spawn_group_timer();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker = TaskTracker::new();

@@ -58,7 +58,11 @@ pub async fn serve_listener(
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 let span = tracing::info_span!("connection", %peer, listener = %listener_name);
-                let conn = Connection { broker: broker.clone(), listener: listener_name.clone() };
+                let conn = Connection {
+                    broker: broker.clone(),
+                    listener: listener_name.clone(),
+                    peer: format!("/{}", peer.ip()),
+                };
                 tracker.spawn(conn.serve(stream, shutdown.clone()).instrument(span));
             }
             Err(e) => {
@@ -74,6 +78,7 @@ pub async fn serve_listener(
 struct Connection {
     broker: Arc<Broker>,
     listener: Arc<str>,
+    peer: String,
 }
 
 impl Connection {
@@ -164,7 +169,12 @@ impl Connection {
             Ok(Err(e)) => return Err(malformed(e.to_string())),
             Err(_) => return Err(malformed("decoder panicked".into())),
         };
-        let ctx = RequestContext { broker: self.broker.clone(), listener: self.listener.clone(), header };
+        let ctx = RequestContext {
+            broker: self.broker.clone(),
+            listener: self.listener.clone(),
+            header,
+            peer: self.peer.clone(),
+        };
         let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
         Ok(tokio::spawn(
             async move {

@@ -6,6 +6,7 @@ pub mod error;
 mod api_versions;
 mod configs;
 mod fetch;
+mod group;
 mod metadata;
 mod produce;
 mod producer_id;
@@ -33,6 +34,17 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
@@ -47,6 +59,8 @@ pub struct RequestContext {
     /// The listener the client connected on: Metadata answers with its advertised address.
     pub listener: Arc<str>,
     pub header: RequestHeader,
+    /// The client's address, as DescribeGroups reports it (Kafka's `/ip` form).
+    pub peer: String,
 }
 
 impl RequestContext {
@@ -73,6 +87,17 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Option<Respon
         }
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(metadata::describe_cluster(ctx, r)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(group::find_coordinator(ctx, r)),
+        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(group::join_group(ctx, r).await),
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(group::sync_group(ctx, r).await),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(group::heartbeat(ctx, r)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(group::leave_group(ctx, r)),
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(group::offset_commit(ctx, r)),
+        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(group::offset_fetch(ctx, r)),
+        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(group::describe_groups(ctx, r)),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(group::list_groups(ctx, r)),
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(group::delete_groups(ctx, r)),
+        RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(group::offset_delete(ctx, r)),
         other => {
             // The network layer only decodes keys from SUPPORTED_APIS, so this is a bug in the
             // table, not bad input; answer nothing and let the connection close.

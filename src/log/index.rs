@@ -32,6 +32,8 @@ struct MmapIndex {
     capacity: usize,
     /// File length was not a whole number of entries when opened.
     misaligned: bool,
+    /// The file did not exist: any data in the log is unindexed.
+    created: bool,
 }
 
 fn preallocated_len(max_index_size: u32, entry_size: usize) -> u64 {
@@ -41,11 +43,20 @@ fn preallocated_len(max_index_size: u32, entry_size: usize) -> u64 {
 
 impl MmapIndex {
     fn open(path: &Path, entry_size: usize, max_index_size: u32, preallocate: bool) -> io::Result<Self> {
+        let created = !path.exists();
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         let len = file.metadata()?.len();
         let misaligned = len % entry_size as u64 != 0;
-        let mut idx =
-            MmapIndex { path: path.to_path_buf(), file, mmap: None, entry_size, entries: 0, capacity: 0, misaligned };
+        let mut idx = MmapIndex {
+            path: path.to_path_buf(),
+            file,
+            mmap: None,
+            entry_size,
+            entries: 0,
+            capacity: 0,
+            misaligned,
+            created,
+        };
         let whole = len - len % entry_size as u64;
         idx.map(whole)?;
         idx.entries = idx.count_used_entries();
@@ -236,6 +247,11 @@ impl OffsetIndex {
     pub fn reset(&mut self) {
         self.inner.truncate_entries(0);
         self.inner.misaligned = false;
+        self.inner.created = false;
+    }
+    /// True if the file was missing when opened (and not rebuilt since).
+    pub fn was_created(&self) -> bool {
+        self.inner.created
     }
     /// Entries strictly increasing, offsets inside [base, next_offset),
     /// positions inside the log.
@@ -331,9 +347,9 @@ impl TimeIndex {
         self.inner.push(&e)
     }
     /// Offset to start scanning from for the first batch with a timestamp
-    /// >= `target`: the offset of the greatest entry whose timestamp is
-    /// strictly below the target (every record before it is older), else
-    /// the segment base.
+    /// at or above `target`: the offset of the greatest entry whose
+    /// timestamp is strictly below the target (every record before it is
+    /// older), else the segment base.
     pub fn lookup(&self, target: i64) -> i64 {
         match self.inner.largest_lower_bound(target.saturating_sub(1), |e| i64_at(e, 0)) {
             Some(i) => self.entry(i).1,
@@ -351,6 +367,11 @@ impl TimeIndex {
     pub fn reset(&mut self) {
         self.inner.truncate_entries(0);
         self.inner.misaligned = false;
+        self.inner.created = false;
+    }
+    /// True if the file was missing when opened (and not rebuilt since).
+    pub fn was_created(&self) -> bool {
+        self.inner.created
     }
     /// Timestamps and offsets non-decreasing, offsets inside the segment.
     pub fn sanity_check(&self, next_offset: i64) -> bool {

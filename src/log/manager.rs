@@ -56,7 +56,9 @@ impl LogManager {
         for (i, dir) in dirs.iter().enumerate() {
             match Self::load_dir(i, dir, &default_config, &mut logs, &mut failed) {
                 Ok(()) => online[i] = true,
-                Err(e) => tracing::error!(dir = %dir.display(), error = %e, "log dir is unusable; leaving it offline"),
+                Err(e) => {
+                    tracing::error!(dir = %dir.display(), error = %e, "log dir is unusable; leaving it offline")
+                }
             }
         }
         if !dirs.is_empty() && !online.iter().any(|&o| o) {
@@ -272,7 +274,9 @@ impl LogManager {
             }
             match read_offset_checkpoint(&d.join(REPLICATION_OFFSET_CHECKPOINT)) {
                 Ok(m) => out.extend(m),
-                Err(e) => tracing::warn!(dir = %d.display(), error = %e, "unreadable high watermark checkpoint"),
+                Err(e) => {
+                    tracing::warn!(dir = %d.display(), error = %e, "unreadable high watermark checkpoint")
+                }
             }
         }
         out
@@ -321,5 +325,99 @@ impl LogManager {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::simple_batch;
+
+    fn cfg() -> LogConfig {
+        LogConfig { max_index_size: 4096, ..LogConfig::default() }
+    }
+
+    #[test]
+    fn lifecycle_clean_and_unclean() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = vec![root.path().join("d1"), root.path().join("d2")];
+        let m = LogManager::open(dirs.clone(), cfg()).unwrap();
+        for (t, p) in [("a-b.c", 0), ("a-b.c", 1), ("x", 0), ("x", 1)] {
+            let l = m.get_or_create(t, p, cfg()).unwrap();
+            let mut g = l.lock().unwrap();
+            for _ in 0..3 {
+                g.append(&mut simple_batch(2, 10, 5), 0).unwrap();
+            }
+        }
+        // balanced over the two dirs
+        let n1 = fs::read_dir(&dirs[0]).unwrap().count();
+        let n2 = fs::read_dir(&dirs[1]).unwrap().count();
+        assert_eq!((n1, n2), (2, 2));
+        assert!(m.get("a-b.c", 1).is_some());
+        assert!(m.get("nope", 0).is_none());
+        assert!(m.get_or_create("../evil", 0, cfg()).is_err());
+        assert!(m.get_or_create("t", -1, cfg()).is_err());
+        m.get("x", 0).unwrap().lock().unwrap().delete_records_before(2).unwrap();
+        m.write_high_watermarks(&[(("x".into(), 0), 6), (("a-b.c".into(), 1), 4), (("gone".into(), 0), 1)]).unwrap();
+        m.shutdown().unwrap();
+        for d in &dirs {
+            assert!(d.join(CLEAN_SHUTDOWN_FILE).exists());
+            let rp = fs::read_to_string(d.join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+            assert!(rp.starts_with("0\n2\n"), "{rp}");
+            assert!(rp.lines().skip(2).all(|l| l.ends_with(" 6")), "{rp}");
+        }
+        let x0_dir = (0..2).find(|&i| dirs[i].join("x-0").exists()).unwrap();
+        assert_eq!(fs::read_to_string(dirs[x0_dir].join(LOG_START_OFFSET_CHECKPOINT)).unwrap(), "0\n1\nx 0 2\n");
+        drop(m);
+
+        let m = LogManager::open(dirs.clone(), cfg()).unwrap();
+        for d in &dirs {
+            assert!(!d.join(CLEAN_SHUTDOWN_FILE).exists(), "marker removed at startup");
+        }
+        assert_eq!(m.all().len(), 4);
+        let x0 = m.get("x", 0).unwrap();
+        assert_eq!(x0.lock().unwrap().log_start_offset(), 2);
+        assert_eq!(x0.lock().unwrap().log_end_offset(), 6);
+        let hw = m.read_high_watermarks();
+        assert_eq!(hw.len(), 2);
+        assert_eq!(hw[&("x".to_string(), 0)], 6);
+        // crash: append more, checkpoint, then damage the tail; no marker
+        {
+            let mut g = x0.lock().unwrap();
+            g.append(&mut simple_batch(1, 10, 5), 0).unwrap();
+        }
+        m.checkpoint().unwrap();
+        drop(x0);
+        drop(m);
+        let seg = dirs[x0_dir].join("x-0").join("00000000000000000000.log");
+        let len = fs::metadata(&seg).unwrap().len();
+        fs::OpenOptions::new().write(true).open(&seg).unwrap().set_len(len - 3).unwrap();
+        let m = LogManager::open(dirs.clone(), cfg()).unwrap();
+        assert_eq!(m.get("x", 0).unwrap().lock().unwrap().log_end_offset(), 6);
+        // deletion
+        m.delete_log("x", 0).unwrap();
+        assert!(m.get("x", 0).is_none());
+        assert!(!dirs[x0_dir].join("x-0").exists());
+        m.delete_log("x", 0).unwrap();
+        // new partitions go to the emptier dir
+        let _ = m.get_or_create("y", 0, cfg()).unwrap();
+        assert!(dirs[x0_dir].join("y-0").exists());
+    }
+
+    #[test]
+    fn unusable_dir_is_skipped_and_junk_ignored() {
+        let root = tempfile::tempdir().unwrap();
+        let bad = root.path().join("file");
+        fs::write(&bad, b"not a dir").unwrap();
+        let good = root.path().join("good");
+        fs::create_dir_all(good.join("t-0.abc-delete")).unwrap();
+        fs::create_dir_all(good.join("not_a_partition")).unwrap();
+        fs::write(good.join(RECOVERY_POINT_CHECKPOINT), "garbage").unwrap();
+        let m = LogManager::open(vec![bad, good.clone()], cfg()).unwrap();
+        assert!(m.all().is_empty());
+        assert!(!good.join("t-0.abc-delete").exists());
+        let l = m.get_or_create("t", 0, cfg()).unwrap();
+        assert!(l.lock().unwrap().dir().starts_with(&good));
+        m.shutdown().unwrap();
     }
 }

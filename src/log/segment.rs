@@ -210,15 +210,21 @@ impl LogSegment {
         if !self.offset_index.sanity_check(upper_bound, self.size) || !self.time_index.sanity_check(upper_bound) {
             return Ok(false);
         }
-        if !self.reload_tail()? {
+        if self.size > 0 && (self.offset_index.was_created() || self.time_index.was_created()) {
+            return Ok(false);
+        }
+        if !self.reload_tail(true)? {
             return Ok(false);
         }
         Ok(self.next_offset <= upper_bound)
     }
 
     /// Recomputes next offset, max timestamp and index bookkeeping from the
-    /// indexes plus a header scan after the last offset-index entry.
-    fn reload_tail(&mut self) -> Result<bool, LogError> {
+    /// indexes plus a header scan after the last offset-index entry. With
+    /// `strict`, a tail where the append rule would have written an offset
+    /// entry means entries were lost (or index.interval.bytes changed) and
+    /// the index is reported bad so it gets rebuilt.
+    fn reload_tail(&mut self, strict: bool) -> Result<bool, LogError> {
         let (entry_offset, entry_pos) = match self.offset_index.last_entry() {
             Some((o, p)) => (Some(o), u64::from(p)),
             None => (None, 0),
@@ -237,6 +243,10 @@ impl LogSegment {
         self.rolling_base_timestamp = None;
         let mut expected = self.base_offset;
         let mut first = true;
+        let mut since_entry = 0u64;
+        // Judge fullness against the configured size: an inactive index is
+        // trimmed to exactly its entries and so always looks full.
+        let check_missing = strict && self.offset_index.entries() + 1 < self.max_index_size as usize / 8;
         let mut sc = HeaderScanner::new(&self.log, entry_pos, self.size, 64 * 1024);
         loop {
             let (_, h) = match sc.next_header() {
@@ -259,6 +269,10 @@ impl LogSegment {
             {
                 return Ok(false);
             }
+            if check_missing && since_entry > u64::from(self.index_interval_bytes) {
+                return Ok(false);
+            }
+            since_entry += h.total_size() as u64;
             expected = h.next_offset();
             if h.max_timestamp > self.max_timestamp {
                 self.max_timestamp = h.max_timestamp;
@@ -266,7 +280,7 @@ impl LogSegment {
             }
             self.next_offset = h.next_offset();
         }
-        self.bytes_since_last_index_entry = self.size - entry_pos;
+        self.bytes_since_last_index_entry = self.size.saturating_sub(entry_pos);
         if self.size > 0 {
             let mut hb = [0u8; HEADER_SIZE];
             self.log.read_exact_at(&mut hb, 0)?;
@@ -435,7 +449,7 @@ impl LogSegment {
         self.size = cut;
         self.offset_index.truncate_to(offset);
         self.time_index.truncate_to(offset);
-        if !self.reload_tail()? {
+        if !self.reload_tail(false)? {
             self.recover()?;
         }
         if self.size == 0 {

@@ -117,12 +117,36 @@ impl EmbeddedStore {
         Ok(())
     }
 
+    /// Creates or replaces an ephemeral node (and any missing parents).
+    pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
+        let created_parents = {
+            let mut nodes = self.lock();
+            let missing_parent = parents(path).any(|p| !nodes.contains_key(&p));
+            if !missing_parent {
+                nodes.insert(path.to_string(), Znode { data: data.to_string(), ephemeral: true });
+                return Ok(());
+            }
+            nodes.remove(path);
+            true
+        };
+        debug_assert!(created_parents);
+        self.create(path, data, true)
+    }
+
     /// Deletes `path` and everything below it.
     pub fn delete_recursive(&self, path: &str) -> Result<(), StoreError> {
         let mut nodes = self.lock();
         let prefix = format!("{path}/");
-        nodes.retain(|k, _| k != path && !k.starts_with(&prefix));
-        self.persist(&nodes)
+        let mut durable_change = false;
+        nodes.retain(|k, n| {
+            let doomed = k == path || k.starts_with(&prefix);
+            durable_change |= doomed && !n.ephemeral;
+            !doomed
+        });
+        if durable_change {
+            self.persist(&nodes)?;
+        }
+        Ok(())
     }
 
     pub fn children(&self, path: &str) -> Vec<String> {
@@ -134,6 +158,11 @@ impl EmbeddedStore {
             .map(str::to_string)
             .collect()
     }
+}
+
+/// `/a/b/c` -> `/a`, `/a/b`.
+fn parents(path: &str) -> impl Iterator<Item = String> + '_ {
+    path.match_indices('/').skip(1).map(move |(i, _)| path[..i].to_string())
 }
 
 #[cfg(test)]

@@ -1,0 +1,409 @@
+//! Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete. The rules
+//! live in `group::coordinator`; this file translates between it and the wire types.
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::RequestContext;
+use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest};
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
+    let version = ctx.version();
+    let keys: Vec<String> = if version >= 4 {
+        req.coordinator_keys.iter().map(|k| k.to_string()).collect()
+    } else {
+        vec![req.key.to_string()]
+    };
+    let mut r = FindCoordinatorResponse::default();
+    for key in keys {
+        let mut c = Coordinator::default();
+        c.key = s(key.clone());
+        c.node_id = BrokerId(-1);
+        c.port = -1;
+        if req.key_type != 0 {
+            // Transactions have no coordinator yet.
+            c.error_code = codes::COORDINATOR_NOT_AVAILABLE;
+            c.error_message = Some(s("The coordinator is not available."));
+        } else {
+            match ctx.broker.group_coordinator_for(&key, &ctx.listener) {
+                Ok((id, host, port)) => {
+                    c.node_id = BrokerId(id);
+                    c.host = s(host);
+                    c.port = port as i32;
+                }
+                Err(code) => {
+                    c.error_code = code;
+                    c.error_message = Some(s("The coordinator is not available."));
+                }
+            }
+        }
+        r.coordinators.push(c);
+    }
+    if version < 4 {
+        if let Some(c) = r.coordinators.pop() {
+            r.error_code = c.error_code;
+            r.error_message = c.error_message;
+            r.node_id = c.node_id;
+            r.host = c.host;
+            r.port = c.port;
+        }
+    }
+    r
+}
+
+pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGroupResponse {
+    let broker = &ctx.broker;
+    let store = broker.group_store();
+    let client_id = ctx.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+    let result = broker
+        .groups
+        .join(
+            &store,
+            JoinRequest {
+                group_id: req.group_id.0.to_string(),
+                member_id: req.member_id.to_string(),
+                instance_id: req.group_instance_id.map(|i| i.to_string()),
+                client_id,
+                client_host: ctx.peer.clone(),
+                session_timeout_ms: req.session_timeout_ms,
+                // v0 has no rebalance timeout: Kafka uses the session timeout.
+                rebalance_timeout_ms: if ctx.version() == 0 {
+                    req.session_timeout_ms
+                } else {
+                    req.rebalance_timeout_ms
+                },
+                protocol_type: req.protocol_type.to_string(),
+                protocols: req.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
+                require_known_member_id: ctx.version() >= 4,
+            },
+        )
+        .await;
+    let mut r = JoinGroupResponse::default();
+    r.error_code = result.error_code;
+    r.generation_id = result.generation_id;
+    r.protocol_type = result.protocol_type.map(s);
+    r.protocol_name = result.protocol_name.map(s);
+    if ctx.version() < 7 && r.protocol_name.is_none() {
+        // Before v7 the field is not nullable.
+        r.protocol_name = Some(StrBytes::default());
+    }
+    r.leader = s(result.leader);
+    r.member_id = s(result.member_id);
+    r.members = result
+        .members
+        .into_iter()
+        .map(|(id, instance, metadata)| {
+            let mut m = JoinGroupResponseMember::default();
+            m.member_id = s(id);
+            m.group_instance_id = instance.map(s);
+            m.metadata = metadata;
+            m
+        })
+        .collect();
+    r
+}
+
+pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGroupResponse {
+    let broker = &ctx.broker;
+    let store = broker.group_store();
+    let group_id = req.group_id.0.to_string();
+    let mut r = SyncGroupResponse::default();
+    // v5: the client names the protocol it thinks was chosen; it must match.
+    if let (Some(pt), Some(pn)) = (&req.protocol_type, &req.protocol_name) {
+        let matches = broker
+            .groups
+            .with_group(&group_id, |g| {
+                g.protocol_type.as_deref() == Some(pt.as_str())
+                    && (g.protocol_name.is_none() || g.protocol_name.as_deref() == Some(pn.as_str()))
+            })
+            .unwrap_or(true);
+        if !matches {
+            r.error_code = codes::INCONSISTENT_GROUP_PROTOCOL;
+            return r;
+        }
+    }
+    let assignments = req.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
+    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
+    let result = broker
+        .groups
+        .sync(&store, &group_id, req.generation_id, req.member_id.as_str(), instance.as_deref(), assignments)
+        .await;
+    r.error_code = result.error_code;
+    r.protocol_type = result.protocol_type.map(s);
+    r.protocol_name = result.protocol_name.map(s);
+    r.assignment = result.assignment;
+    r
+}
+
+pub fn heartbeat(ctx: &RequestContext, req: HeartbeatRequest) -> HeartbeatResponse {
+    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
+    let mut r = HeartbeatResponse::default();
+    r.error_code = ctx.broker.groups.heartbeat(
+        req.group_id.0.as_str(),
+        req.generation_id,
+        req.member_id.as_str(),
+        instance.as_deref(),
+    );
+    r
+}
+
+pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse {
+    let store = ctx.broker.group_store();
+    // v0-2 name one member; v3+ a list (static members by instance id).
+    let members: Vec<(String, Option<String>)> = if ctx.version() >= 3 {
+        req.members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string())))
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let mut r = LeaveGroupResponse::default();
+    match ctx.broker.groups.leave(&store, req.group_id.0.as_str(), &members) {
+        Ok(codes) if ctx.version() >= 3 => {
+            r.members = members
+                .into_iter()
+                .zip(codes)
+                .map(|((id, instance), code)| {
+                    let mut m = MemberResponse::default();
+                    m.member_id = s(id);
+                    m.group_instance_id = instance.map(s);
+                    m.error_code = code;
+                    m
+                })
+                .collect();
+        }
+        Ok(codes) => r.error_code = codes.first().copied().unwrap_or(codes::UNKNOWN_MEMBER_ID),
+        Err(code) => r.error_code = code,
+    }
+    r
+}
+
+pub fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let store = ctx.broker.group_store();
+    let mut wanted = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            wanted.push((
+                (t.name.0.to_string(), p.partition_index),
+                p.committed_offset,
+                p.committed_leader_epoch,
+                p.committed_metadata.as_ref().map(|m| m.to_string()),
+            ));
+        }
+    }
+    let results = ctx.broker.groups.commit_offsets(
+        &store,
+        req.group_id.0.as_str(),
+        req.generation_id_or_member_epoch,
+        req.member_id.as_str(),
+        wanted,
+    );
+    let mut r = OffsetCommitResponse::default();
+    for t in req.topics {
+        let mut tr = OffsetCommitResponseTopic::default();
+        let name = t.name.0.to_string();
+        for p in t.partitions {
+            let mut pr = OffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            pr.error_code = results
+                .iter()
+                .find(|((n, i), _)| *n == name && *i == p.partition_index)
+                .map(|(_, c)| *c)
+                .unwrap_or(codes::UNKNOWN_TOPIC_OR_PARTITION);
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        r.topics.push(tr);
+    }
+    r
+}
+
+type Fetched = Vec<((String, i32), Option<CommittedOffset>)>;
+
+fn group_offsets(ctx: &RequestContext, group: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
+    let wanted =
+        topics.map(|ts| ts.into_iter().flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p))).collect());
+    ctx.broker.groups.fetch_offsets(group, wanted)
+}
+
+fn by_topic(fetched: Fetched) -> Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> {
+    let mut out: Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> = Vec::new();
+    for ((t, p), o) in fetched {
+        match out.iter_mut().find(|(n, _)| *n == t) {
+            Some((_, ps)) => ps.push((p, o)),
+            None => out.push((t, vec![(p, o)])),
+        }
+    }
+    out
+}
+
+pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let mut r = OffsetFetchResponse::default();
+    if ctx.version() >= 8 {
+        for g in req.groups {
+            let topics =
+                g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+            let mut gr = OffsetFetchResponseGroup::default();
+            for (topic, parts) in by_topic(group_offsets(ctx, g.group_id.0.as_str(), topics)) {
+                let mut tr = OffsetFetchResponseTopics::default();
+                tr.name = TopicName(s(topic));
+                tr.partitions = parts
+                    .into_iter()
+                    .map(|(p, o)| {
+                        let mut pr = OffsetFetchResponsePartitions::default();
+                        pr.partition_index = p;
+                        pr.committed_offset = o.as_ref().map(|o| o.offset).unwrap_or(-1);
+                        pr.committed_leader_epoch = o.as_ref().map(|o| o.leader_epoch).unwrap_or(-1);
+                        pr.metadata = Some(s(o.map(|o| o.metadata).unwrap_or_default()));
+                        pr
+                    })
+                    .collect();
+                gr.topics.push(tr);
+            }
+            gr.group_id = g.group_id;
+            r.groups.push(gr);
+        }
+        return r;
+    }
+    let topics = req.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+    for (topic, parts) in by_topic(group_offsets(ctx, req.group_id.0.as_str(), topics)) {
+        let mut tr = OffsetFetchResponseTopic::default();
+        tr.name = TopicName(s(topic));
+        tr.partitions = parts
+            .into_iter()
+            .map(|(p, o)| {
+                let mut pr = OffsetFetchResponsePartition::default();
+                pr.partition_index = p;
+                pr.committed_offset = o.as_ref().map(|o| o.offset).unwrap_or(-1);
+                pr.committed_leader_epoch = o.as_ref().map(|o| o.leader_epoch).unwrap_or(-1);
+                pr.metadata = Some(s(o.map(|o| o.metadata).unwrap_or_default()));
+                pr
+            })
+            .collect();
+        r.topics.push(tr);
+    }
+    r
+}
+
+pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut r = DescribeGroupsResponse::default();
+    for id in req.groups {
+        let described = ctx.broker.groups.with_group(id.0.as_str(), |g| {
+            let mut d = DescribedGroup::default();
+            d.group_state = s(g.state.name());
+            d.protocol_type = s(g.protocol_type.clone().unwrap_or_default());
+            d.protocol_data = s(g.protocol_name.clone().unwrap_or_default());
+            let protocol = g.protocol_name.clone().unwrap_or_default();
+            d.members = g
+                .members
+                .values()
+                .map(|m| {
+                    let mut dm = DescribedGroupMember::default();
+                    dm.member_id = s(m.id.clone());
+                    dm.group_instance_id = m.instance_id.clone().map(s);
+                    dm.client_id = s(m.client_id.clone());
+                    dm.client_host = s(m.client_host.clone());
+                    dm.member_metadata =
+                        m.protocols.iter().find(|(n, _)| *n == protocol).map(|(_, b)| b.clone()).unwrap_or_default();
+                    dm.member_assignment = m.assignment.clone();
+                    dm
+                })
+                .collect();
+            d
+        });
+        let mut d = described.unwrap_or_else(|| {
+            let mut d = DescribedGroup::default();
+            d.group_state = s("Dead");
+            if ctx.version() >= 6 {
+                d.error_code = codes::GROUP_ID_NOT_FOUND;
+            }
+            d
+        });
+        d.group_id = id;
+        d.authorized_operations = i32::MIN;
+        r.groups.push(d);
+    }
+    r
+}
+
+pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsResponse {
+    let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let mut r = ListGroupsResponse::default();
+    for (id, protocol_type, state) in ctx.broker.groups.list() {
+        if !states.is_empty() && !states.contains(&state.name().to_lowercase()) {
+            continue;
+        }
+        let mut g = ListedGroup::default();
+        g.group_id = GroupId(s(id));
+        g.protocol_type = s(protocol_type);
+        g.group_state = s(state.name());
+        g.group_type = s("classic");
+        r.groups.push(g);
+    }
+    r
+}
+
+pub fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let store = ctx.broker.group_store();
+    let mut r = DeleteGroupsResponse::default();
+    for id in req.groups_names {
+        let mut d = DeletableGroupResult::default();
+        d.error_code = ctx.broker.groups.delete_group(&store, id.0.as_str());
+        d.group_id = id;
+        r.results.push(d);
+    }
+    r
+}
+
+pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let store = ctx.broker.group_store();
+    let tps: Vec<(String, i32)> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), p.partition_index)))
+        .collect();
+    let mut r = OffsetDeleteResponse::default();
+    let subscribed = |g: &crate::group::coordinator::Group, topic: &str| {
+        g.members.values().any(|m| subscribed_topics(m, g.protocol_name.as_deref()).iter().any(|t| t == topic))
+    };
+    match ctx.broker.groups.delete_offsets(&store, req.group_id.0.as_str(), tps, subscribed) {
+        Err(code) => r.error_code = code,
+        Ok(results) => {
+            for t in req.topics {
+                let name = t.name.0.to_string();
+                let mut tr = OffsetDeleteResponseTopic::default();
+                for p in t.partitions {
+                    let mut pr = OffsetDeleteResponsePartition::default();
+                    pr.partition_index = p.partition_index;
+                    pr.error_code = results
+                        .iter()
+                        .find(|((n, i), _)| *n == name && *i == p.partition_index)
+                        .map(|(_, c)| *c)
+                        .unwrap_or(codes::NONE);
+                    tr.partitions.push(pr);
+                }
+                tr.name = t.name;
+                r.topics.push(tr);
+            }
+        }
+    }
+    r
+}

@@ -1,0 +1,910 @@
+//! Group state machine (Empty, PreparingRebalance, CompletingRebalance, Stable, Dead) and the
+//! rules of JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit, as Kafka 3.x runs
+//! the classic protocol.
+//!
+//! All state sits behind one mutex that is never held across an await: a JoinGroup or
+//! SyncGroup that must wait parks a oneshot sender in its member and the caller awaits the
+//! receiver after the lock is released. Timeouts (session, rebalance, initial delay) are
+//! checked by [`GroupCoordinator::tick`], driven by a timer task.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+/// Kafka's error codes used by the coordinator.
+pub mod codes {
+    pub const NONE: i16 = 0;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    pub const INVALID_GROUP_ID: i16 = 24;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const NON_EMPTY_GROUP: i16 = 68;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+}
+use codes::*;
+
+/// Kafka's `offset.metadata.max.bytes`.
+const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct JoinResult {
+    pub error_code: i16,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// (member id, group instance id, metadata): only for the leader.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SyncResult {
+    pub error_code: i16,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: an unknown member first gets an id and MEMBER_ID_REQUIRED.
+    pub require_known_member_id: bool,
+}
+
+pub struct Member {
+    pub id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    last_heartbeat: Instant,
+    join_waiter: Option<oneshot::Sender<JoinResult>>,
+    sync_waiter: Option<oneshot::Sender<SyncResult>>,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols.iter().find(|(n, _)| n == protocol).map(|(_, m)| m.clone()).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp: i64,
+}
+
+pub struct Group {
+    pub id: String,
+    pub state: GroupState,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub generation: i32,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Ids handed out with MEMBER_ID_REQUIRED whose holders have not joined yet.
+    pending: HashMap<String, Instant>,
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// When the current join phase ends even if not every member has rejoined.
+    join_deadline: Option<Instant>,
+    /// The latest the initial delay may be extended to (group.initial.rebalance.delay.ms).
+    initial_delay_cap: Option<Instant>,
+}
+
+impl Group {
+    fn new(id: &str) -> Group {
+        Group {
+            id: id.to_string(),
+            state: GroupState::Empty,
+            protocol_type: None,
+            protocol_name: None,
+            generation: 0,
+            leader: None,
+            members: BTreeMap::new(),
+            pending: HashMap::new(),
+            offsets: BTreeMap::new(),
+            join_deadline: None,
+            initial_delay_cap: None,
+        }
+    }
+
+    /// The protocols every member supports, chosen by votes on each member's preference.
+    fn select_protocol(&self) -> Option<String> {
+        let first = self.members.values().next()?;
+        let candidates: Vec<&String> = first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| self.members.values().all(|m| m.protocols.iter().any(|(p, _)| p == *n)))
+            .collect();
+        let mut votes: Vec<(usize, &String)> = candidates.iter().map(|c| (0, *c)).collect();
+        for m in self.members.values() {
+            if let Some((name, _)) = m.protocols.iter().find(|(p, _)| candidates.contains(&p)) {
+                if let Some(v) = votes.iter_mut().find(|(_, c)| *c == name) {
+                    v.0 += 1;
+                }
+            }
+        }
+        // Most votes wins; ties go to the earlier candidate in the first member's order.
+        let best = votes.iter().map(|(n, _)| *n).max()?;
+        votes.iter().find(|(n, _)| *n == best).map(|(_, c)| (*c).clone())
+    }
+
+    fn supports(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return !protocol_type.is_empty() && !protocols.is_empty();
+        }
+        self.protocol_type.as_deref() == Some(protocol_type)
+            && protocols.iter().any(|(p, _)| self.members.values().all(|m| m.protocols.iter().any(|(q, _)| q == p)))
+    }
+
+    fn max_rebalance_timeout(&self) -> Duration {
+        self.members.values().map(|m| m.rebalance_timeout).max().unwrap_or(Duration::from_secs(300))
+    }
+
+    fn all_joined(&self) -> bool {
+        self.pending.is_empty() && self.members.values().all(|m| m.join_waiter.is_some())
+    }
+
+    fn member_by_instance(&self, instance: &str) -> Option<&Member> {
+        self.members.values().find(|m| m.instance_id.as_deref() == Some(instance))
+    }
+}
+
+/// What the coordinator needs from the rest of the broker.
+pub trait GroupStore: Sync {
+    /// Persists offset commits (and deletions, as None) for a group; Err is a Kafka error code.
+    fn store_offsets(&self, group: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16>;
+    /// Persists the group's metadata record after a generation completes (None: tombstone).
+    fn store_group(&self, group: &Group) -> Result<(), i16>;
+    fn topic_partition_exists(&self, topic: &str, partition: i32) -> bool;
+    /// Mirrors membership into `/consumers/<group>/...`.
+    fn member_joined(&self, group: &str, member: &Member);
+    fn member_left(&self, group: &str, member_id: &str);
+    fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]);
+}
+
+pub struct CoordinatorConfig {
+    pub initial_rebalance_delay: Duration,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+}
+
+pub struct GroupCoordinator {
+    config: CoordinatorConfig,
+    groups: Mutex<HashMap<String, Group>>,
+}
+
+fn now_ms() -> i64 {
+    crate::log::now_ms()
+}
+
+impl GroupCoordinator {
+    pub fn new(config: CoordinatorConfig) -> GroupCoordinator {
+        GroupCoordinator { config, groups: Mutex::new(HashMap::new()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
+        // Every mutation below leaves the group in a valid state before any call that could
+        // panic, so a poisoned lock still guards consistent data.
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Restores committed offsets (and generation) read back from `__consumer_offsets`.
+    pub fn load_offset(&self, group: &str, tp: (String, i32), value: Option<CommittedOffset>) {
+        let mut groups = self.lock();
+        let g = groups.entry(group.to_string()).or_insert_with(|| Group::new(group));
+        match value {
+            Some(v) => {
+                g.offsets.insert(tp, v);
+            }
+            None => {
+                g.offsets.remove(&tp);
+            }
+        }
+    }
+
+    pub fn load_group(&self, group: &str, header: Option<(String, i32)>) {
+        let mut groups = self.lock();
+        match header {
+            Some((protocol_type, generation)) => {
+                let g = groups.entry(group.to_string()).or_insert_with(|| Group::new(group));
+                g.protocol_type = Some(protocol_type).filter(|p| !p.is_empty());
+                g.generation = generation;
+            }
+            None => {
+                if groups.get(group).is_some_and(|g| g.offsets.is_empty()) {
+                    groups.remove(group);
+                }
+            }
+        }
+    }
+
+    pub async fn join(&self, store: &dyn GroupStore, req: JoinRequest) -> JoinResult {
+        let rx = match self.join_locked(store, req) {
+            Ok(result) => return result,
+            Err(rx) => rx,
+        };
+        rx.await.unwrap_or_else(|_| JoinResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() })
+    }
+
+    fn join_locked(
+        &self,
+        store: &dyn GroupStore,
+        req: JoinRequest,
+    ) -> Result<JoinResult, oneshot::Receiver<JoinResult>> {
+        let fail = |code: i16, member_id: &str| JoinResult {
+            error_code: code,
+            member_id: member_id.to_string(),
+            generation_id: -1,
+            ..Default::default()
+        };
+        if req.group_id.is_empty() {
+            return Ok(fail(INVALID_GROUP_ID, &req.member_id));
+        }
+        if req.session_timeout_ms < self.config.min_session_timeout_ms
+            || req.session_timeout_ms > self.config.max_session_timeout_ms
+        {
+            return Ok(fail(INVALID_SESSION_TIMEOUT, &req.member_id));
+        }
+        let mut groups = self.lock();
+        if !req.member_id.is_empty() && !groups.contains_key(&req.group_id) {
+            return Ok(fail(UNKNOWN_MEMBER_ID, &req.member_id));
+        }
+        let group = groups.entry(req.group_id.clone()).or_insert_with(|| Group::new(&req.group_id));
+        if group.state == GroupState::Dead {
+            return Ok(fail(COORDINATOR_NOT_AVAILABLE, &req.member_id));
+        }
+        if !group.supports(&req.protocol_type, &req.protocols) {
+            return Ok(fail(INCONSISTENT_GROUP_PROTOCOL, &req.member_id));
+        }
+        let now = Instant::now();
+
+        if req.member_id.is_empty() {
+            if let Some(instance) = req.instance_id.clone() {
+                // Static member (KIP-345): a known instance id takes over its old member id.
+                let new_id = format!("{instance}-{}", uuid::Uuid::new_v4());
+                if let Some(old) = group.member_by_instance(&instance).map(|m| m.id.clone()) {
+                    return self.replace_static_member(store, group, &old, new_id, req);
+                }
+                return self.add_member_and_rebalance(store, group, new_id, req, now);
+            }
+            let new_id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
+            if req.require_known_member_id {
+                group.pending.insert(new_id.clone(), now);
+                return Ok(JoinResult {
+                    error_code: MEMBER_ID_REQUIRED,
+                    member_id: new_id,
+                    generation_id: -1,
+                    ..Default::default()
+                });
+            }
+            return self.add_member_and_rebalance(store, group, new_id, req, now);
+        }
+
+        if group.pending.remove(&req.member_id).is_some() {
+            let id = req.member_id.clone();
+            return self.add_member_and_rebalance(store, group, id, req, now);
+        }
+        let Some(member) = group.members.get_mut(&req.member_id) else {
+            return Ok(fail(UNKNOWN_MEMBER_ID, &req.member_id));
+        };
+        if let (Some(mine), Some(theirs)) = (&member.instance_id, &req.instance_id) {
+            if mine != theirs {
+                return Ok(fail(FENCED_INSTANCE_ID, &req.member_id));
+            }
+        }
+        member.last_heartbeat = now;
+        let changed = member.protocols != req.protocols;
+        member.protocols = req.protocols.clone();
+        member.session_timeout = Duration::from_millis(req.session_timeout_ms as u64);
+        member.rebalance_timeout = Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64);
+        let is_leader = group.leader.as_deref() == Some(req.member_id.as_str());
+        match group.state {
+            GroupState::PreparingRebalance => {}
+            GroupState::CompletingRebalance | GroupState::Stable if !changed && !is_leader => {
+                // Nothing changed for a follower: answer with the current generation at once.
+                let protocol = group.protocol_name.clone();
+                return Ok(JoinResult {
+                    error_code: NONE,
+                    generation_id: group.generation,
+                    protocol_type: group.protocol_type.clone(),
+                    protocol_name: protocol,
+                    leader: group.leader.clone().unwrap_or_default(),
+                    member_id: req.member_id,
+                    members: vec![],
+                });
+            }
+            _ => self.prepare_rebalance(group, now),
+        }
+        let (tx, rx) = oneshot::channel();
+        if let Some(m) = group.members.get_mut(&req.member_id) {
+            m.join_waiter = Some(tx);
+        }
+        self.maybe_complete_join(store, group, now);
+        Err(rx)
+    }
+
+    fn add_member_and_rebalance(
+        &self,
+        store: &dyn GroupStore,
+        group: &mut Group,
+        id: String,
+        req: JoinRequest,
+        now: Instant,
+    ) -> Result<JoinResult, oneshot::Receiver<JoinResult>> {
+        let (tx, rx) = oneshot::channel();
+        let member = Member {
+            id: id.clone(),
+            instance_id: req.instance_id,
+            client_id: req.client_id,
+            client_host: req.client_host,
+            session_timeout: Duration::from_millis(req.session_timeout_ms as u64),
+            rebalance_timeout: Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64),
+            protocol_type: req.protocol_type.clone(),
+            protocols: req.protocols,
+            assignment: Bytes::new(),
+            last_heartbeat: now,
+            join_waiter: Some(tx),
+            sync_waiter: None,
+        };
+        if group.members.is_empty() {
+            group.protocol_type = Some(req.protocol_type);
+        }
+        store.member_joined(&group.id, &member);
+        group.members.insert(id, member);
+        if group.state == GroupState::PreparingRebalance {
+            // Each new member during the initial delay pushes it out again, up to its cap.
+            if let (Some(cap), Some(_)) = (group.initial_delay_cap, group.join_deadline) {
+                group.join_deadline = Some((now + self.config.initial_rebalance_delay).min(cap));
+            }
+        } else {
+            self.prepare_rebalance(group, now);
+        }
+        self.maybe_complete_join(store, group, now);
+        Err(rx)
+    }
+
+    fn replace_static_member(
+        &self,
+        store: &dyn GroupStore,
+        group: &mut Group,
+        old_id: &str,
+        new_id: String,
+        req: JoinRequest,
+    ) -> Result<JoinResult, oneshot::Receiver<JoinResult>> {
+        let Some(mut member) = group.members.remove(old_id) else {
+            return Ok(JoinResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() });
+        };
+        store.member_left(&group.id, old_id);
+        // The old instance's parked requests learn that it has been fenced.
+        if let Some(w) = member.join_waiter.take() {
+            let _ = w.send(JoinResult {
+                error_code: FENCED_INSTANCE_ID,
+                member_id: old_id.to_string(),
+                ..Default::default()
+            });
+        }
+        if let Some(w) = member.sync_waiter.take() {
+            let _ = w.send(SyncResult { error_code: FENCED_INSTANCE_ID, ..Default::default() });
+        }
+        let unchanged = member.protocols == req.protocols;
+        member.id = new_id.clone();
+        member.protocols = req.protocols.clone();
+        member.client_id = req.client_id.clone();
+        member.client_host = req.client_host.clone();
+        member.last_heartbeat = Instant::now();
+        if group.leader.as_deref() == Some(old_id) {
+            group.leader = Some(new_id.clone());
+        }
+        store.member_joined(&group.id, &member);
+        group.members.insert(new_id.clone(), member);
+        if group.state == GroupState::Stable && unchanged {
+            // A static member restarting within its session keeps its assignment: no rebalance.
+            return Ok(JoinResult {
+                error_code: NONE,
+                generation_id: group.generation,
+                protocol_type: group.protocol_type.clone(),
+                protocol_name: group.protocol_name.clone(),
+                leader: group.leader.clone().unwrap_or_default(),
+                member_id: new_id,
+                members: vec![],
+            });
+        }
+        let now = Instant::now();
+        let (tx, rx) = oneshot::channel();
+        if let Some(m) = group.members.get_mut(&new_id) {
+            m.join_waiter = Some(tx);
+        }
+        if group.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(group, now);
+        }
+        self.maybe_complete_join(store, group, now);
+        Err(rx)
+    }
+
+    fn prepare_rebalance(&self, group: &mut Group, now: Instant) {
+        // Members waiting in SyncGroup must rejoin.
+        for m in group.members.values_mut() {
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncResult { error_code: REBALANCE_IN_PROGRESS, ..Default::default() });
+            }
+        }
+        let was_empty = group.state == GroupState::Empty;
+        group.state = GroupState::PreparingRebalance;
+        let timeout = group.max_rebalance_timeout();
+        if was_empty && !self.config.initial_rebalance_delay.is_zero() {
+            group.initial_delay_cap = Some(now + timeout);
+            group.join_deadline = Some((now + self.config.initial_rebalance_delay).min(now + timeout));
+        } else {
+            group.initial_delay_cap = None;
+            group.join_deadline = Some(now + timeout);
+        }
+    }
+
+    fn maybe_complete_join(&self, store: &dyn GroupStore, group: &mut Group, now: Instant) {
+        if group.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let deadline_passed = group.join_deadline.is_some_and(|d| now >= d);
+        let in_initial_delay = group.initial_delay_cap.is_some() && !deadline_passed;
+        if !(deadline_passed || (group.all_joined() && !in_initial_delay)) {
+            return;
+        }
+        // Members that did not rejoin in time are dropped, as Kafka does.
+        let laggards: Vec<String> =
+            group.members.values().filter(|m| m.join_waiter.is_none()).map(|m| m.id.clone()).collect();
+        for id in laggards {
+            group.members.remove(&id);
+            store.member_left(&group.id, &id);
+        }
+        group.pending.clear();
+        group.join_deadline = None;
+        group.initial_delay_cap = None;
+        group.generation += 1;
+        if group.members.is_empty() {
+            group.state = GroupState::Empty;
+            group.protocol_name = None;
+            group.leader = None;
+            let _ = store.store_group(group);
+            return;
+        }
+        group.state = GroupState::CompletingRebalance;
+        group.protocol_name = group.select_protocol();
+        if !group.leader.as_ref().is_some_and(|l| group.members.contains_key(l)) {
+            group.leader = group.members.keys().next().cloned();
+        }
+        let protocol = group.protocol_name.clone().unwrap_or_default();
+        let leader = group.leader.clone().unwrap_or_default();
+        let all: Vec<(String, Option<String>, Bytes)> =
+            group.members.values().map(|m| (m.id.clone(), m.instance_id.clone(), m.metadata_for(&protocol))).collect();
+        for m in group.members.values_mut() {
+            m.assignment = Bytes::new();
+            m.last_heartbeat = now;
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinResult {
+                    error_code: NONE,
+                    generation_id: group.generation,
+                    protocol_type: group.protocol_type.clone(),
+                    protocol_name: group.protocol_name.clone(),
+                    leader: leader.clone(),
+                    member_id: m.id.clone(),
+                    members: if m.id == leader { all.clone() } else { vec![] },
+                });
+            }
+        }
+    }
+
+    pub async fn sync(
+        &self,
+        store: &dyn GroupStore,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        let rx = {
+            let mut groups = self.lock();
+            let fail = |code| SyncResult { error_code: code, ..Default::default() };
+            let Some(group) = groups.get_mut(group_id) else { return fail(UNKNOWN_MEMBER_ID) };
+            let Some(member) = group.members.get_mut(member_id) else {
+                return fail(if instance_id.is_some_and(|i| group.member_by_instance(i).is_some()) {
+                    FENCED_INSTANCE_ID
+                } else {
+                    UNKNOWN_MEMBER_ID
+                });
+            };
+            if instance_id.is_some() && member.instance_id.as_deref() != instance_id {
+                return fail(FENCED_INSTANCE_ID);
+            }
+            if generation != group.generation {
+                return fail(ILLEGAL_GENERATION);
+            }
+            member.last_heartbeat = Instant::now();
+            match group.state {
+                GroupState::PreparingRebalance => return fail(REBALANCE_IN_PROGRESS),
+                GroupState::Stable => {
+                    return SyncResult {
+                        error_code: NONE,
+                        protocol_type: group.protocol_type.clone(),
+                        protocol_name: group.protocol_name.clone(),
+                        assignment: member.assignment.clone(),
+                    }
+                }
+                GroupState::Empty | GroupState::Dead => return fail(UNKNOWN_MEMBER_ID),
+                GroupState::CompletingRebalance => {}
+            }
+            let (tx, rx) = oneshot::channel();
+            member.sync_waiter = Some(tx);
+            if group.leader.as_deref() == Some(member_id) {
+                let given: HashMap<String, Bytes> = assignments.into_iter().collect();
+                for m in group.members.values_mut() {
+                    m.assignment = given.get(&m.id).cloned().unwrap_or_default();
+                }
+                group.state = GroupState::Stable;
+                if let Err(code) = store.store_group(group) {
+                    tracing::warn!(group = %group.id, code, "could not persist group metadata");
+                }
+                let owners = owners_of(group);
+                store.owners_changed(&group.id, &owners);
+                for m in group.members.values_mut() {
+                    if let Some(w) = m.sync_waiter.take() {
+                        let _ = w.send(SyncResult {
+                            error_code: NONE,
+                            protocol_type: group.protocol_type.clone(),
+                            protocol_name: group.protocol_name.clone(),
+                            assignment: m.assignment.clone(),
+                        });
+                    }
+                }
+            }
+            rx
+        };
+        rx.await.unwrap_or(SyncResult { error_code: REBALANCE_IN_PROGRESS, ..Default::default() })
+    }
+
+    pub fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str, instance_id: Option<&str>) -> i16 {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else { return UNKNOWN_MEMBER_ID };
+        let Some(member) = group.members.get_mut(member_id) else {
+            return if instance_id.is_some_and(|i| group.member_by_instance(i).is_some()) {
+                FENCED_INSTANCE_ID
+            } else {
+                UNKNOWN_MEMBER_ID
+            };
+        };
+        member.last_heartbeat = Instant::now();
+        if generation != group.generation {
+            return ILLEGAL_GENERATION;
+        }
+        match group.state {
+            GroupState::PreparingRebalance => REBALANCE_IN_PROGRESS,
+            GroupState::Stable | GroupState::CompletingRebalance => NONE,
+            GroupState::Empty | GroupState::Dead => UNKNOWN_MEMBER_ID,
+        }
+    }
+
+    /// Removes members; returns a per-member error code (in request order).
+    pub fn leave(
+        &self,
+        store: &dyn GroupStore,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<i16>, i16> {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else { return Err(UNKNOWN_MEMBER_ID) };
+        let now = Instant::now();
+        let mut codes = Vec::with_capacity(members.len());
+        for (member_id, instance) in members {
+            let id = if member_id.is_empty() {
+                instance.as_deref().and_then(|i| group.member_by_instance(i)).map(|m| m.id.clone())
+            } else {
+                Some(member_id.clone())
+            };
+            match id.and_then(|id| group.members.remove(&id)) {
+                Some(m) => {
+                    if instance.is_some() && m.instance_id != *instance {
+                        codes.push(FENCED_INSTANCE_ID);
+                        group.members.insert(m.id.clone(), m);
+                        continue;
+                    }
+                    store.member_left(&group.id, &m.id);
+                    self.after_removal(store, group, m, now);
+                    codes.push(NONE);
+                }
+                None => codes.push(UNKNOWN_MEMBER_ID),
+            }
+        }
+        Ok(codes)
+    }
+
+    fn after_removal(&self, store: &dyn GroupStore, group: &mut Group, mut removed: Member, now: Instant) {
+        if let Some(w) = removed.join_waiter.take() {
+            let _ = w.send(JoinResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() });
+        }
+        if let Some(w) = removed.sync_waiter.take() {
+            let _ = w.send(SyncResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() });
+        }
+        if group.leader.as_deref() == Some(removed.id.as_str()) {
+            group.leader = None;
+        }
+        match group.state {
+            GroupState::PreparingRebalance => self.maybe_complete_join(store, group, now),
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                if group.members.is_empty() {
+                    group.state = GroupState::Empty;
+                    group.generation += 1;
+                    group.protocol_name = None;
+                    let _ = store.store_group(group);
+                    store.owners_changed(&group.id, &[]);
+                } else {
+                    self.prepare_rebalance(group, now);
+                    self.maybe_complete_join(store, group, now);
+                }
+            }
+            GroupState::Empty | GroupState::Dead => {}
+        }
+    }
+
+    /// Expires silent members and ends join phases whose time is up.
+    pub fn tick(&self, store: &dyn GroupStore) {
+        let now = Instant::now();
+        let mut groups = self.lock();
+        for group in groups.values_mut() {
+            let expired: Vec<String> = group
+                .members
+                .values()
+                .filter(|m| m.join_waiter.is_none() && m.sync_waiter.is_none())
+                .filter(|m| now.duration_since(m.last_heartbeat) > m.session_timeout)
+                .map(|m| m.id.clone())
+                .collect();
+            for id in expired {
+                if let Some(m) = group.members.remove(&id) {
+                    tracing::info!(group = %group.id, member = %id, "member session expired");
+                    store.member_left(&group.id, &id);
+                    self.after_removal(store, group, m, now);
+                }
+            }
+            // Pending ids that never came back expire like sessions would.
+            group.pending.retain(|_, since| now.duration_since(*since) < Duration::from_secs(300));
+            if group.state == GroupState::PreparingRebalance {
+                self.maybe_complete_join(store, group, now);
+            }
+        }
+    }
+
+    pub fn commit_offsets(
+        &self,
+        store: &dyn GroupStore,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: Vec<((String, i32), i64, i32, Option<String>)>,
+    ) -> Vec<((String, i32), i16)> {
+        let mut groups = self.lock();
+        let all = |code: i16| offsets.iter().map(|(tp, ..)| (tp.clone(), code)).collect::<Vec<_>>();
+        if group_id.is_empty() {
+            return all(INVALID_GROUP_ID);
+        }
+        let group = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
+        let simple = generation < 0 && member_id.is_empty();
+        if simple {
+            if group.state != GroupState::Empty {
+                return all(UNKNOWN_MEMBER_ID);
+            }
+        } else {
+            let Some(member) = group.members.get_mut(member_id) else { return all(UNKNOWN_MEMBER_ID) };
+            member.last_heartbeat = Instant::now();
+            if generation != group.generation {
+                return all(ILLEGAL_GENERATION);
+            }
+            if group.state == GroupState::CompletingRebalance {
+                return all(REBALANCE_IN_PROGRESS);
+            }
+        }
+        let ts = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut to_store = Vec::new();
+        for (tp, offset, epoch, metadata) in offsets {
+            let metadata = metadata.unwrap_or_default();
+            if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                results.push((tp, OFFSET_METADATA_TOO_LARGE));
+            } else if !store.topic_partition_exists(&tp.0, tp.1) {
+                results.push((tp, UNKNOWN_TOPIC_OR_PARTITION));
+            } else {
+                let value = CommittedOffset { offset, leader_epoch: epoch, metadata, commit_timestamp: ts };
+                to_store.push((tp.clone(), Some(value)));
+                results.push((tp, NONE));
+            }
+        }
+        if !to_store.is_empty() {
+            if let Err(code) = store.store_offsets(group_id, &to_store) {
+                return results.into_iter().map(|(tp, c)| (tp, if c == NONE { code } else { c })).collect();
+            }
+            for (tp, v) in to_store {
+                if let Some(v) = v {
+                    group.offsets.insert(tp, v);
+                }
+            }
+        }
+        results
+    }
+
+    /// Committed offsets of a group; `None` for topics means all of them.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        wanted: Option<Vec<(String, i32)>>,
+    ) -> Vec<((String, i32), Option<CommittedOffset>)> {
+        let groups = self.lock();
+        let group = groups.get(group_id);
+        match wanted {
+            None => group
+                .map(|g| g.offsets.iter().map(|(tp, o)| (tp.clone(), Some(o.clone()))).collect())
+                .unwrap_or_default(),
+            Some(list) => list
+                .into_iter()
+                .map(|tp| {
+                    let v = group.and_then(|g| g.offsets.get(&tp).cloned());
+                    (tp, v)
+                })
+                .collect(),
+        }
+    }
+
+    pub fn delete_offsets(
+        &self,
+        store: &dyn GroupStore,
+        group_id: &str,
+        tps: Vec<(String, i32)>,
+        subscribed: impl Fn(&Group, &str) -> bool,
+    ) -> Result<Vec<((String, i32), i16)>, i16> {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else { return Err(GROUP_ID_NOT_FOUND) };
+        let mut results = Vec::new();
+        let mut tombstones = Vec::new();
+        for tp in tps {
+            if group.state != GroupState::Empty && subscribed(group, &tp.0) {
+                results.push((tp, GROUP_SUBSCRIBED_TO_TOPIC));
+            } else {
+                tombstones.push((tp.clone(), None));
+                results.push((tp, NONE));
+            }
+        }
+        if !tombstones.is_empty() {
+            store.store_offsets(group_id, &tombstones)?;
+            for (tp, _) in tombstones {
+                group.offsets.remove(&tp);
+            }
+        }
+        Ok(results)
+    }
+
+    pub fn delete_group(&self, store: &dyn GroupStore, group_id: &str) -> i16 {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else { return GROUP_ID_NOT_FOUND };
+        if group.state != GroupState::Empty {
+            return NON_EMPTY_GROUP;
+        }
+        let tombstones: Vec<((String, i32), Option<CommittedOffset>)> =
+            group.offsets.keys().map(|tp| (tp.clone(), None)).collect();
+        if let Err(code) = store.store_offsets(group_id, &tombstones) {
+            return code;
+        }
+        group.state = GroupState::Dead;
+        let _ = store.store_group(group);
+        groups.remove(group_id);
+        NONE
+    }
+
+    /// Runs `f` on a group, if it exists.
+    pub fn with_group<R>(&self, group_id: &str, f: impl FnOnce(&Group) -> R) -> Option<R> {
+        self.lock().get(group_id).map(f)
+    }
+
+    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+        self.lock().values().map(|g| (g.id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state)).collect()
+    }
+}
+
+/// (topic, partition, member) for every partition assigned in a "consumer" group.
+fn owners_of(group: &Group) -> Vec<(String, i32, String)> {
+    use kafka_protocol::messages::ConsumerProtocolAssignment;
+    use kafka_protocol::protocol::Decodable;
+    if group.protocol_type.as_deref() != Some("consumer") {
+        return vec![];
+    }
+    let mut out = Vec::new();
+    for m in group.members.values() {
+        let mut buf = m.assignment.clone();
+        if buf.len() < 2 {
+            continue;
+        }
+        let version = i16::from_be_bytes([buf[0], buf[1]]);
+        let _ = bytes::Buf::get_i16(&mut buf);
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3))
+        }));
+        if let Ok(Ok(a)) = decoded {
+            for tp in a.assigned_partitions {
+                for p in tp.partitions {
+                    out.push((tp.topic.0.to_string(), p, m.id.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Topics a "consumer" member subscribes to, from its JoinGroup metadata.
+pub fn subscribed_topics(member: &Member, protocol: Option<&str>) -> Vec<String> {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    if member.protocol_type != "consumer" {
+        return vec![];
+    }
+    let mut buf = match protocol {
+        Some(p) => member.metadata_for(p),
+        None => member.protocols.first().map(|(_, m)| m.clone()).unwrap_or_default(),
+    };
+    if buf.len() < 2 {
+        return vec![];
+    }
+    let version = i16::from_be_bytes([buf[0], buf[1]]);
+    let _ = bytes::Buf::get_i16(&mut buf);
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3))
+    }));
+    match decoded {
+        Ok(Ok(s)) => s.topics.into_iter().map(|t| t.to_string()).collect(),
+        _ => vec![],
+    }
+}

@@ -1,0 +1,288 @@
+//! The records the group coordinator keeps in `__consumer_offsets`, in Kafka's key/value
+//! schemas, so that tools which read the topic directly (Burrow, the console consumer with
+//! Kafka's OffsetsMessageFormatter) understand them.
+//!
+//! Offset commit: key v1 (group, topic, partition), value v3 (offset, leader epoch, metadata,
+//! commit timestamp). Group metadata: key v2 (group), value v3. A null value is a tombstone.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::log::batch::{read_varint, read_varlong};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OffsetsKey {
+    Offset { group: String, topic: String, partition: i32 },
+    Group { group: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetValue {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp: i64,
+}
+
+fn put_str(buf: &mut BytesMut, s: &str) {
+    buf.put_i16(s.len() as i16);
+    buf.put_slice(s.as_bytes());
+}
+
+fn put_nullable_str(buf: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => put_str(buf, s),
+        None => buf.put_i16(-1),
+    }
+}
+
+fn put_bytes(buf: &mut BytesMut, b: &[u8]) {
+    buf.put_i32(b.len() as i32);
+    buf.put_slice(b);
+}
+
+fn get_str(buf: &mut &[u8]) -> Option<String> {
+    if buf.remaining() < 2 {
+        return None;
+    }
+    let len = buf.get_i16();
+    if len < 0 {
+        return Some(String::new());
+    }
+    let len = len as usize;
+    if buf.remaining() < len {
+        return None;
+    }
+    let s = String::from_utf8(buf[..len].to_vec()).ok()?;
+    buf.advance(len);
+    Some(s)
+}
+
+impl OffsetsKey {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        match self {
+            OffsetsKey::Offset { group, topic, partition } => {
+                b.put_i16(1);
+                put_str(&mut b, group);
+                put_str(&mut b, topic);
+                b.put_i32(*partition);
+            }
+            OffsetsKey::Group { group } => {
+                b.put_i16(2);
+                put_str(&mut b, group);
+            }
+        }
+        b.freeze()
+    }
+
+    pub fn decode(mut buf: &[u8]) -> Option<OffsetsKey> {
+        if buf.remaining() < 2 {
+            return None;
+        }
+        match buf.get_i16() {
+            0 | 1 => {
+                let group = get_str(&mut buf)?;
+                let topic = get_str(&mut buf)?;
+                if buf.remaining() < 4 {
+                    return None;
+                }
+                Some(OffsetsKey::Offset { group, topic, partition: buf.get_i32() })
+            }
+            2 => Some(OffsetsKey::Group { group: get_str(&mut buf)? }),
+            _ => None,
+        }
+    }
+}
+
+impl OffsetValue {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(3);
+        b.put_i64(self.offset);
+        b.put_i32(self.leader_epoch);
+        put_str(&mut b, &self.metadata);
+        b.put_i64(self.commit_timestamp);
+        b.freeze()
+    }
+
+    /// Reads value versions 0-3 (4 is the flexible form Kafka 4 writes; not produced here).
+    pub fn decode(mut buf: &[u8]) -> Option<OffsetValue> {
+        if buf.remaining() < 10 {
+            return None;
+        }
+        let version = buf.get_i16();
+        let offset = buf.get_i64();
+        let leader_epoch = if version >= 3 {
+            if buf.remaining() < 4 {
+                return None;
+            }
+            buf.get_i32()
+        } else {
+            -1
+        };
+        let metadata = get_str(&mut buf)?;
+        if buf.remaining() < 8 {
+            return None;
+        }
+        let commit_timestamp = buf.get_i64();
+        Some(OffsetValue { offset, leader_epoch, metadata, commit_timestamp })
+    }
+}
+
+/// One member as stored in a group metadata record.
+pub struct StoredMember<'a> {
+    pub member_id: &'a str,
+    pub instance_id: Option<&'a str>,
+    pub client_id: &'a str,
+    pub client_host: &'a str,
+    pub rebalance_timeout: i32,
+    pub session_timeout: i32,
+    pub subscription: &'a [u8],
+    pub assignment: &'a [u8],
+}
+
+pub fn encode_group_value(
+    protocol_type: &str,
+    generation: i32,
+    protocol: Option<&str>,
+    leader: Option<&str>,
+    timestamp: i64,
+    members: &[StoredMember<'_>],
+) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(3);
+    put_str(&mut b, protocol_type);
+    b.put_i32(generation);
+    put_nullable_str(&mut b, protocol);
+    put_nullable_str(&mut b, leader);
+    b.put_i64(timestamp);
+    b.put_i32(members.len() as i32);
+    for m in members {
+        put_str(&mut b, m.member_id);
+        put_nullable_str(&mut b, m.instance_id);
+        put_str(&mut b, m.client_id);
+        put_str(&mut b, m.client_host);
+        b.put_i32(m.rebalance_timeout);
+        b.put_i32(m.session_timeout);
+        put_bytes(&mut b, m.subscription);
+        put_bytes(&mut b, m.assignment);
+    }
+    b.freeze()
+}
+
+/// Reads the protocol type and generation of a group metadata value (any version).
+pub fn decode_group_header(mut buf: &[u8]) -> Option<(String, i32)> {
+    if buf.remaining() < 2 {
+        return None;
+    }
+    let _version = buf.get_i16();
+    let protocol_type = get_str(&mut buf)?;
+    if buf.remaining() < 4 {
+        return None;
+    }
+    Some((protocol_type, buf.get_i32()))
+}
+
+/// A key/value pair from a stored batch; `value` None is a tombstone.
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// Reads the records of one uncompressed v2 batch (the coordinator writes only those). Anything
+/// malformed ends the batch early rather than failing the load.
+pub fn batch_records(batch: &[u8]) -> Vec<KeyValue> {
+    const HEADER: usize = 61;
+    let mut out = Vec::new();
+    if batch.len() < HEADER {
+        return out;
+    }
+    let attributes = i16::from_be_bytes([batch[21], batch[22]]);
+    if attributes & 0x07 != 0 || attributes & 0x20 != 0 {
+        return out;
+    }
+    let count = i32::from_be_bytes([batch[57], batch[58], batch[59], batch[60]]).max(0);
+    let mut rest = &batch[HEADER..];
+    for _ in 0..count {
+        let Some((len, n)) = read_varint(rest) else { break };
+        rest = &rest[n..];
+        if len < 0 || len as usize > rest.len() {
+            break;
+        }
+        let (record, tail) = rest.split_at(len as usize);
+        rest = tail;
+        if let Some(kv) = parse_record(record) {
+            out.push(kv);
+        }
+    }
+    out
+}
+
+fn parse_record(mut r: &[u8]) -> Option<KeyValue> {
+    r = r.get(1..)?; // attributes
+    let (_, n) = read_varlong(r)?; // timestamp delta
+    r = &r[n..];
+    let (_, n) = read_varint(r)?; // offset delta
+    r = &r[n..];
+    let (klen, n) = read_varint(r)?;
+    r = &r[n..];
+    if klen < 0 || klen as usize > r.len() {
+        return None;
+    }
+    let key = r[..klen as usize].to_vec();
+    r = &r[klen as usize..];
+    let (vlen, n) = read_varint(r)?;
+    r = &r[n..];
+    let value = if vlen < 0 {
+        None
+    } else {
+        if vlen as usize > r.len() {
+            return None;
+        }
+        Some(r[..vlen as usize].to_vec())
+    };
+    Some(KeyValue { key, value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::{encode_batch, BatchOptions, SimpleRecord};
+
+    #[test]
+    fn offset_records_roundtrip_through_a_batch() {
+        let key = OffsetsKey::Offset { group: "g".into(), topic: "t".into(), partition: 3 };
+        let value = OffsetValue { offset: 42, leader_epoch: -1, metadata: "m".into(), commit_timestamp: 7 };
+        let (k, v) = (key.encode(), value.encode());
+        let gk = OffsetsKey::Group { group: "g".into() }.encode();
+        let batch = encode_batch(
+            &BatchOptions::default(),
+            &[
+                SimpleRecord { timestamp: 1, key: Some(&k), value: Some(&v), headers: vec![] },
+                SimpleRecord { timestamp: 1, key: Some(&gk), value: None, headers: vec![] },
+            ],
+        );
+        let records = batch_records(&batch);
+        assert_eq!(records.len(), 2);
+        assert_eq!(OffsetsKey::decode(&records[0].key), Some(key));
+        assert_eq!(OffsetValue::decode(records[0].value.as_deref().unwrap()), Some(value));
+        assert_eq!(OffsetsKey::decode(&records[1].key), Some(OffsetsKey::Group { group: "g".into() }));
+        assert!(records[1].value.is_none());
+    }
+
+    #[test]
+    fn kafka_key_bytes_are_as_specified() {
+        let k = OffsetsKey::Offset { group: "g".into(), topic: "t".into(), partition: 1 }.encode();
+        assert_eq!(&k[..], &[0, 1, 0, 1, b'g', 0, 1, b't', 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn garbage_does_not_panic() {
+        for n in 0..80 {
+            let junk: Vec<u8> = (0..n).map(|i| (i * 37 % 251) as u8).collect();
+            let _ = batch_records(&junk);
+            let _ = OffsetsKey::decode(&junk);
+            let _ = OffsetValue::decode(&junk);
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! How the coordinator's state reaches disk and the znode tree on this broker: offsets and group
+//! metadata as records in `__consumer_offsets`, membership under `/consumers/<group>`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::coordinator::{subscribed_topics, CommittedOffset, Group, GroupState, GroupStore, Member};
+use super::offsets_log::{self, OffsetValue, OffsetsKey, StoredMember};
+use super::{partition_for, OFFSETS_TOPIC};
+use crate::broker::Broker;
+use crate::controller::TopicRequest;
+use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
+
+const NOT_COORDINATOR: i16 = 16;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+/// Kafka's `offsets.topic.segment.bytes` default.
+const OFFSETS_SEGMENT_BYTES: &str = "104857600";
+
+pub struct BrokerGroupStore<'a>(pub &'a Broker);
+
+fn consumers_ids(group: &str) -> String {
+    format!("/consumers/{group}/ids")
+}
+
+impl BrokerGroupStore<'_> {
+    fn append(&self, group: &str, records: Vec<(bytes::Bytes, Option<bytes::Bytes>)>) -> Result<(), i16> {
+        let b = self.0;
+        let p = partition_for(group, b.offsets_partitions());
+        let partition = b.replicas.partition(OFFSETS_TOPIC, p).ok_or(NOT_COORDINATOR)?;
+        let ts = crate::log::now_ms();
+        let simple: Vec<SimpleRecord<'_>> = records
+            .iter()
+            .map(|(k, v)| SimpleRecord { timestamp: ts, key: Some(k), value: v.as_deref(), headers: vec![] })
+            .collect();
+        let batch = encode_batch(&BatchOptions::default(), &simple);
+        let result = partition.append(batch.into(), 0, u32::MAX);
+        if result.error_code != 0 {
+            return Err(result.error_code);
+        }
+        b.replicas.notify_appended();
+        Ok(())
+    }
+}
+
+impl GroupStore for BrokerGroupStore<'_> {
+    fn store_offsets(&self, group: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+        let records = offsets
+            .iter()
+            .map(|((topic, partition), value)| {
+                let key = OffsetsKey::Offset { group: group.to_string(), topic: topic.clone(), partition: *partition };
+                let value = value.as_ref().map(|v| {
+                    OffsetValue {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata.clone(),
+                        commit_timestamp: v.commit_timestamp,
+                    }
+                    .encode()
+                });
+                (key.encode(), value)
+            })
+            .collect();
+        self.append(group, records)
+    }
+
+    fn store_group(&self, group: &Group) -> Result<(), i16> {
+        let key = OffsetsKey::Group { group: group.id.clone() }.encode();
+        if group.state == GroupState::Dead {
+            return self.append(&group.id, vec![(key, None)]);
+        }
+        let protocol = group.protocol_name.as_deref();
+        let metadata: Vec<(bytes::Bytes, &Member)> = group
+            .members
+            .values()
+            .map(|m| {
+                (
+                    m.protocols
+                        .iter()
+                        .find(|(n, _)| Some(n.as_str()) == protocol)
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default(),
+                    m,
+                )
+            })
+            .collect();
+        let members: Vec<StoredMember<'_>> = metadata
+            .iter()
+            .map(|(sub, m)| StoredMember {
+                member_id: &m.id,
+                instance_id: m.instance_id.as_deref(),
+                client_id: &m.client_id,
+                client_host: &m.client_host,
+                rebalance_timeout: m.rebalance_timeout.as_millis() as i32,
+                session_timeout: m.session_timeout.as_millis() as i32,
+                subscription: sub,
+                assignment: &m.assignment,
+            })
+            .collect();
+        let value = offsets_log::encode_group_value(
+            group.protocol_type.as_deref().unwrap_or(""),
+            group.generation,
+            protocol,
+            group.leader.as_deref(),
+            crate::log::now_ms(),
+            &members,
+        );
+        self.append(&group.id, vec![(key, Some(value))])
+    }
+
+    fn topic_partition_exists(&self, topic: &str, partition: i32) -> bool {
+        self.0.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
+    }
+
+    fn member_joined(&self, group: &str, member: &Member) {
+        let topics: BTreeMap<String, i32> = subscribed_topics(member, None).into_iter().map(|t| (t, 1)).collect();
+        let data = json!({
+            "version": 1,
+            "subscription": topics,
+            "pattern": "static",
+            "timestamp": crate::log::now_ms().to_string(),
+            "client_id": member.client_id,
+            "host": member.client_host,
+        })
+        .to_string();
+        let path = format!("{}/{}", consumers_ids(group), member.id);
+        if let Err(e) = self.0.store.put_ephemeral(&path, &data) {
+            tracing::warn!(%path, error = %e, "could not register group member");
+        }
+    }
+
+    fn member_left(&self, group: &str, member_id: &str) {
+        let path = format!("{}/{member_id}", consumers_ids(group));
+        if let Err(e) = self.0.store.delete_recursive(&path) {
+            tracing::warn!(%path, error = %e, "could not remove group member");
+        }
+    }
+
+    fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]) {
+        let root = format!("/consumers/{group}/owners");
+        let mut result = self.0.store.delete_recursive(&root);
+        for (topic, partition, member) in owners {
+            if result.is_err() {
+                break;
+            }
+            result = self.0.store.put_ephemeral(&format!("{root}/{topic}/{partition}"), member);
+        }
+        if let Err(e) = result {
+            tracing::warn!(%group, error = %e, "could not record partition owners");
+        }
+    }
+}
+
+impl Broker {
+    pub fn group_store(&self) -> BrokerGroupStore<'_> {
+        BrokerGroupStore(self)
+    }
+
+    pub fn offsets_partitions(&self) -> i32 {
+        self.config
+            .values
+            .get("offsets.topic.num.partitions")
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(50)
+    }
+
+    /// The broker that coordinates `group`: the leader of its `__consumer_offsets` partition,
+    /// creating the topic on first use as Kafka does.
+    pub fn group_coordinator_for(&self, group: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+        if self.cache.topic(OFFSETS_TOPIC).is_none() {
+            self.create_offsets_topic()?;
+        }
+        let topic = self.cache.topic(OFFSETS_TOPIC).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        let p = partition_for(group, topic.partitions.len() as i32);
+        let leader =
+            topic.partitions.iter().find(|x| x.index == p).map(|x| x.leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        if leader < 0 {
+            return Err(COORDINATOR_NOT_AVAILABLE);
+        }
+        if leader == self.config.broker_id {
+            let ep = self.config.advertised_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+            return Ok((leader, ep.host.clone(), ep.port));
+        }
+        let snapshot = self.cache.snapshot();
+        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        Ok((b.id, b.host.clone(), b.port))
+    }
+
+    fn create_offsets_topic(&self) -> Result<(), i16> {
+        let configured: i16 =
+            self.config.values.get("offsets.topic.replication.factor").and_then(|v| v.parse().ok()).unwrap_or(3);
+        let live = self.cache.snapshot().brokers.len() as i16;
+        // Standalone there is one broker; Kafka's default of 3 would make groups unusable,
+        // so a standalone broker caps it (Kafka's own sample config sets 1 for the same reason).
+        let rf = if self.config.zookeeper_connect.is_none() { configured.min(live).max(1) } else { configured };
+        let configs = BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("segment.bytes".to_string(), OFFSETS_SEGMENT_BYTES.to_string()),
+        ]);
+        let plan = self.plan_topic(TopicRequest {
+            name: OFFSETS_TOPIC.to_string(),
+            num_partitions: self.offsets_partitions(),
+            replication_factor: rf,
+            assignment: Default::default(),
+            configs,
+        });
+        match plan.and_then(|p| self.create_topic(p)) {
+            Ok(_) => Ok(()),
+            Err(_) if self.cache.topic(OFFSETS_TOPIC).is_some() => Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create {OFFSETS_TOPIC}");
+                Err(COORDINATOR_NOT_AVAILABLE)
+            }
+        }
+    }
+
+    /// Replays `__consumer_offsets` into the coordinator (at startup, before serving).
+    pub fn load_groups(&self) {
+        let Some(topic) = self.cache.topic(OFFSETS_TOPIC) else { return };
+        let mut loaded = 0usize;
+        for p in &topic.partitions {
+            let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, p.index) else { continue };
+            let mut offset = partition.log_start_offset();
+            let end = partition.log_end_offset();
+            while offset < end {
+                let read = partition.read(offset, 1 << 20);
+                if read.error_code != 0 || read.records.is_empty() {
+                    break;
+                }
+                let mut buf = &read.records[..];
+                let mut next = offset;
+                while let Some(h) = BatchHeader::parse(buf) {
+                    let size = h.total_size();
+                    if size > buf.len() {
+                        break;
+                    }
+                    for kv in offsets_log::batch_records(&buf[..size]) {
+                        self.apply_offsets_record(&kv);
+                        loaded += 1;
+                    }
+                    next = h.next_offset();
+                    buf = &buf[size..];
+                }
+                if next <= offset {
+                    break;
+                }
+                offset = next;
+            }
+        }
+        if loaded > 0 {
+            tracing::info!(records = loaded, "loaded consumer group state from {OFFSETS_TOPIC}");
+        }
+    }
+
+    fn apply_offsets_record(&self, kv: &offsets_log::KeyValue) {
+        match OffsetsKey::decode(&kv.key) {
+            Some(OffsetsKey::Offset { group, topic, partition }) => {
+                let value = kv.value.as_deref().and_then(OffsetValue::decode).map(|v| CommittedOffset {
+                    offset: v.offset,
+                    leader_epoch: v.leader_epoch,
+                    metadata: v.metadata,
+                    commit_timestamp: v.commit_timestamp,
+                });
+                self.groups.load_offset(&group, (topic, partition), value);
+            }
+            Some(OffsetsKey::Group { group }) => {
+                let header = kv.value.as_deref().and_then(offsets_log::decode_group_header);
+                self.groups.load_group(&group, header);
+            }
+            None => {}
+        }
+    }
+
+    /// Drives session and rebalance timeouts.
+    pub fn spawn_group_timer(self: &Arc<Self>) {
+        let b = self.clone();
+        tokio::spawn(async move {
+            // Session timeouts are seconds long; a tenth of a second is precise enough.
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                b.groups.tick(&b.group_store());
+            }
+        });
+    }
+}
