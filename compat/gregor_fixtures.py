@@ -7,8 +7,8 @@ Fixtures
   broker           a fresh gregor on a free port with a fresh temp log.dirs
                    (function scope). Attributes: .bootstrap ("host:port"), .host,
                    .port, .data_dir, .proc (Popen), .restart("term"|"kill"),
-                   .stop(), .kill(), .stderr_tail().  Tuple-style access:
-                   `addr, data_dir, proc = broker.as_tuple()`.
+                   .stop(), .kill(), .stderr_tail().  Unpacks as a tuple:
+                   `addr, data_dir, proc = broker` (or broker.as_tuple()).
   broker_factory   call broker_factory(overrides={...}) to start more brokers,
                    e.g. with --override socket.request.max.bytes=1048576.
   zookeeper        session-scoped ZooKeeper; started lazily on first use only.

@@ -132,6 +132,10 @@ class Broker:
         self.api_versions: Dict[int, tuple] = {}
 
     # -- info ---------------------------------------------------------------
+    def __iter__(self):
+        """`addr, data_dir, proc = broker` (proc is the current Popen; it changes on restart)."""
+        return iter((self.bootstrap, self.data_dir, self.proc))
+
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"

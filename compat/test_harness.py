@@ -7,7 +7,8 @@ from gregor_harness import api_versions_probe, zk_four_letter
 
 
 def test_broker_fixture(broker):
-    addr, data_dir, proc = broker.as_tuple()
+    addr, data_dir, proc = broker
+    assert (addr, data_dir, proc) == broker.as_tuple()
     host, port = addr.rsplit(":", 1)
     assert proc.poll() is None
     assert data_dir.is_dir()

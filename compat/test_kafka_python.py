@@ -230,4 +230,4 @@ def test_kill9_keeps_acked_data(broker):
     recs = make_records(3000, "kafka-python")
     acked = produce_records(producer(broker, acks="all"), t, recs)
     broker.restart("kill")
-    verify_records(recs, consume_all(broker, t, len(recs)), acked=acked)
+    verify_records(recs, consume_all(broker, t, len(recs)), acked=acked, check_order=False)

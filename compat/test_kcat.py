@@ -65,7 +65,7 @@ def lines_for(n, tag="r"):
     return [f"key-{i % 97}-{i}\tvalue-{tag}-{i}-" + "x" * (i % 50) for i in range(n)]
 
 
-def check_rows(rows, n, tag="r", t0=None, t1=None, headers=True):
+def check_rows(rows, n, tag="r", t0=None, t1=None, headers=True, ordered=True):
     assert len(rows) == n, f"consumed {len(rows)} messages, produced {n}"
     by_part = {}
     seen = set()
@@ -78,7 +78,8 @@ def check_rows(rows, n, tag="r", t0=None, t1=None, headers=True):
             m = re.fullmatch(rf"value-{tag}-(\d+)-x*", r["value"])
             assert m, f"unexpected value {r['value']!r}"
             seq = int(m.group(1))
-            assert seq > last, f"partition {p}: out of order, seq {last} then {seq}"
+            if ordered:
+                assert seq > last, f"partition {p}: out of order, seq {last} then {seq}"
             last = seq
             assert seq not in seen, f"duplicate seq {seq}"
             seen.add(seq)
@@ -161,8 +162,7 @@ def test_json_envelope(broker):
 @pytest.mark.parametrize("codec", CODECS)
 def test_codec_roundtrip(broker, codec):
     t = uniq(f"kcat-{codec}")
-    produce_lines(broker, t, lines_for(3000, codec), extra=["-X", f"compression.codec={codec}",
-                                                            "-X", "linger.ms=20"])
+    produce_lines(broker, t, lines_for(3000, codec), extra=["-z", codec, "-X", "linger.ms=20"])
     check_rows(consume(broker, t), 3000, tag=codec)
 
 
@@ -242,20 +242,25 @@ def test_restart_sigterm_keeps_data(broker_factory):
     t = uniq("kcat-restart")
     produce_lines(broker, t, lines_for(5000, "rs"), extra=["-X", "acks=all"])
     before = consume(broker, t)
-    check_rows(before, 5000, tag="rs")
+    # durability only here; ordering is checked by the other tests
+    check_rows(before, 5000, tag="rs", ordered=False)
     rc = broker.restart("term")
     assert rc == 0, f"SIGTERM shutdown exit code {rc}"
     after = consume(broker, t)
-    assert sorted(map(lambda r: tuple(sorted(r.items())), after)) == \
-           sorted(map(lambda r: tuple(sorted(r.items())), before))
+    key = lambda r: (r["partition"], r["offset"])  # noqa: E731
+    assert sorted(after, key=key) == sorted(before, key=key), "log content changed across a clean restart"
     # and the log continues where it stopped
     produce_lines(broker, t, [f"key-{i % 97}-{i}\tvalue-rs-{i}-" + "x" * (i % 50) for i in range(5000, 5100)])
-    check_rows(consume(broker, t), 5100, tag="rs")
+    check_rows(consume(broker, t), 5100, tag="rs", ordered=False)
 
 
 def test_kill9_keeps_acked_data(broker_factory):
     broker = broker_factory({"num.partitions": "3"})
     t = uniq("kcat-kill")
     produce_lines(broker, t, lines_for(5000, "k9"), extra=["-X", "acks=all"])
+    before = consume(broker, t)
+    check_rows(before, 5000, tag="k9", ordered=False)
     broker.restart("kill")
-    check_rows(consume(broker, t), 5000, tag="k9")
+    after = consume(broker, t)
+    key = lambda r: (r["partition"], r["offset"])  # noqa: E731
+    assert sorted(after, key=key) == sorted(before, key=key), "acknowledged data changed across kill -9"

@@ -421,3 +421,57 @@ def test_fetch_returns_stored_batch_bytes(broker):
         assert [b.base_offset for b in bs] == [0, 3]
         assert bs[0].raw[17:] == batch[17:] and bs[1].raw[17:] == batch2[17:]
         assert all(b.crc_ok for b in bs)
+
+
+# ---------------------------------------------------------------------------
+# behaviour clients depend on (KAFKA-FACTS §7.4)
+# ---------------------------------------------------------------------------
+
+def test_metadata_empty_list_semantics(broker):
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c)
+        v0 = kp.decode_metadata(c.call(kp.METADATA, 0, kp.metadata_request(0, [])), 0)
+        assert name in {t["name"] for t in v0["topics"]}, "Metadata v0 with [] must list all topics"
+        v1 = kp.decode_metadata(c.call(kp.METADATA, 1, kp.metadata_request(1, [])), 1)
+        assert v1["topics"] == [], "Metadata v1+ with [] must list no topics"
+        v1all = kp.decode_metadata(c.call(kp.METADATA, 1, kp.metadata_request(1, None)), 1)
+        assert name in {t["name"] for t in v1all["topics"]}, "Metadata v1+ with null must list all topics"
+
+
+def test_metadata_auto_create(broker):
+    with kp.Conn(broker.host, broker.port) as c:
+        name = topic_name("auto")
+        md = kp.metadata(c, [name], version=9, allow_auto=True)
+        assert md["topics"][0]["error_code"] in (0, 5), md["topics"][0]  # 5 = LEADER_NOT_AVAILABLE while creating
+        wait_leader(c, name, 1)
+        assert kp.produce(c, name, 0, kp.build_batch(sample_records(1)))["error_code"] == 0
+
+
+def test_produce_to_missing_partition(broker):
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c, 1)
+        p = kp.produce(c, name, 5, kp.build_batch(sample_records(1)))
+        assert p["error_code"] == kp.UNKNOWN_TOPIC_OR_PARTITION, p
+        r = c.call(kp.METADATA, 4, kp.metadata_request(4, [name], allow_auto=False))
+        assert kp.decode_metadata(r, 4)["topics"][0]["error_code"] == 0
+
+
+def test_fetch_returns_oversized_first_batch(broker):
+    """KIP-74: at least the first batch is returned even if larger than the byte limits."""
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c)
+        big = kp.Record(value=b"B" * 300_000, key=b"big")
+        assert kp.produce(c, name, 0, kp.build_batch([big]))["error_code"] == 0
+        r = c.call(kp.FETCH, 11, kp.fetch_request(11, {name: {0: 0}}, max_bytes=1000, partition_max_bytes=1000))
+        p = kp.decode_fetch(r, 11)["responses"][0]["partitions"][0]
+        assert p["error_code"] == 0
+        recs = [x for b in kp.decode_batches(p["records"]) for x in b.records]
+        assert [x.value for x in recs] == [big.value], "oversized first batch not returned whole"
+
+
+def test_create_partitions_cannot_shrink(broker):
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c, 3)
+        r = c.call(kp.CREATE_PARTITIONS, 3, kp.create_partitions_request(3, [(name, 2)]))
+        [t] = kp.decode_create_partitions(r, 3)["results"]
+        assert t["error_code"] == 37, t  # INVALID_PARTITIONS

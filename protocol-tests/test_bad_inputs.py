@@ -273,3 +273,29 @@ def test_pipelined_read_your_writes(sentinel):
     with sentinel.conn() as c:
         sentinel.content = sentinel._content(c)
     sentinel.check()
+
+
+def test_pipelined_produces_appended_in_request_order(sentinel):
+    """Clients keep up to 5 (librdkafka without idempotence: many more) Produce requests in
+    flight per connection and rely on them being appended in order."""
+    topic = sentinel.topic
+    n = 100
+    with sentinel.conn() as c:
+        wire = b"".join(kp.encode_request(kp.PRODUCE, 7, 9000 + i, kp.produce_request(
+            7, {topic: {0: kp.build_batch([kp.Record(b"pp-%03d" % i)])}})) for i in range(n))
+        c.sock.sendall(wire)
+        bases = []
+        for i in range(n):
+            p = kp.decode_produce(c.recv(kp.PRODUCE, 7, 9000 + i), 7)["responses"][0]["partitions"][0]
+            assert p["error_code"] == 0, p
+            bases.append(p["base_offset"])
+        values = [r.value for r in kp.fetch_all(c, topic, 0)][20:]
+    expected = [b"pp-%03d" % i for i in range(n)]
+    inversions = [(i, values[i - 1], values[i]) for i in range(1, len(values)) if values[i] < values[i - 1]]
+    assert values == expected and bases == list(range(20, 20 + n)), (
+        f"pipelined produces appended out of request order: {len(inversions)} inversions, first "
+        f"{inversions[:3]}; base offsets in response order: {bases[:12]}...")
+    sentinel.latest = 20 + n
+    with sentinel.conn() as c:
+        sentinel.content = sentinel._content(c)
+    sentinel.check()

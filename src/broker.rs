@@ -4,6 +4,7 @@
 //! topics from the store, then the listeners. Shutdown reverses it and ends by writing the
 //! clean-shutdown marker so the next start skips recovery.
 
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,8 @@ use crate::config::BrokerConfig;
 use crate::group::coordinator::CoordinatorConfig;
 use crate::group::GroupCoordinator;
 use crate::log::LogManager;
-use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache};
+use crate::metadata::zk_store::ZkStore;
+use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
 use crate::replication::ReplicaManager;
 use crate::txn::ProducerIdManager;
 
@@ -21,11 +23,12 @@ const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 pub struct Broker {
     pub config: BrokerConfig,
     pub cache: MetadataCache,
-    pub store: Arc<EmbeddedStore>,
+    pub store: Arc<ZnodeStore>,
     pub replicas: ReplicaManager,
     pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
-    pub controller_epoch: i32,
+    controller_epoch: AtomicI32,
+    is_controller: AtomicBool,
     /// Serializes topic creation, deletion and partition changes (the controller's event queue).
     pub admin_lock: std::sync::Mutex<()>,
 }
@@ -35,45 +38,50 @@ fn now_ms() -> i64 {
 }
 
 impl Broker {
-    pub fn start(config: BrokerConfig) -> anyhow::Result<Arc<Broker>> {
-        if config.zookeeper_connect.is_some() {
-            anyhow::bail!(
-                "zookeeper.connect is set, but this build of gregor runs standalone only; remove zookeeper.connect"
-            );
-        }
+    pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Arc<Broker>> {
         for dir in &config.log_dirs {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", dir.display()))?;
         }
-        let logs = LogManager::open(config.log_dirs.clone(), config.log.clone())
+        let (dirs, defaults) = (config.log_dirs.clone(), config.log.clone());
+        let logs = tokio::task::spawn_blocking(move || LogManager::open(dirs, defaults))
+            .await?
             .map_err(|e| anyhow::anyhow!("cannot open log dirs: {e}"))?;
-        let store = Arc::new(EmbeddedStore::open(config.log_dirs[0].join(EMBEDDED_STORE_FILE))?);
+        let store = match &config.zookeeper_connect {
+            Some(connect) => ZnodeStore::ZooKeeper(
+                ZkStore::connect(
+                    connect,
+                    Duration::from_millis(config.zookeeper_session_timeout_ms),
+                    Duration::from_millis(config.zookeeper_connection_timeout_ms),
+                )
+                .await?,
+            ),
+            None => ZnodeStore::Embedded(EmbeddedStore::open(config.log_dirs[0].join(EMBEDDED_STORE_FILE))?),
+        };
+        let store = Arc::new(store);
 
-        let cluster_id = match store.get(zk_data::CLUSTER_ID).and_then(|d| zk_data::parse_cluster_id(&d)) {
+        let cluster_id = match store.try_get(zk_data::CLUSTER_ID)?.and_then(|d| zk_data::parse_cluster_id(&d)) {
             Some(id) => id,
             None => {
                 let id = zk_data::uuid_to_kafka(zk_data::new_kafka_uuid());
-                store.set(zk_data::CLUSTER_ID, &zk_data::cluster_id_json(&id))?;
-                id
+                match store.create(zk_data::CLUSTER_ID, &zk_data::cluster_id_json(&id), false) {
+                    Ok(()) => id,
+                    // Another broker created it first: use theirs.
+                    Err(StoreError::NodeExists(_)) => store
+                        .try_get(zk_data::CLUSTER_ID)?
+                        .and_then(|d| zk_data::parse_cluster_id(&d))
+                        .ok_or_else(|| anyhow::anyhow!("unreadable {}", zk_data::CLUSTER_ID))?,
+                    Err(e) => return Err(e.into()),
+                }
             }
         };
+        config.broker_id = resolve_broker_id(&config, &store)?;
         write_meta_properties(&config, &cluster_id)?;
-
         let id = config.broker_id;
-        store
-            .create(
-                &zk_data::broker_path(id),
-                &zk_data::broker_registration_json(&config.advertised_listeners, config.rack.as_deref(), now_ms()),
-                true,
-            )
-            .map_err(|e| anyhow::anyhow!("cannot register broker {id}: {e}"))?;
-        let controller_epoch =
-            store.get(zk_data::CONTROLLER_EPOCH).and_then(|d| d.trim().parse::<i32>().ok()).unwrap_or(0) + 1;
-        store.set(zk_data::CONTROLLER_EPOCH, &controller_epoch.to_string())?;
-        store.create(zk_data::CONTROLLER, &zk_data::controller_json(id, now_ms()), true)?;
+        register(&config, &store).await?;
 
         let cache = MetadataCache::default();
-        let brokers: Vec<BrokerInfo> = config
+        let me: Vec<BrokerInfo> = config
             .advertised_listeners
             .first()
             .map(|e| BrokerInfo { id, host: e.host.clone(), port: e.port, rack: config.rack.clone() })
@@ -81,8 +89,8 @@ impl Broker {
             .collect();
         cache.update(|c| {
             c.cluster_id = cluster_id.clone();
-            c.controller_id = id;
-            c.brokers = brokers;
+            c.controller_id = -1;
+            c.brokers = me;
         });
 
         let broker = Arc::new(Broker {
@@ -92,13 +100,61 @@ impl Broker {
             config,
             cache,
             store,
-            controller_epoch,
+            controller_epoch: AtomicI32::new(0),
+            is_controller: AtomicBool::new(false),
             admin_lock: std::sync::Mutex::new(()),
         });
-        broker.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
+        if broker.store.is_zookeeper() {
+            broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
+        } else {
+            broker.try_become_controller()?;
+            broker.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
+        }
         broker.load_groups();
-        tracing::info!(broker_id = id, cluster_id = %cluster_id, "broker started");
+        tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.store.is_zookeeper(), "broker started");
         Ok(broker)
+    }
+
+    pub fn is_controller(&self) -> bool {
+        self.is_controller.load(Ordering::Acquire)
+    }
+
+    pub fn resign_controller(&self) {
+        self.is_controller.store(false, Ordering::Release);
+    }
+
+    pub fn controller_epoch(&self) -> i32 {
+        self.controller_epoch.load(Ordering::Acquire)
+    }
+
+    /// Controller election, as Kafka runs it: whoever creates the ephemeral `/controller`
+    /// first is the controller, and bumps `/controller_epoch` so that writes stamped with an
+    /// older epoch can be told apart.
+    pub fn try_become_controller(&self) -> Result<bool, StoreError> {
+        let id = self.config.broker_id;
+        match self.store.create(zk_data::CONTROLLER, &zk_data::controller_json(id, now_ms()), true) {
+            Ok(()) => {}
+            Err(StoreError::NodeExists(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let epoch = loop {
+            let current = self.store.get_versioned(zk_data::CONTROLLER_EPOCH)?;
+            let next = current.as_ref().and_then(|(d, _)| d.trim().parse::<i32>().ok()).unwrap_or(0) + 1;
+            let written = match current {
+                Some((_, version)) => self.store.set_if_version(zk_data::CONTROLLER_EPOCH, &next.to_string(), version),
+                None => self.store.create(zk_data::CONTROLLER_EPOCH, &next.to_string(), false),
+            };
+            match written {
+                Ok(()) => break next,
+                Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        self.controller_epoch.store(epoch, Ordering::Release);
+        self.is_controller.store(true, Ordering::Release);
+        self.cache.update(|c| c.controller_id = id);
+        tracing::info!(broker_id = id, epoch, "became controller");
+        Ok(true)
     }
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
@@ -143,10 +199,76 @@ impl Broker {
     }
 
     pub fn shutdown(&self) {
+        // Leaving /brokers/ids and /controller at once lets the others react now rather than
+        // after the session timeout.
         let _ = self.store.delete_recursive(&zk_data::broker_path(self.config.broker_id));
+        if self.is_controller() {
+            let _ = self.store.delete_recursive(zk_data::CONTROLLER);
+        }
         match self.replicas.logs().shutdown() {
             Ok(()) => tracing::info!("logs flushed; clean shutdown recorded"),
             Err(e) => tracing::error!(error = %e, "log shutdown failed; the next start will run recovery"),
+        }
+    }
+}
+
+/// `broker.id`, or with `broker.id=-1` the id kept in meta.properties or a new one from
+/// `/brokers/seqid` (its version plus `reserved.broker.max.id`), as Kafka does.
+fn resolve_broker_id(config: &BrokerConfig, store: &ZnodeStore) -> anyhow::Result<i32> {
+    if config.broker_id >= 0 {
+        return Ok(config.broker_id);
+    }
+    for dir in &config.log_dirs {
+        if let Ok(text) = std::fs::read_to_string(dir.join("meta.properties")) {
+            if let Some(id) = crate::config::parse_properties(&text).get("broker.id").and_then(|v| v.parse().ok()) {
+                return Ok(id);
+            }
+        }
+    }
+    let generation = config.values.get("broker.id.generation.enable").map(String::as_str) != Some("false");
+    if !generation {
+        anyhow::bail!("broker.id is -1 and broker.id.generation.enable is false");
+    }
+    let reserved: i32 = config.values.get("reserved.broker.max.id").and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let path = "/brokers/seqid";
+    loop {
+        let current = store.get_versioned(path)?;
+        match current {
+            None => match store.create(path, "", false) {
+                Ok(()) | Err(StoreError::NodeExists(_)) => continue,
+                Err(e) => return Err(e.into()),
+            },
+            Some((_, version)) => match store.set_if_version(path, "", version) {
+                Ok(()) => return Ok(reserved + version + 1),
+                Err(StoreError::BadVersion(_)) => continue,
+                Err(e) => return Err(e.into()),
+            },
+        }
+    }
+}
+
+/// Writes this broker's ephemeral `/brokers/ids/<id>`. A node left by a previous run of the
+/// same broker disappears when its session expires, so that case is retried for one session
+/// timeout; a live broker with the same id makes startup fail with Kafka's message.
+async fn register(config: &BrokerConfig, store: &ZnodeStore) -> anyhow::Result<()> {
+    let path = zk_data::broker_path(config.broker_id);
+    let data = zk_data::broker_registration_json(&config.advertised_listeners, config.rack.as_deref(), now_ms());
+    let give_up = tokio::time::Instant::now() + Duration::from_millis(config.zookeeper_session_timeout_ms + 2000);
+    loop {
+        match store.create(&path, &data, true) {
+            Ok(()) => return Ok(()),
+            Err(StoreError::NodeExists(_)) if store.is_zookeeper() && tokio::time::Instant::now() < give_up => {
+                tracing::warn!(%path, "broker id is registered by another session; waiting for it to expire");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(StoreError::NodeExists(_)) => {
+                anyhow::bail!(
+                    "Error while creating ephemeral at {path}, node already exists and owner does not match current session: \
+                     another broker is running with broker.id={}",
+                    config.broker_id
+                )
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

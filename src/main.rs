@@ -60,7 +60,8 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         bound.push((listener, ep.listener_name.clone()));
     }
-    let broker = tokio::task::spawn_blocking(move || Broker::start(config)).await??;
+    let broker = Broker::start(config).await?;
+    broker.spawn_reconciler();
     broker.spawn_log_tasks();
     broker.spawn_group_timer();
 

@@ -488,7 +488,8 @@ def run_throughput(ctx, kind, spec):
         stored = stored_records(b, topic)
         m["stored"] = stored
         c0 = b.cpu()
-        t_last, t_exit, _ = kcat_consume(b, topic, n)
+        t_last, t_exit, seen = kcat_consume(b, topic, n)
+        m["consumed"] = seen
         c1 = b.cpu()
         m["consume_rps"] = n / t_last
         m["consume_Bps"] = n * size / t_last
@@ -501,6 +502,8 @@ def run_throughput(ctx, kind, spec):
         if not r.get("error"):
             m["cc_rps"] = n / r["t_total"]
             m["cc_first_s"] = r["t_first"]
+            if r["t_total"] > r["t_first"]:
+                m["cc_rps_after_first"] = n / (r["t_total"] - r["t_first"])
         else:
             m["cc_error"] = r["error"]
         m["peak_rss_mb"] = b.hwm_kb() / 1024
@@ -516,7 +519,7 @@ def run_latency(ctx, kind, combos, seconds):
     try:
         for rate, linger in combos:
             key = f"{rate}/{linger}"
-            topic = f"lat-{rate}-{linger}"
+            topic = f"lat-{rate}-{linger}-{uuid.uuid4().hex[:6]}"
             try:
                 create_topic(b, topic, 1)
                 n = int(rate * seconds)
@@ -540,7 +543,11 @@ def run_latency(ctx, kind, combos, seconds):
                 lats = sorted(cres["lat_ms"])
                 out[key] = {"p50": pct(lats, 0.5), "p99": pct(lats, 0.99), "p999": pct(lats, 0.999),
                             "max": lats[-1] if lats else None, "count": len(lats), "sent": n,
-                            "rate": pres.get("achieved_rate")}
+                            "rate": pres.get("achieved_rate"), "n_missing": cres.get("n_missing"),
+                            "missing": cres.get("missing"), "complete": cres.get("complete"),
+                            "first_offset": cres.get("first_offset"), "offset_gaps": cres.get("offset_gaps"), "last_offset": cres.get("last_offset"),
+                            "delivery_errors": pres.get("delivery_errors"),
+                            "n_delivery_errors": pres.get("n_delivery_errors")}
             except Exception as e:  # noqa: BLE001
                 log(f"{kind}: latency {key} failed: {e}")
                 out[key] = {"error": str(e)[:200]}
@@ -595,6 +602,9 @@ def run_restart(ctx, kind, nbytes):
                     c = "?"
                 m[f"{how}_error"] = f"{e} (stored {c})"
             m[f"{how}_rss_mb"] = proc_status_kb(b2.pid, "VmRSS") / 1024
+            m[f"{how}_rss_anon_mb"] = (proc_status_kb(b2.pid, "RssAnon") or 0) / 1024
+            m[f"{how}_rss_file_mb"] = (proc_status_kb(b2.pid, "RssFile") or 0) / 1024
+            m[f"{how}_hwm_mb"] = b2.hwm_kb() / 1024
             if how == "clean":
                 b2.kill9()  # next restart recovers from an unclean stop
             else:
@@ -914,7 +924,7 @@ def run(args):
             ("produce records/s (kcat -P)", g(gm, "produce_rps"), g(tm, "produce_rps"), f_rate, None),
             ("produce MB/s", g(gm, "produce_Bps"), g(tm, "produce_Bps"), f_Bps,
              [("disk", plain), ("disk+fdatasync", sync), ("loopback", lo_Bps)]),
-            ("records stored (sum of high watermarks)", g(gm, "stored"), g(tm, "stored"), f_int, None),
+            ("records read back by kcat -C", g(gm, "consumed"), g(tm, "consumed"), f_int, None),
             ("broker CPU s per 1M records, produce", g(gm, "produce_cpu_per_M"), g(tm, "produce_cpu_per_M"),
              f_s, None),
             ("consume records/s (kcat -C, to last record)", g(gm, "consume_rps"), g(tm, "consume_rps"), f_rate,
@@ -925,6 +935,8 @@ def run(args):
             ("broker CPU s per 1M records, consume", g(gm, "consume_cpu_per_M"), g(tm, "consume_cpu_per_M"),
              f_s, None),
             ("confluent consumer records/s (incl. join)", g(gm, "cc_rps"), g(tm, "cc_rps"), f_rate, None),
+            ("confluent consumer records/s after first record", g(gm, "cc_rps_after_first"),
+             g(tm, "cc_rps_after_first"), f_rate, None),
             ("confluent consumer time to first record", g(gm, "cc_first_s"), g(tm, "cc_first_s"), f_s, None),
             ("peak RSS (VmHWM)", g(gm, "peak_rss_mb"), g(tm, "peak_rss_mb"), f_mb, None),
             ("start to first ApiVersions answer", g(gm, "startup_ms"), g(tm, "startup_ms"), f_ms, None),
@@ -944,8 +956,11 @@ def run(args):
                              + (f" — {d['cc_note']}" if d.get("cc_note") else ""))
             elif d.get("cc_error"):
                 extra.append(f"{k} confluent consumer failed: {d['cc_error']} {d.get('cc_note', '')}")
+            if d.get("consumed") is not None and d["consumed"] != s["n"]:
+                extra.append(f"{k}: kcat -C read {d['consumed']} records, {s['n']} produced!")
             if d.get("stored") is not None and d["stored"] != s["n"]:
-                extra.append(f"{k}: stored {d['stored']} records, produced {s['n']}!")
+                extra.append(f"{k}: ListOffsets high watermarks sum to {d['stored']}, {s['n']} produced "
+                             f"(kcat -C read {d.get('consumed', '?')})")
             if d.get("produce_stderr"):
                 extra.append(f"{k} kcat -P stderr: {d['produce_stderr']}")
         if extra:
@@ -976,9 +991,13 @@ def run(args):
             if isinstance(v, dict):
                 if v.get("error"):
                     lat_notes.append(f"{k} {key}: {v['error']}")
-                elif v.get("count") != v.get("sent"):
-                    lat_notes.append(f"{k} {key}: {v.get('count')}/{v.get('sent')} records seen")
-                elif (v.get("p50") or 0) > 400:
+                if v.get("n_missing") or not v.get("complete", True) or v.get("count") != v.get("sent"):
+                    lat_notes.append(f"{k} {key}: consumer saw {v.get('count')}/{v.get('sent')} timestamped "
+                                     f"records (end marker {'seen' if v.get('complete') else 'NOT seen'}); "
+                                     f"missing seq {v.get('missing')} ({v.get('n_missing')} missing); offsets "
+                                     f"{v.get('first_offset')}..{v.get('last_offset')}, gaps {v.get('offset_gaps')}; producer delivery "
+                                     f"errors: {v.get('n_delivery_errors')} {v.get('delivery_errors') or ''}")
+                if 350 < (v.get("p50") or 0) < 650:
                     lat_notes.append(f"{k} {key}: p50 {v['p50']:.0f} ms ≈ fetch.wait.max.ms: "
                                      "the broker holds Fetch for max_wait although data arrived (long-poll bug?)")
     if lat_notes:
@@ -1022,16 +1041,21 @@ def run(args):
         ("clean shutdown (SIGTERM to exit)", g(rst, "shutdown_s"), None, f_s, None),
         ("restart after clean shutdown: to ApiVersions", g(rst, "clean_api_s"), None, f_s, None),
         ("restart after clean shutdown: to all records readable", g(rst, "clean_data_s"), None, f_s, None),
-        ("RSS after clean restart", g(rst, "clean_rss_mb"), None, f_mb, None),
+        ("RSS after clean restart (anon / file-backed)", g(rst, "clean_rss_mb"), None, f_mb, None),
         ("restart after kill -9: to ApiVersions", g(rst, "kill9_api_s"), None, f_s, None),
         ("restart after kill -9: to all records readable", g(rst, "kill9_data_s"), None, f_s, None),
-        ("RSS after kill -9 restart", g(rst, "kill9_rss_mb"), None, f_mb, None),
+        ("RSS after kill -9 restart (anon / file-backed)", g(rst, "kill9_rss_mb"), None, f_mb, None),
+        ("peak RSS during kill -9 restart (VmHWM)", g(rst, "kill9_hwm_mb"), None, f_mb, None),
     ]
     L += table(rows)
     L.append("")
     L.append("- Tansu: n/a (memory storage: nothing to recover). 'All records readable' = ListOffsets high "
              "watermark back to its value before the stop, polled with a fresh client after the first "
              "ApiVersions answer.")
+    for how in ("clean", "kill9"):
+        if rst.get(f"{how}_rss_mb") is not None:
+            L.append(f"- gregor RSS after {how} restart: {rst[f'{how}_rss_anon_mb']:.1f} MB anon + "
+                     f"{rst[f'{how}_rss_file_mb']:.1f} MB file-backed")
     for k in ("error", "clean_error", "kill9_error"):
         if rst.get(k):
             L.append(f"- gregor {k}: {rst[k]}")

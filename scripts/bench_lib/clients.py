@@ -51,7 +51,8 @@ def consume(bootstrap, topic, n, mode, deadline_s=120.0, first_deadline_s=30.0):
         if now - t0 > deadline_s or (t_first is None and now - t0 > first_deadline_s):
             err = f"timeout after {now - t0:.1f}s with {got}/{n} records"
             break
-        msgs = c.consume(num_messages=10000, timeout=0.5)
+        # never ask for more than what is left: consume() waits for num_messages or the timeout
+        msgs = c.consume(num_messages=min(10000, n - got), timeout=0.5)
         for m in msgs:
             e = m.error()
             if e is not None:
@@ -77,31 +78,50 @@ def lat_consumer(bootstrap, topic, deadline_s=180.0):
                   "auto.offset.reset": "earliest"})
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     lats = []
+    seqs = set()
+    offsets = []
+    gaps = []
+    prev_off = None
     ready = False
     t0 = time.monotonic()
     done = False
     while not done and time.monotonic() - t0 < deadline_s:
-        for m in c.consume(num_messages=1000, timeout=0.2):
-            if m.error() is not None:
-                continue
-            now = time.monotonic_ns()
-            v = m.value()
-            tag = v[:1]
-            if tag == b"W":
-                if not ready:
-                    ready = True
-                    print("ready", flush=True)
-            elif tag == b"M":
-                ts = struct.unpack_from(">q", v, 1)[0]
-                lats.append((now - ts) / 1e6)
-            elif tag == b"E":
-                done = True
+        # poll() returns each record as soon as librdkafka has it (consume(n) would wait for n)
+        m = c.poll(0.2)
+        if m is None or m.error() is not None:
+            continue
+        now = time.monotonic_ns()
+        if prev_off is not None and m.offset() != prev_off + 1:
+            gaps.append((prev_off, m.offset()))
+        prev_off = m.offset()
+        v = m.value()
+        tag = v[:1]
+        if tag == b"W":
+            if not ready:
+                ready = True
+                print("ready", flush=True)
+        elif tag == b"M":
+            ts, seq = struct.unpack_from(">qi", v, 1)
+            lats.append((now - ts) / 1e6)
+            seqs.add(seq)
+            offsets.append(m.offset())
+        elif tag == b"E":
+            done = True
     c.close()
-    out({"lat_ms": lats, "complete": done})
+    n_sent = struct.unpack_from(">i", v, 1)[0] if done else None
+    missing = sorted(set(range(n_sent)) - seqs) if done else []
+    out({"lat_ms": lats, "complete": done, "sent": n_sent, "missing": missing[:20], "n_missing": len(missing),
+         "offset_gaps": gaps[:20],
+         "first_offset": offsets[0] if offsets else None, "last_offset": offsets[-1] if offsets else None})
 
 
 def lat_producer(bootstrap, topic, rate, n, linger_ms, deadline_s=180.0):
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
     pad = b"x" * (100 - 9)
     t0 = time.monotonic()
     # warm-up until the orchestrator says go (a line on stdin)
@@ -129,10 +149,10 @@ def lat_producer(bootstrap, topic, rate, n, linger_ms, deadline_s=180.0):
             d = target - time.monotonic()
             if d > 0.0005:
                 time.sleep(d - 0.0003 if d > 0.001 else d / 2)
-        v = b"M" + struct.pack(">q", time.monotonic_ns()) + pad
+        v = b"M" + struct.pack(">qi", time.monotonic_ns(), i) + pad[4:]
         while True:
             try:
-                p.produce(topic, v, partition=0)
+                p.produce(topic, v, partition=0, on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -140,9 +160,9 @@ def lat_producer(bootstrap, topic, rate, n, linger_ms, deadline_s=180.0):
         if time.monotonic() - start > deadline_s:
             break
     sent_s = time.monotonic() - start
-    p.produce(topic, b"E" + pad, partition=0)
+    p.produce(topic, b"E" + struct.pack(">i", n) + pad[4:], partition=0)
     left = p.flush(30)
-    out({"sent": n, "seconds": sent_s, "achieved_rate": n / sent_s if sent_s else None, "unflushed": left})
+    out({"sent": n, "delivery_errors": errors[:5], "n_delivery_errors": len(errors), "seconds": sent_s, "achieved_rate": n / sent_s if sent_s else None, "unflushed": left})
 
 
 def main():

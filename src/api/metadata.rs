@@ -107,8 +107,10 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
                     assignment: Default::default(),
                     configs: Default::default(),
                 });
-                match plan.and_then(|p| broker.create_topic(p)) {
-                    Ok(t) => topic_response(&t),
+                match plan.and_then(|p| broker.auto_create_topic(p)) {
+                    Ok(Some(t)) => topic_response(&t),
+                    // Kafka answers LEADER_NOT_AVAILABLE until the controller has elected leaders.
+                    Ok(None) => error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable),
                     // Another request created it first: serve what exists.
                     Err(_) if broker.cache.topic(&name).is_some() => {
                         broker.cache.topic(&name).map(|t| topic_response(&t)).unwrap_or_default()

@@ -47,12 +47,14 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
             r.topics.push(out);
             continue;
         }
-        let plan = broker.plan_topic(TopicRequest {
-            name: name.clone(),
-            num_partitions: t.num_partitions,
-            replication_factor: t.replication_factor,
-            assignment,
-            configs,
+        let plan = broker.check_controller().and_then(|_| {
+            broker.plan_topic(TopicRequest {
+                name: name.clone(),
+                num_partitions: t.num_partitions,
+                replication_factor: t.replication_factor,
+                assignment,
+                configs,
+            })
         });
         let result = match plan {
             Ok(plan) if req.validate_only => Ok((plan.num_partitions, plan.replication_factor, plan.configs, None)),
@@ -107,7 +109,7 @@ pub fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
                     ApiError::new(ErrorCode::UnknownTopicId, "This server does not host this topic ID.")
                 }),
             };
-        match resolved.and_then(|n| broker.delete_topic(&n).map(|id| (n, id))) {
+        match broker.check_controller().and(resolved).and_then(|n| broker.delete_topic(&n).map(|id| (n, id))) {
             Ok((n, id)) => {
                 out.name = Some(TopicName(StrBytes::from_string(n)));
                 out.topic_id = id;
@@ -130,7 +132,7 @@ pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> 
         let result = if t.assignments.is_some() {
             Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, "Manual assignments are not supported yet."))
         } else {
-            ctx.broker.create_partitions(&name, t.count, req.validate_only)
+            ctx.broker.check_controller().and_then(|_| ctx.broker.create_partitions(&name, t.count, req.validate_only))
         };
         if let Err(e) = result {
             out.error_code = e.code;

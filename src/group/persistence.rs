@@ -206,8 +206,9 @@ impl Broker {
             assignment: Default::default(),
             configs,
         });
-        match plan.and_then(|p| self.create_topic(p)) {
-            Ok(_) => Ok(()),
+        match plan.and_then(|p| self.auto_create_topic(p)) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(COORDINATOR_NOT_AVAILABLE),
             Err(_) if self.cache.topic(OFFSETS_TOPIC).is_some() => Ok(()),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot create {OFFSETS_TOPIC}");

@@ -7,6 +7,8 @@
 pub mod cache;
 pub mod store;
 pub mod zk_data;
+pub mod zk_store;
+pub mod zk_sync;
 
 pub use cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
-pub use store::{EmbeddedStore, StoreError};
+pub use store::{EmbeddedStore, StoreError, ZnodeStore};

@@ -24,6 +24,97 @@ pub enum StoreError {
     Io(#[from] std::io::Error),
     #[error("metadata store file is corrupt: {0}")]
     Corrupt(String),
+    #[error("znode {0} changed concurrently")]
+    BadVersion(String),
+    #[error("ZooKeeper: {0}")]
+    ZooKeeper(String),
+}
+
+/// The znode tree, kept by ZooKeeper or, standalone, by the embedded store. Both hold the
+/// same paths and JSON.
+pub enum ZnodeStore {
+    Embedded(EmbeddedStore),
+    ZooKeeper(super::zk_store::ZkStore),
+}
+
+impl ZnodeStore {
+    pub fn is_zookeeper(&self) -> bool {
+        matches!(self, ZnodeStore::ZooKeeper(_))
+    }
+
+    pub fn create(&self, path: &str, data: &str, ephemeral: bool) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.create(path, data, ephemeral),
+            ZnodeStore::ZooKeeper(z) => z.create(path, data, ephemeral),
+        }
+    }
+
+    pub fn try_get(&self, path: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => Ok(s.get(path)),
+            ZnodeStore::ZooKeeper(z) => z.get(path),
+        }
+    }
+
+    /// Like [`ZnodeStore::try_get`], for callers to whom an unreadable node is an absent one;
+    /// the failure is logged.
+    pub fn get(&self, path: &str) -> Option<String> {
+        self.try_get(path).unwrap_or_else(|e| {
+            tracing::warn!(%path, error = %e, "cannot read znode");
+            None
+        })
+    }
+
+    pub fn get_versioned(&self, path: &str) -> Result<Option<(String, i32)>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => Ok(s.get(path).map(|d| (d, 0))),
+            ZnodeStore::ZooKeeper(z) => z.get_versioned(path),
+        }
+    }
+
+    /// A compare-and-set on the node's version (the embedded store has one writer, so it
+    /// always succeeds).
+    pub fn set_if_version(&self, path: &str, data: &str, version: i32) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.set(path, data),
+            ZnodeStore::ZooKeeper(z) => z.set_if_version(path, data, version).map(|_| ()),
+        }
+    }
+
+    pub fn set(&self, path: &str, data: &str) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.set(path, data),
+            ZnodeStore::ZooKeeper(z) => z.set(path, data),
+        }
+    }
+
+    pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.put_ephemeral(path, data),
+            ZnodeStore::ZooKeeper(z) => z.put_ephemeral(path, data),
+        }
+    }
+
+    pub fn delete_recursive(&self, path: &str) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.delete_recursive(path),
+            ZnodeStore::ZooKeeper(z) => z.delete_recursive(path),
+        }
+    }
+
+    pub fn try_children(&self, path: &str) -> Result<Vec<String>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => Ok(s.children(path)),
+            ZnodeStore::ZooKeeper(z) => z.children(path),
+        }
+    }
+
+    pub fn children(&self, path: &str) -> Vec<String> {
+        self.try_children(path).unwrap_or_else(|e| {
+            tracing::warn!(%path, error = %e, "cannot list znode children");
+            vec![]
+        })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -214,6 +214,12 @@ impl ReplicaManager {
         Ok(p)
     }
 
+    /// Stops leading a partition but keeps its log (leadership moved elsewhere). Returns
+    /// whether it was being served.
+    pub fn stop_serving(&self, topic: &str, index: i32) -> bool {
+        self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&(topic.to_string(), index)).is_some()
+    }
+
     pub fn remove_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
         self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&(topic.to_string(), index));
         self.logs.delete_log(topic, index)

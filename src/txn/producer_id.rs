@@ -3,35 +3,41 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::metadata::{store::StoreError, zk_data, EmbeddedStore};
+use crate::metadata::{store::StoreError, zk_data, ZnodeStore};
 
 /// How many ids one claim in the znode reserves (Kafka's block size).
 const BLOCK_SIZE: i64 = 1000;
 
 pub struct ProducerIdManager {
     broker_id: i32,
-    store: Arc<EmbeddedStore>,
+    store: Arc<ZnodeStore>,
     /// (next id to hand out, last id of the claimed block)
     block: Mutex<(i64, i64)>,
 }
 
 impl ProducerIdManager {
-    pub fn new(broker_id: i32, store: Arc<EmbeddedStore>) -> ProducerIdManager {
+    pub fn new(broker_id: i32, store: Arc<ZnodeStore>) -> ProducerIdManager {
         ProducerIdManager { broker_id, store, block: Mutex::new((0, -1)) }
     }
 
     pub fn next_id(&self) -> Result<i64, StoreError> {
         let mut block = self.block.lock().unwrap_or_else(|p| p.into_inner());
-        if block.0 > block.1 {
-            let prev_end = self
-                .store
-                .get(zk_data::PRODUCER_ID_BLOCK)
-                .and_then(|d| zk_data::parse_producer_id_block_end(&d))
-                .unwrap_or(-1);
+        while block.0 > block.1 {
+            // Brokers race for the next block; the version check makes exactly one win.
+            let current = self.store.get_versioned(zk_data::PRODUCER_ID_BLOCK)?;
+            let prev_end = current.as_ref().and_then(|(d, _)| zk_data::parse_producer_id_block_end(d)).unwrap_or(-1);
             let start = prev_end + 1;
             let end = start + BLOCK_SIZE - 1;
-            self.store.set(zk_data::PRODUCER_ID_BLOCK, &zk_data::producer_id_block_json(self.broker_id, start, end))?;
-            *block = (start, end);
+            let data = zk_data::producer_id_block_json(self.broker_id, start, end);
+            let written = match current {
+                Some((_, version)) => self.store.set_if_version(zk_data::PRODUCER_ID_BLOCK, &data, version),
+                None => self.store.create(zk_data::PRODUCER_ID_BLOCK, &data, false),
+            };
+            match written {
+                Ok(()) => *block = (start, end),
+                Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => continue,
+                Err(e) => return Err(e),
+            }
         }
         let id = block.0;
         block.0 += 1;
@@ -47,11 +53,17 @@ mod tests {
     fn ids_are_unique_across_restarts() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("m.json");
-        let a = ProducerIdManager::new(0, Arc::new(EmbeddedStore::open(file.clone()).unwrap()));
+        let a = ProducerIdManager::new(
+            0,
+            Arc::new(ZnodeStore::Embedded(crate::metadata::EmbeddedStore::open(file.clone()).unwrap())),
+        );
         assert_eq!(a.next_id().unwrap(), 0);
         assert_eq!(a.next_id().unwrap(), 1);
         drop(a);
-        let b = ProducerIdManager::new(0, Arc::new(EmbeddedStore::open(file).unwrap()));
+        let b = ProducerIdManager::new(
+            0,
+            Arc::new(ZnodeStore::Embedded(crate::metadata::EmbeddedStore::open(file).unwrap())),
+        );
         assert_eq!(b.next_id().unwrap(), BLOCK_SIZE);
     }
 }

@@ -3,6 +3,8 @@
 //! every change is written to the store first (the durable truth), then to the metadata cache,
 //! then applied to the local replicas.
 
+pub mod election;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -66,6 +68,9 @@ impl Broker {
     /// Checks a CreateTopics entry and fills in defaults; writes nothing.
     pub fn plan_topic(&self, mut req: TopicRequest) -> Result<TopicRequest, ApiError> {
         validate_topic_name(&req.name)?;
+        if self.store.is_zookeeper() && self.store.get(&zk_data::topic_path(&req.name)).is_some() {
+            return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
+        }
         if self.cache.topic(&req.name).is_some() {
             return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
         }
@@ -140,6 +145,37 @@ impl Broker {
         Ok(info)
     }
 
+    /// Auto-creation from any broker: the controller creates the topic outright; another
+    /// broker writes the topic znodes (as Kafka's AdminZkClient does) and the controller gives
+    /// the partitions leaders on its next pass. `None` means "created, not yet led".
+    pub fn auto_create_topic(&self, req: TopicRequest) -> Result<Option<Arc<TopicInfo>>, ApiError> {
+        if !self.store.is_zookeeper() || self.is_controller() {
+            return self.create_topic(req).map(Some);
+        }
+        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.store.set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&req.configs))?;
+        match self.store.create(
+            &zk_data::topic_path(&req.name),
+            &zk_data::topic_json(&req.assignment, zk_data::new_kafka_uuid()),
+            false,
+        ) {
+            Ok(()) | Err(crate::metadata::StoreError::NodeExists(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// In ZooKeeper mode only the controller changes topics (clients follow Metadata's
+    /// controller id, as with Kafka).
+    pub fn check_controller(&self) -> Result<(), ApiError> {
+        if self.store.is_zookeeper() && !self.is_controller() {
+            return Err(ApiError::new(
+                ErrorCode::NotController,
+                "This is not the correct controller for this cluster.",
+            ));
+        }
+        Ok(())
+    }
+
     fn write_partition_states(
         &self,
         name: &str,
@@ -157,7 +193,7 @@ impl Broker {
             let isr: Vec<i32> = replicas.iter().copied().filter(|r| live.contains(r)).collect();
             let leader = isr.first().copied().unwrap_or(-1);
             let state =
-                PartitionState { leader, leader_epoch: 0, isr: isr.clone(), controller_epoch: self.controller_epoch };
+                PartitionState { leader, leader_epoch: 0, isr: isr.clone(), controller_epoch: self.controller_epoch() };
             self.store.set(&zk_data::partition_state_path(name, p), &zk_data::partition_state_json(&state))?;
             partitions.push(PartitionInfo { index: p, leader, leader_epoch: 0, replicas: replicas.clone(), isr });
         }
@@ -293,7 +329,7 @@ impl Broker {
                             leader: replicas.first().copied().unwrap_or(-1),
                             leader_epoch: 0,
                             isr: replicas.clone(),
-                            controller_epoch: self.controller_epoch,
+                            controller_epoch: self.controller_epoch(),
                         };
                         self.store.set(&zk_data::partition_state_path(&name, p), &zk_data::partition_state_json(&s))?;
                         s

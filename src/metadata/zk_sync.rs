@@ -1,0 +1,179 @@
+//! How a broker converges on the cluster state kept in ZooKeeper: after any change under the
+//! watched paths it re-reads live brokers, the controller, topics, partition states and topic
+//! configs, publishes them to the metadata cache, and opens or stops serving the partitions it
+//! leads. Because every pass reads the whole truth, a missed notification or a restart costs
+//! nothing: the next pass converges.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::cache::{BrokerInfo, PartitionInfo, TopicInfo};
+use super::store::StoreError;
+use super::zk_data;
+use crate::broker::Broker;
+
+/// Reads `/brokers/ids/<id>`: the endpoint for `listener` if the broker has one, else its
+/// first endpoint.
+fn parse_broker(id: i32, data: &str, listener: &str) -> Option<BrokerInfo> {
+    let v: Value = serde_json::from_str(data).ok()?;
+    let endpoints = v.get("endpoints").and_then(Value::as_array).cloned().unwrap_or_default();
+    let parsed: Vec<crate::config::Endpoint> = endpoints
+        .iter()
+        .filter_map(Value::as_str)
+        .filter_map(|e| crate::config::parse_endpoints("endpoints", e).ok())
+        .flatten()
+        .collect();
+    let ep = parsed.iter().find(|e| e.listener_name == listener).or(parsed.first())?;
+    Some(BrokerInfo {
+        id,
+        host: ep.host.clone(),
+        port: ep.port,
+        rack: v.get("rack").and_then(Value::as_str).map(str::to_string),
+    })
+}
+
+impl Broker {
+    /// One full pass; see the module docs.
+    pub fn reconcile(&self) -> Result<(), StoreError> {
+        let store = &self.store;
+        let listener = self.config.listeners.first().map(|l| l.listener_name.clone()).unwrap_or_default();
+        let mut brokers = Vec::new();
+        for child in store.try_children(zk_data::BROKER_IDS)? {
+            let Ok(id) = child.parse::<i32>() else { continue };
+            let Some(data) = store.try_get(&zk_data::broker_path(id))? else { continue };
+            match parse_broker(id, &data, &listener) {
+                Some(b) => brokers.push(b),
+                None => tracing::warn!(broker = id, "broker registration gregor does not understand; skipped"),
+            }
+        }
+        let live: BTreeSet<i32> = brokers.iter().map(|b| b.id).collect();
+
+        let controller_of =
+            |d: &str| serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32);
+        let mut controller = store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
+        if controller.is_none() && self.try_become_controller()? {
+            controller = Some(self.config.broker_id);
+        }
+        if controller != Some(self.config.broker_id) && self.is_controller() {
+            tracing::warn!("no longer the controller");
+            self.resign_controller();
+        }
+        if self.is_controller() {
+            self.controller_pass(&live)?;
+        }
+
+        let previous = self.cache.snapshot();
+        let mut topics = BTreeMap::new();
+        for name in store.try_children(zk_data::BROKER_TOPICS)? {
+            let Some(data) = store.try_get(&zk_data::topic_path(&name))? else { continue };
+            let Some((assignment, id)) = zk_data::parse_topic_json(&data) else {
+                tracing::warn!(topic = %name, "topic znode gregor does not understand; skipped");
+                continue;
+            };
+            let id = match id {
+                Some(id) => id,
+                // A topic written by hand (as old tools did) gets its id from the controller.
+                None if self.is_controller() => {
+                    let id = zk_data::new_kafka_uuid();
+                    store.set(&zk_data::topic_path(&name), &zk_data::topic_json(&assignment, id))?;
+                    id
+                }
+                None => continue,
+            };
+            let configs = store
+                .try_get(&zk_data::topic_config_path(&name))?
+                .map(|d| zk_data::parse_topic_config(&d))
+                .unwrap_or_default();
+            let mut partitions = Vec::with_capacity(assignment.len());
+            for (&p, replicas) in &assignment {
+                let state = store
+                    .try_get(&zk_data::partition_state_path(&name, p))?
+                    .and_then(|d| zk_data::parse_partition_state(&d));
+                let (leader, leader_epoch, isr) = match state {
+                    Some(s) => (s.leader, s.leader_epoch, s.isr),
+                    None => (-1, -1, vec![]),
+                };
+                partitions.push(PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.clone(), isr });
+            }
+            topics.insert(name.clone(), Arc::new(TopicInfo { name, id, partitions, configs }));
+        }
+        self.cache.update(|c| {
+            c.brokers = brokers;
+            c.controller_id = controller.unwrap_or(-1);
+            c.topics = topics.clone();
+        });
+        self.apply_leadership(&previous.topics, &topics);
+        Ok(())
+    }
+
+    /// Opens the partitions this broker now leads, stops serving those it no longer leads,
+    /// deletes the logs of deleted topics, and applies changed topic configs.
+    fn apply_leadership(&self, before: &BTreeMap<String, Arc<TopicInfo>>, now: &BTreeMap<String, Arc<TopicInfo>>) {
+        let me = self.config.broker_id;
+        for topic in now.values() {
+            let config_changed = before.get(&topic.name).is_some_and(|b| b.configs != topic.configs);
+            let log_config = match self.config.log_config_for(&topic.configs) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(topic = %topic.name, error = %e, "invalid topic config; using broker defaults");
+                    self.config.log.clone()
+                }
+            };
+            let id = zk_data::uuid_to_kafka(topic.id);
+            for p in &topic.partitions {
+                if p.leader == me {
+                    match self.replicas.make_leader(&topic.name, p.index, &id, log_config.clone()) {
+                        Ok(part) if config_changed => part.set_config(log_config.clone()),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::error!(topic = %topic.name, partition = p.index, error = %e, "cannot open partition")
+                        }
+                    }
+                } else if self.replicas.stop_serving(&topic.name, p.index) {
+                    tracing::info!(topic = %topic.name, partition = p.index, leader = p.leader, "no longer leader");
+                }
+            }
+        }
+        for part in self.replicas.all_partitions() {
+            if !now.contains_key(&part.topic) {
+                if let Err(e) = self.replicas.remove_partition(&part.topic, part.index) {
+                    tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot delete partition log");
+                }
+            }
+        }
+        // Logs of a deleted topic that this broker hosted but did not lead.
+        for (topic, partitions) in before.iter().filter(|(t, _)| !now.contains_key(*t)).map(|(t, i)| (t, &i.partitions))
+        {
+            for p in partitions.iter().filter(|p| p.replicas.contains(&me)) {
+                let _ = self.replicas.logs().delete_log(topic, p.index);
+            }
+        }
+    }
+
+    /// Re-runs [`Broker::reconcile`] whenever ZooKeeper reports a change (ZooKeeper mode only).
+    pub fn spawn_reconciler(self: &Arc<Self>) {
+        let super::store::ZnodeStore::ZooKeeper(zk) = &*self.store else { return };
+        let mut changes = zk.changes();
+        let broker = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+                loop {
+                    let b = broker.clone();
+                    let result = tokio::task::spawn_blocking(move || b.reconcile()).await;
+                    match result {
+                        Ok(Ok(())) => break,
+                        Ok(Err(e)) => tracing::warn!(error = %e, "cannot read cluster state; retrying"),
+                        Err(e) => tracing::error!(error = %e, "reconcile task failed; retrying"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        });
+    }
+}
