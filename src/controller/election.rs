@@ -144,7 +144,7 @@ mod tests {
     fn out_of_sync_replica_leads_only_when_unclean() {
         let cur = PartitionState { leader: 0, leader_epoch: 1, isr: vec![0], controller_epoch: 1 };
         let clean = next_state(&[0, 1], Some(&cur), &live(&[1]), false, 1).unwrap();
-        assert_eq!((clean.leader, clean.isr), (-1, vec![0]));
+        assert_eq!((clean.leader, clean.isr.clone()), (-1, vec![0]));
         let unclean = next_state(&[0, 1], Some(&cur), &live(&[1]), true, 1).unwrap();
         assert_eq!((unclean.leader, unclean.isr), (1, vec![1]));
         // Once leaderless, nothing changes until an ISR member returns.
