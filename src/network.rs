@@ -13,16 +13,15 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::api::{self, RequestContext};
 use crate::broker::Broker;
 
-/// Requests one connection may have in flight before the reader stops reading (back-pressure).
-/// Clients keep at most 5 produce requests in flight; this leaves room for pipelined metadata.
-const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
+/// Encoded responses waiting for the socket before the connection stops handling requests
+/// (back-pressure on a client that does not read).
+const MAX_QUEUED_RESPONSES: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 enum FrameError {
@@ -85,23 +84,16 @@ impl Connection {
     async fn serve(self, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
         let (rd, mut wr) = stream.into_split();
         let mut rd = BufReader::with_capacity(64 * 1024, rd);
-        let (tx, mut rx) = mpsc::channel::<JoinHandle<Result<Option<Bytes>, ()>>>(MAX_IN_FLIGHT_PER_CONNECTION);
+        // Requests are handled one at a time, in order (Kafka mutes a connection while a
+        // request is in flight): pipelined produces must append in the order they were sent.
+        // Only the writing of responses overlaps with handling the next request.
+        let (tx, mut rx) = mpsc::channel::<Bytes>(MAX_QUEUED_RESPONSES);
         let writer = tokio::spawn(
             async move {
-                while let Some(pending) = rx.recv().await {
-                    match pending.await {
-                        Ok(Ok(Some(frame))) => {
-                            if let Err(e) = wr.write_all(&frame).await {
-                                tracing::debug!(error = %e, "write failed; closing");
-                                return;
-                            }
-                        }
-                        Ok(Ok(None)) => {}
-                        Ok(Err(())) => return,
-                        Err(e) => {
-                            tracing::error!(error = %e, "request task failed; closing connection");
-                            return;
-                        }
+                while let Some(frame) = rx.recv().await {
+                    if let Err(e) = wr.write_all(&frame).await {
+                        tracing::debug!(error = %e, "write failed; closing");
+                        return;
                     }
                 }
                 let _ = wr.shutdown().await;
@@ -114,13 +106,17 @@ impl Connection {
                 f = read_frame(&mut rd, max) => f,
                 _ = shutdown.changed() => break,
             };
-            let result = frame.and_then(|f| self.dispatch(f));
+            let result = match frame {
+                Ok(f) => self.process(f).await,
+                Err(e) => Err(e),
+            };
             match result {
-                Ok(task) => {
-                    if tx.send(task).await.is_err() {
+                Ok(Some(response)) => {
+                    if tx.send(response).await.is_err() {
                         break;
                     }
                 }
+                Ok(None) => {}
                 Err(FrameError::Closed) => break,
                 Err(FrameError::Io(e)) => {
                     tracing::debug!(error = %e, "read failed; closing");
@@ -136,8 +132,9 @@ impl Connection {
         let _ = writer.await;
     }
 
-    /// Decodes one frame and starts its handler; the handle resolves to the encoded response.
-    fn dispatch(&self, mut frame: Bytes) -> Result<JoinHandle<Result<Option<Bytes>, ()>>, FrameError> {
+    /// Decodes one frame, runs its handler and returns the encoded response (None: the
+    /// request gets no response, as Produce with acks=0).
+    async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
         if frame.len() < 8 {
             return Err(FrameError::TooShort(frame.len()));
         }
@@ -151,8 +148,7 @@ impl Connection {
                 // Kafka answers an ApiVersions version it doesn't know in v0 form, with its
                 // own list, so the client can downgrade.
                 let body = ResponseKind::ApiVersions(api::api_versions_unsupported());
-                let bytes = encode_response(key, 0, correlation_id, &body).map(Some);
-                return Ok(tokio::spawn(async move { bytes }));
+                return encode_response(key, 0, correlation_id, &body).map(Some);
             }
             return Err(FrameError::UnsupportedVersion(key, version));
         }
@@ -176,15 +172,11 @@ impl Connection {
             peer: self.peer.clone(),
         };
         let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
-        Ok(tokio::spawn(
-            async move {
-                match api::handle(&ctx, request).await {
-                    Some(response) => encode_response(key, version, correlation_id, &response).map(Some),
-                    None => Ok(None),
-                }
-            }
-            .instrument(span),
-        ))
+        match api::handle(&ctx, request).instrument(span).await {
+            Ok(Some(response)) => encode_response(key, version, correlation_id, &response).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(FrameError::Malformed(key, version, e)),
+        }
     }
 }
 
@@ -204,7 +196,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<B
 
 /// Err means the response could not be encoded; the connection is then closed, since the
 /// client would otherwise wait for it forever.
-fn encode_response(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Result<Bytes, ()> {
+fn encode_response(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Result<Bytes, FrameError> {
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
     let mut buf = BytesMut::with_capacity(256);
@@ -214,7 +206,7 @@ fn encode_response(key: ApiKey, version: i16, correlation_id: i32, body: &Respon
     if let Err(e) = encoded {
         // Only a handler bug (a field set that this version cannot carry) gets here.
         tracing::error!(api = ?key, version, error = %e, "cannot encode response");
-        return Err(());
+        return Err(FrameError::Malformed(key, version, format!("response encoding failed: {e}")));
     }
     let len = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&len.to_be_bytes());

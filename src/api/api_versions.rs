@@ -18,8 +18,24 @@ pub fn supported_list() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub fn handle(_ctx: &RequestContext, _req: ApiVersionsRequest) -> ApiVersionsResponse {
+/// Kafka's rule for client_software_name/version (v3+): alphanumerics, '.', '-', starting and
+/// ending with an alphanumeric.
+fn valid_software_field(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'.' || *c == b'-')
+}
+
+pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
+    if ctx.version() >= 3
+        && !(valid_software_field(&req.client_software_name) && valid_software_field(&req.client_software_version))
+    {
+        r.error_code = 42; // INVALID_REQUEST
+        return r;
+    }
     r.api_keys = supported_list();
     r.finalized_features_epoch = -1;
     r
@@ -32,4 +48,17 @@ pub fn unsupported_version_response() -> ApiVersionsResponse {
     r.error_code = 35;
     r.api_keys = supported_list();
     r
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn software_fields_follow_kafkas_pattern() {
+        for ok in ["librdkafka", "2.0.2", "apache-kafka-java", "a"] {
+            assert!(super::valid_software_field(ok), "{ok}");
+        }
+        for bad in ["", "-x", "x-", "a b", "x_y", "é"] {
+            assert!(!super::valid_software_field(bad), "{bad}");
+        }
+    }
 }

@@ -69,12 +69,13 @@ impl RequestContext {
     }
 }
 
-/// Runs one decoded request. `None` means no response is sent (Produce with acks=0).
-pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Option<ResponseKind> {
+/// Runs one decoded request. `Ok(None)` means no response is sent (Produce with acks=0);
+/// `Err` closes the connection with that reason.
+pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option<ResponseKind>, String> {
     let response = match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(ctx, r)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r)),
-        RequestKind::Produce(r) => return produce::handle(ctx, r).map(ResponseKind::Produce),
+        RequestKind::Produce(r) => return Ok(produce::handle(ctx, r).map(ResponseKind::Produce)),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(fetch::list_offsets(ctx, r)),
         RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(topics::create_topics(ctx, r)),
@@ -100,12 +101,11 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Option<Respon
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(group::offset_delete(ctx, r)),
         other => {
             // The network layer only decodes keys from SUPPORTED_APIS, so this is a bug in the
-            // table, not bad input; answer nothing and let the connection close.
-            tracing::error!(request = ?std::mem::discriminant(&other), "request kind without a handler");
-            return None;
+            // table, not bad input.
+            return Err(format!("no handler for {:?}", std::mem::discriminant(&other)));
         }
     };
-    Some(response)
+    Ok(Some(response))
 }
 
 #[cfg(test)]

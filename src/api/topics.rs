@@ -102,6 +102,7 @@ pub fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
     for (name, id) in targets {
         let mut out = DeletableTopicResult::default();
         out.topic_id = id;
+        out.name = name.clone().map(|n| TopicName(StrBytes::from_string(n)));
         let resolved =
             match name {
                 Some(n) => Ok(n),

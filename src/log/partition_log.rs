@@ -452,6 +452,24 @@ impl Log {
         Ok(None)
     }
 
+    /// Headers of the batches written by idempotent producers in the last `segments` segments,
+    /// oldest first, for rebuilding producer state at open (Kafka restores it from snapshots;
+    /// gregor re-reads the tail of the log instead).
+    pub fn recent_producer_batches(&self, segments: usize) -> Result<Vec<BatchHeader>, LogError> {
+        self.check_live()?;
+        let mut out = Vec::new();
+        let skip = self.segments.len().saturating_sub(segments);
+        for seg in self.segments.values().skip(skip) {
+            let mut sc = seg.scanner(0, 64 * 1024);
+            while let Some((_, h)) = sc.next_header()? {
+                if h.producer_id >= 0 && h.base_sequence >= 0 && h.base_offset >= self.log_start_offset {
+                    out.push(h);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Replication truncation: drops every batch that holds an offset >=
     /// `offset` (whole batches, so the new log end may be below `offset` if
     /// a batch straddled it).

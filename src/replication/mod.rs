@@ -143,8 +143,20 @@ impl Partition {
         FetchResult { error_code: 0, high_watermark: hw, log_start_offset: start, records: Bytes::from(out) }
     }
 
+    /// ListOffsets by time: the first record whose timestamp is >= `ts`, and its timestamp.
+    /// The log finds the batch; for an uncompressed batch the records' own timestamps give the
+    /// exact record, as Kafka answers. A compressed batch answers with its first offset.
     pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
-        self.lock_log().offset_for_timestamp(ts)
+        let (found, range) = {
+            let log = self.lock_log();
+            let Some(found) = log.offset_for_timestamp(ts)? else { return Ok(None) };
+            let range = log.read(found.0, 1, None)?.into_iter().next();
+            (found, range)
+        };
+        let Some(range) = range else { return Ok(Some(found)) };
+        let mut batch = Vec::with_capacity(range.len);
+        range.read_into(&mut batch)?;
+        Ok(Some(first_record_at_or_after(&batch, ts, found.0).unwrap_or(found)))
     }
 
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
@@ -161,6 +173,50 @@ impl Partition {
     pub fn set_config(&self, config: LogConfig) {
         self.lock_log().set_config(config);
     }
+}
+
+/// How many of the newest segments are re-read for producer state when a partition opens.
+const PRODUCER_STATE_SEGMENTS: usize = 2;
+
+/// Producer sequence state from the batches at the end of the log, so that a producer retrying
+/// across a broker restart is still recognised and not written twice.
+fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
+    let mut state = ProducerStateManager::default();
+    let guard = log.lock().unwrap_or_else(|p| p.into_inner());
+    match guard.recent_producer_batches(PRODUCER_STATE_SEGMENTS) {
+        Ok(headers) => {
+            for h in headers {
+                let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
+                state.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset);
+            }
+        }
+        Err(e) => tracing::warn!(dir = %guard.dir().display(), error = %e, "cannot rebuild producer state"),
+    }
+    state
+}
+
+/// Walks the records of an uncompressed batch for the first with timestamp >= `ts` at an
+/// offset >= `min_offset`. None if the batch is compressed or malformed.
+fn first_record_at_or_after(batch: &[u8], ts: i64, min_offset: i64) -> Option<(i64, i64)> {
+    use crate::log::batch::{read_varint, read_varlong};
+    let h = crate::log::BatchHeader::parse(batch)?;
+    if h.compression() != 0 || batch.len() < h.total_size() {
+        return None;
+    }
+    let mut rest = &batch[crate::log::batch::HEADER_SIZE..h.total_size()];
+    for _ in 0..h.records_count {
+        let (len, n) = read_varint(rest)?;
+        let record = rest.get(n..n + usize::try_from(len).ok()?)?;
+        rest = &rest[n + len as usize..];
+        let body = record.get(1..)?; // attributes
+        let (ts_delta, n) = read_varlong(body)?;
+        let (offset_delta, _) = read_varint(body.get(n..)?)?;
+        let (offset, timestamp) = (h.base_offset + offset_delta as i64, h.base_timestamp + ts_delta);
+        if timestamp >= ts && offset >= min_offset {
+            return Some((offset, timestamp));
+        }
+    }
+    None
 }
 
 pub struct ReplicaManager {
@@ -204,12 +260,8 @@ impl ReplicaManager {
                 crate::log::write_partition_metadata(&dir, topic_id)?;
             }
         }
-        let p = Arc::new(Partition {
-            topic: topic.to_string(),
-            index,
-            log,
-            producers: Mutex::new(ProducerStateManager::default()),
-        });
+        let producers = rebuild_producer_state(&log);
+        let p = Arc::new(Partition { topic: topic.to_string(), index, log, producers: Mutex::new(producers) });
         self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert((topic.to_string(), index), p.clone());
         Ok(p)
     }
