@@ -117,7 +117,8 @@ class Broker:
 
     def __init__(self, data_dir: Optional[Path] = None, port: Optional[int] = None,
                  overrides: Optional[Dict[str, str]] = None, broker_id: int = 0,
-                 base_dir: Optional[Path] = None):
+                 base_dir: Optional[Path] = None, config_file: Optional[Path] = None,
+                 env: Optional[Dict[str, str]] = None):
         self.base_dir = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="gregor-test-"))
         self.data_dir = Path(data_dir) if data_dir else self.base_dir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -126,6 +127,8 @@ class Broker:
         self.host = "127.0.0.1"
         self.broker_id = broker_id
         self.overrides = dict(overrides or {})
+        self.config_file = config_file  # passed as the positional server.properties / .toml argument
+        self.extra_env = dict(env or {})  # e.g. {"KAFKA_NUM_PARTITIONS": "3"}
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
         self.exit_codes: List[int] = []
@@ -167,6 +170,8 @@ class Broker:
         }
         cfg.update(self.overrides)
         cmd = [str(gregor_bin())]
+        if self.config_file is not None:
+            cmd.append(str(self.config_file))
         for k, v in cfg.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -202,6 +207,7 @@ class Broker:
         for k in list(env):
             if k.startswith("KAFKA_"):
                 del env[k]
+        env.update(self.extra_env)
         self._logf = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self._cmd(), stdin=subprocess.DEVNULL, stdout=self._logf,
                                      stderr=subprocess.STDOUT, cwd=str(self.base_dir), env=env,

@@ -208,7 +208,7 @@ def test_list_offsets(broker):
     # Admin ListOffsets (librdkafka >= 2.3)
     a = admin(broker)
     if hasattr(a, "list_offsets"):
-        from confluent_kafka import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec
         specs = {"earliest": (OffsetSpec.earliest(), 0), "latest": (OffsetSpec.latest(), 100),
                  "ts": (OffsetSpec.for_timestamp(BASE_TS + 500), 50),
                  "max": (OffsetSpec.max_timestamp(), 99)}
@@ -263,3 +263,47 @@ def test_kill9_keeps_acked_data(broker):
     acked = produce_records(producer(broker, acks="all"), t, recs)
     broker.restart("kill")
     verify_records(recs, consume_all(broker, t, len(recs)), acked=acked, check_order=False)
+
+
+def test_configs_describe_and_incremental_alter(broker):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    t = uniq("ck-cfg")
+    create_topic(broker, t, 1)
+    a = admin(broker)
+    res = ConfigResource(ResourceType.TOPIC, t)
+    cfg = a.describe_configs([res])[res].result(timeout=WAIT)
+    assert "retention.ms" in cfg and "cleanup.policy" in cfg, sorted(cfg)
+    alter = ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
+        ConfigEntry("retention.ms", "123456789", incremental_operation=AlterConfigOpType.SET)])
+    a.incremental_alter_configs([alter])[alter].result(timeout=WAIT)
+    cfg = a.describe_configs([res])[res].result(timeout=WAIT)
+    assert cfg["retention.ms"].value == "123456789"
+
+
+def test_many_segments_and_restart(broker_factory):
+    """Small segments: reads, timestamp lookups and recovery span many segment files."""
+    broker = broker_factory({"log.segment.bytes": "65536"})
+    t = uniq("ck-seg")
+    create_topic(broker, t, 1)
+    recs = make_records(5000, "confluent", value_size=200)
+    acked = produce_records(producer(broker, **{"batch.num.messages": 50}), t, recs)
+    segs = list((broker.data_dir / f"{t}-0").glob("*.log"))
+    assert len(segs) > 5, f"expected many segments with log.segment.bytes=65536, found {len(segs)}"
+    verify_records(recs, consume_all(broker, t, len(recs)), acked=acked)
+
+    def lookups():
+        c = consumer(broker)
+        try:
+            out = [c.offsets_for_times([TopicPartition(t, 0, BASE_TS + 10 * i - 5)], timeout=WAIT)[0].offset
+                   for i in (1, 777, 2500, 4999)]
+            return out, c.get_watermark_offsets(TopicPartition(t, 0), timeout=WAIT)
+        finally:
+            c.close()
+
+    assert lookups() == ([1, 777, 2500, 4999], (0, 5000))
+    assert broker.restart("term") == 0
+    verify_records(recs, consume_all(broker, t, len(recs)), acked=acked)
+    assert lookups() == ([1, 777, 2500, 4999], (0, 5000))
+    broker.restart("kill")
+    verify_records(recs, consume_all(broker, t, len(recs)), acked=acked)
+    assert lookups() == ([1, 777, 2500, 4999], (0, 5000))

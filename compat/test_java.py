@@ -53,7 +53,8 @@ def run_java(cp, broker, *args, timeout=300):
 
 
 @pytest.mark.parametrize("scenario", ["metadata", "create-topic", "produce-consume", "codecs", "acks",
-                                      "idempotent", "list-offsets", "delete-topic", "auto-create"])
+                                      "idempotent", "list-offsets", "delete-topic", "auto-create",
+                                      "configs"])
 def test_scenario(java_classpath, broker, scenario):
     run_java(java_classpath, broker, scenario)
 

@@ -199,7 +199,8 @@ def check_list_offsets(broker, c, v):
     if v >= 7:  # MAX_TIMESTAMP
         r = c.call(kp.LIST_OFFSETS, v, kp.list_offsets_request(v, {name: {0: kp.MAX_TIMESTAMP}}))
         p = kp.decode_list_offsets(r, v)["topics"][0]["partitions"][0]
-        assert p["error_code"] == 0 and p["offset"] == 2 and p["timestamp"] == recs[2].timestamp
+        assert (p["error_code"], p["offset"], p["timestamp"]) == (0, 2, recs[2].timestamp), \
+            f"ListOffsets v{v} MAX_TIMESTAMP (-3): got {p}, want offset 2 / timestamp {recs[2].timestamp}"
 
 
 def check_create_topics(broker, c, v):

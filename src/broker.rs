@@ -14,7 +14,8 @@ use crate::group::GroupCoordinator;
 use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
-use crate::replication::ReplicaManager;
+use crate::replication::fetcher::FetcherManager;
+use crate::replication::{Partition, ReplicaManager};
 use crate::txn::ProducerIdManager;
 
 /// Where the embedded store keeps the znode tree, inside the first log dir.
@@ -27,6 +28,7 @@ pub struct Broker {
     pub replicas: ReplicaManager,
     pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
+    pub fetchers: FetcherManager,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
     /// Serializes topic creation, deletion and partition changes (the controller's event queue).
@@ -97,6 +99,7 @@ impl Broker {
             replicas: ReplicaManager::new(id, logs),
             producer_ids: ProducerIdManager::new(id, store.clone()),
             groups: GroupCoordinator::new(coordinator_config(&config)?),
+            fetchers: FetcherManager::default(),
             config,
             cache,
             store,
@@ -177,7 +180,10 @@ impl Broker {
             loop {
                 tick.tick().await;
                 let b2 = b.clone();
-                let r = tokio::task::spawn_blocking(move || b2.replicas.logs().checkpoint()).await;
+                let r = tokio::task::spawn_blocking(move || {
+                    b2.replicas.logs().checkpoint().and_then(|_| b2.replicas.checkpoint_high_watermarks())
+                })
+                .await;
                 if let Ok(Err(e)) = r {
                     tracing::warn!(error = %e, "writing checkpoints failed");
                 }
@@ -198,12 +204,65 @@ impl Broker {
         }
     }
 
+    /// Records a leader's ISR change in its partition state znode (a compare-and-set, as Kafka
+    /// did before AlterPartition), then applies it. Skipped if leadership moved meanwhile.
+    pub fn record_isr_change(&self, partition: &Partition, isr: Vec<i32>) {
+        let (_, epoch) = partition.role();
+        if !self.store.is_zookeeper() {
+            partition.set_isr(isr);
+            return;
+        }
+        let path = zk_data::partition_state_path(&partition.topic, partition.index);
+        let current = match self.store.get_versioned(&path) {
+            Ok(Some((data, version))) => zk_data::parse_partition_state(&data).map(|s| (s, version)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(%path, error = %e, "cannot read partition state");
+                return;
+            }
+        };
+        let Some((mut state, version)) = current else { return };
+        if state.leader != self.config.broker_id || state.leader_epoch != epoch || state.isr == isr {
+            return;
+        }
+        tracing::info!(topic = %partition.topic, partition = partition.index, from = ?state.isr, to = ?isr, "ISR change");
+        state.isr = isr.clone();
+        match self.store.set_if_version(&path, &zk_data::partition_state_json(&state), version) {
+            Ok(()) => {
+                partition.set_isr(isr);
+                self.replicas.notify_changed();
+            }
+            Err(e) => tracing::info!(%path, error = %e, "ISR change lost a race; will retry"),
+        }
+    }
+
+    /// Drops followers that stopped keeping up (checked every replica.lag.time.max.ms / 2).
+    pub fn spawn_isr_expiry(self: &Arc<Self>) {
+        let b = self.clone();
+        let lag = Duration::from_millis(self.config.replica_lag_time_max_ms);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval((lag / 2).max(Duration::from_millis(100)));
+            loop {
+                tick.tick().await;
+                for p in b.replicas.all_partitions() {
+                    if let Some(isr) = p.isr_to_shrink(lag) {
+                        let (b2, p2) = (b.clone(), p.clone());
+                        let _ = tokio::task::spawn_blocking(move || b2.record_isr_change(&p2, isr)).await;
+                    }
+                }
+            }
+        });
+    }
+
     pub fn shutdown(&self) {
         // Leaving /brokers/ids and /controller at once lets the others react now rather than
         // after the session timeout.
         let _ = self.store.delete_recursive(&zk_data::broker_path(self.config.broker_id));
         if self.is_controller() {
             let _ = self.store.delete_recursive(zk_data::CONTROLLER);
+        }
+        if let Err(e) = self.replicas.checkpoint_high_watermarks() {
+            tracing::warn!(error = %e, "cannot write high watermark checkpoint");
         }
         match self.replicas.logs().shutdown() {
             Ok(()) => tracing::info!("logs flushed; clean shutdown recorded"),

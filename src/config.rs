@@ -92,6 +92,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("socket.receive.buffer.bytes", "102400"),
     ("replica.fetch.max.bytes", "1048576"),
     ("replica.fetch.wait.max.ms", "500"),
+    ("replica.fetch.response.max.bytes", "10485760"),
     ("controlled.shutdown.enable", "true"),
     ("auto.leader.rebalance.enable", "true"),
     ("broker.id.generation.enable", "true"),
@@ -134,6 +135,10 @@ pub struct BrokerConfig {
     pub log_flush_scheduler_interval_ms: u64,
     pub log_flush_offset_checkpoint_interval_ms: u64,
     pub min_insync_replicas: i32,
+    pub replica_lag_time_max_ms: u64,
+    pub replica_fetch_wait_max_ms: u64,
+    pub replica_fetch_max_bytes: i32,
+    pub replica_fetch_response_max_bytes: i32,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,
     /// Every key as finally resolved (defaults included), for DescribeConfigs.
@@ -274,6 +279,13 @@ impl BrokerConfig {
                 get("log.flush.offset.checkpoint.interval.ms"),
             )?,
             min_insync_replicas: positive::<i32>("min.insync.replicas", get("min.insync.replicas"))?,
+            replica_lag_time_max_ms: positive::<u64>("replica.lag.time.max.ms", get("replica.lag.time.max.ms"))?,
+            replica_fetch_wait_max_ms: num::<u64>("replica.fetch.wait.max.ms", get("replica.fetch.wait.max.ms"))?,
+            replica_fetch_max_bytes: positive::<i32>("replica.fetch.max.bytes", get("replica.fetch.max.bytes"))?,
+            replica_fetch_response_max_bytes: positive::<i32>(
+                "replica.fetch.response.max.bytes",
+                get("replica.fetch.response.max.bytes"),
+            )?,
             log,
             values: values.clone(),
         };

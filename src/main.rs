@@ -64,6 +64,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     broker.spawn_reconciler();
     broker.spawn_log_tasks();
     broker.spawn_group_timer();
+    broker.spawn_isr_expiry();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker = TaskTracker::new();

@@ -22,7 +22,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *
  * Usage: java GregorCompat BOOTSTRAP SCENARIO [ARGS...]
  * Scenarios: metadata, create-topic, produce-consume, codecs, acks, idempotent, list-offsets,
- *            delete-topic, auto-create, produce N TOPIC, verify N TOPIC
+ *            delete-topic, auto-create, configs, produce N TOPIC, verify N TOPIC
  * Exit 0 = all checks passed; exit 1 with a "MISMATCH:" message otherwise.
  * Consumers use assign() and no group.id (consumer groups are not implemented yet).
  */
@@ -60,6 +60,7 @@ public class GregorCompat {
                 case "list-offsets": listOffsets(); break;
                 case "delete-topic": deleteTopic(); break;
                 case "auto-create": autoCreate(); break;
+                case "configs": configs(); break;
                 case "produce": produceN(args[3], Integer.parseInt(args[2])); break;
                 case "verify": verifyN(args[3], Integer.parseInt(args[2])); break;
                 default:
@@ -429,6 +430,26 @@ public class GregorCompat {
             check(a.listTopics().names().get().contains(t), "auto-created topic not listed");
         }
         verify(t, recs, consumeAll(t, recs.size()), md);
+    }
+
+    static void configs() throws Exception {
+        try (Admin a = admin()) {
+            String t = uniq("java-cfg");
+            createTopicAndWait(a, t, 1);
+            org.apache.kafka.common.config.ConfigResource r =
+                    new org.apache.kafka.common.config.ConfigResource(org.apache.kafka.common.config.ConfigResource.Type.TOPIC, t);
+            Config c = a.describeConfigs(List.of(r)).all().get(60, TimeUnit.SECONDS).get(r);
+            check(c.get("retention.ms") != null && c.get("cleanup.policy") != null, "topic configs lack retention.ms/cleanup.policy: " + c);
+            a.incrementalAlterConfigs(Map.of(r, List.of(new AlterConfigOp(new ConfigEntry("retention.ms", "123456789"),
+                    AlterConfigOp.OpType.SET)))).all().get(60, TimeUnit.SECONDS);
+            Config c2 = a.describeConfigs(List.of(r)).all().get(60, TimeUnit.SECONDS).get(r);
+            check("123456789".equals(c2.get("retention.ms").value()), "retention.ms after alter: " + c2.get("retention.ms"));
+            Collection<Node> nodes = a.describeCluster().nodes().get();
+            org.apache.kafka.common.config.ConfigResource br = new org.apache.kafka.common.config.ConfigResource(
+                    org.apache.kafka.common.config.ConfigResource.Type.BROKER, Integer.toString(nodes.iterator().next().id()));
+            Config bc = a.describeConfigs(List.of(br)).all().get(60, TimeUnit.SECONDS).get(br);
+            check(!bc.entries().isEmpty(), "no broker configs");
+        }
     }
 
     static void produceN(String t, int n) throws Exception {

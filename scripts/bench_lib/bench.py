@@ -694,7 +694,8 @@ def run_log_bench(ctx):
                            timeout=900)
         lines = [l for l in r.stdout.decode(errors="replace").splitlines() if l.strip()]
         if r.returncode != 0:
-            return lines, f"cargo bench rc={r.returncode}: {r.stderr.decode(errors='replace')[-300:]}"
+            errl = [l for l in r.stderr.decode(errors="replace").splitlines() if l.startswith("error")]
+            return lines, f"cargo bench rc={r.returncode}: {' / '.join(errl[:3])[:300]}"
         return lines, None
     except subprocess.TimeoutExpired:
         return None, "cargo bench timed out after 900s"
@@ -736,7 +737,8 @@ def f_int(x):
 def ratio(a, b):
     if a is None or b is None or not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or b == 0:
         return "—"
-    return f"x{a / b:.2f}"
+    r = a / b
+    return f"x{r:.2f}" if r >= 0.1 else f"x{r:.3g}"
 
 
 def table(rows, limits_note=None):

@@ -16,16 +16,25 @@ use uuid::Uuid;
 
 use super::error::ErrorCode;
 use super::RequestContext;
+use crate::replication::FetchResult;
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
 
+struct WantedPartition {
+    index: i32,
+    offset: i64,
+    max_bytes: i32,
+    current_leader_epoch: i32,
+    last_fetched_epoch: i32,
+}
+
 struct Wanted {
     name: String,
     id: Uuid,
-    partitions: Vec<(i32, i64, i32)>, // (partition, fetch offset, partition max bytes)
+    partitions: Vec<WantedPartition>,
 }
 
 pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
@@ -37,6 +46,8 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         r.session_id = 0;
         return r;
     }
+    // A follower names itself (v15+ in replica_state); consumers send -1.
+    let replica = if version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
     let snapshot = ctx.broker.cache.snapshot();
     let wanted: Vec<Wanted> = req
         .topics
@@ -52,11 +63,18 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 let id = snapshot.topics.get(&name).map(|i| i.id).unwrap_or_default();
                 (name, id)
             };
-            Wanted {
-                name,
-                id,
-                partitions: t.partitions.iter().map(|p| (p.partition, p.fetch_offset, p.partition_max_bytes)).collect(),
-            }
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| WantedPartition {
+                    index: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                    last_fetched_epoch: if version >= 12 { p.last_fetched_epoch } else { -1 },
+                })
+                .collect();
+            Wanted { name, id, partitions }
         })
         .collect();
 
@@ -66,19 +84,19 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
     loop {
         // Registered before reading, so an append that lands in between still wakes us.
-        let appended = ctx.broker.replicas.appended();
-        tokio::pin!(appended);
-        appended.as_mut().enable();
+        let changed = ctx.broker.replicas.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
 
-        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version);
+        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica);
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             r.responses = responses;
             return r;
         }
-        if tokio::time::timeout(deadline - now, appended).await.is_err() {
+        if tokio::time::timeout(deadline - now, changed).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            r.responses = read_all(ctx, &wanted, max_bytes, version).0;
+            r.responses = read_all(ctx, &wanted, max_bytes, version, replica).0;
             return r;
         }
     }
@@ -89,7 +107,9 @@ fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
     version: i16,
+    replica: i32,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let broker = &ctx.broker;
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
@@ -98,23 +118,22 @@ fn read_all(
         let mut topic = FetchableTopicResponse::default();
         topic.topic = TopicName(StrBytes::from_string(w.name.clone()));
         topic.topic_id = w.id;
-        for &(index, offset, partition_max) in &w.partitions {
+        for wp in &w.partitions {
             let mut pd = PartitionData::default();
-            pd.partition_index = index;
+            pd.partition_index = wp.index;
             pd.high_watermark = -1;
             pd.last_stable_offset = -1;
             pd.log_start_offset = -1;
             pd.preferred_read_replica = BrokerId(-1);
-            let partition = if w.name.is_empty() { None } else { ctx.broker.replicas.partition(&w.name, index) };
+            let partition = if w.name.is_empty() { None } else { broker.replicas.partition(&w.name, wp.index) };
             match partition {
                 None => {
                     pd.error_code = if version >= 13 && w.name.is_empty() {
                         ErrorCode::UnknownTopicId.code()
-                    } else if ctx
-                        .broker
+                    } else if broker
                         .cache
                         .topic(&w.name)
-                        .is_some_and(|t| t.partitions.iter().any(|p| p.index == index))
+                        .is_some_and(|t| t.partitions.iter().any(|p| p.index == wp.index))
                     {
                         ErrorCode::NotLeaderOrFollower.code()
                     } else {
@@ -123,22 +142,45 @@ fn read_all(
                     any_error = true;
                 }
                 Some(p) => {
-                    let limit = (partition_max.max(0) as usize).min(remaining);
+                    let limit = (wp.max_bytes.max(0) as usize).min(remaining);
                     let result = if limit == 0 && total > 0 {
                         // Budget spent: report offsets only, no records.
-                        crate::replication::FetchResult {
+                        FetchResult {
                             error_code: 0,
                             high_watermark: p.high_watermark(),
                             log_start_offset: p.log_start_offset(),
                             records: Bytes::new(),
+                            diverging: None,
                         }
+                    } else if replica >= 0 {
+                        let (result, expand, hw_moved) = p.follower_fetch(
+                            replica,
+                            wp.offset,
+                            wp.last_fetched_epoch,
+                            wp.current_leader_epoch,
+                            limit.max(1),
+                        );
+                        if let Some(isr) = expand {
+                            broker.record_isr_change(&p, isr);
+                        }
+                        if hw_moved {
+                            // The follower's progress committed writes that may be waited on.
+                            broker.replicas.notify_changed();
+                        }
+                        result
                     } else {
-                        p.read(offset, limit.max(1))
+                        p.read(wp.offset, limit.max(1), wp.current_leader_epoch)
                     };
                     pd.error_code = result.error_code;
                     pd.high_watermark = result.high_watermark;
                     pd.last_stable_offset = result.high_watermark;
                     pd.log_start_offset = result.log_start_offset;
+                    if let Some((epoch, end_offset)) = result.diverging {
+                        pd.diverging_epoch.epoch = epoch;
+                        pd.diverging_epoch.end_offset = end_offset;
+                        // Answer at once: the follower must truncate before anything else.
+                        any_error = true;
+                    }
                     if result.error_code != 0 {
                         any_error = true;
                     }

@@ -75,7 +75,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
     let response = match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(ctx, r)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r)),
-        RequestKind::Produce(r) => return Ok(produce::handle(ctx, r).map(ResponseKind::Produce)),
+        RequestKind::Produce(r) => return Ok(produce::handle(ctx, r).await.map(ResponseKind::Produce)),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(fetch::list_offsets(ctx, r)),
         RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(topics::create_topics(ctx, r)),

@@ -1,21 +1,47 @@
-//! Produce: validate each partition's batches and append them as they are.
+//! Produce: validate each partition's batches and append them as they are. With acks=all the
+//! answer waits until the high watermark passes the write, i.e. every ISR member has it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::error::ErrorCode;
 use super::RequestContext;
+use crate::replication::Partition;
 
-pub fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceResponse> {
+const NOT_ENOUGH_REPLICAS: i16 = 19;
+const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
+const REQUEST_TIMED_OUT: i16 = 7;
+
+/// A write that must reach the whole ISR before it is acknowledged.
+struct Pending {
+    topic: usize,
+    slot: usize,
+    partition: Arc<Partition>,
+    last_offset: i64,
+    min_isr: usize,
+}
+
+pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceResponse> {
     let broker = &ctx.broker;
     let acks = req.acks;
     let valid_acks = matches!(acks, -1..=1);
     let transactional = req.transactional_id.is_some();
     let mut appended = false;
+    let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
-    for topic in req.topic_data {
+    for (ti, topic) in req.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
         let info = broker.cache.topic(&name);
+        let config = |key: &str| info.as_ref().and_then(|t| t.configs.get(key).cloned());
+        let max_bytes = config("max.message.bytes")
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(broker.config.log.max_message_bytes);
+        let min_isr = config("min.insync.replicas")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(broker.config.min_insync_replicas.max(1) as usize);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for pd in topic.partition_data {
             let mut out = PartitionProduceResponse::default();
@@ -30,11 +56,6 @@ pub fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceRespon
                 // read_committed consumers would treat as committed.
                 ErrorCode::TransactionalIdAuthorizationFailed.code()
             } else {
-                let max_bytes = info
-                    .as_ref()
-                    .and_then(|t| t.configs.get("max.message.bytes"))
-                    .and_then(|v| v.parse::<u32>().ok())
-                    .unwrap_or(broker.config.log.max_message_bytes);
                 match (broker.replicas.partition(&name, pd.index), pd.records) {
                     (None, _) => {
                         if info.as_ref().is_some_and(|t| t.partitions.iter().any(|p| p.index == pd.index)) {
@@ -44,13 +65,24 @@ pub fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceRespon
                         }
                     }
                     (Some(_), None) => ErrorCode::CorruptMessage.code(),
+                    // Below min.insync.replicas an acks=all write is refused before it is written.
+                    (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => NOT_ENOUGH_REPLICAS,
                     (Some(p), Some(records)) => {
-                        let result = p.append(records, 0, max_bytes);
-                        if result.error_code == 0 {
-                            appended = true;
-                        }
+                        let result = p.append(records, max_bytes);
                         out.base_offset = result.base_offset;
                         out.log_start_offset = result.log_start_offset;
+                        if result.error_code == 0 {
+                            appended = true;
+                            if acks == -1 && p.high_watermark() <= result.last_offset {
+                                pending.push(Pending {
+                                    topic: ti,
+                                    slot: partitions.len(),
+                                    partition: p,
+                                    last_offset: result.last_offset,
+                                    min_isr,
+                                });
+                            }
+                        }
                         result.error_code
                     }
                 }
@@ -64,7 +96,16 @@ pub fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceRespon
         responses.push(tr);
     }
     if appended {
-        broker.replicas.notify_appended();
+        broker.replicas.notify_changed();
+    }
+    if !pending.is_empty() {
+        let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
+        for w in &pending {
+            let code = wait_committed(ctx, w, deadline).await;
+            if let Some(out) = responses.get_mut(w.topic).and_then(|t| t.partition_responses.get_mut(w.slot)) {
+                out.error_code = code;
+            }
+        }
     }
     if acks == 0 {
         return None;
@@ -72,4 +113,24 @@ pub fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceRespon
     let mut r = ProduceResponse::default();
     r.responses = responses;
     Some(r)
+}
+
+/// Waits, woken by high-watermark moves, until `w` is committed or the request times out.
+async fn wait_committed(ctx: &RequestContext, w: &Pending, deadline: Instant) -> i16 {
+    loop {
+        let changed = ctx.broker.replicas.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if w.partition.high_watermark() > w.last_offset {
+            // Committed, but if the ISR shrank below the minimum meanwhile Kafka says so.
+            return if w.partition.isr().len() < w.min_isr { NOT_ENOUGH_REPLICAS_AFTER_APPEND } else { 0 };
+        }
+        if !w.partition.is_leader() {
+            return ErrorCode::NotLeaderOrFollower.code();
+        }
+        let now = Instant::now();
+        if now >= deadline || tokio::time::timeout(deadline - now, changed).await.is_err() {
+            return if w.partition.high_watermark() > w.last_offset { 0 } else { REQUEST_TIMED_OUT };
+        }
+    }
 }

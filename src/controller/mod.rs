@@ -206,8 +206,12 @@ impl Broker {
         Ok(info)
     }
 
-    /// Opens the logs of the partitions of `topic` that this broker leads.
+    /// Standalone: opens the logs of the partitions of `topic` (in ZooKeeper mode every broker
+    /// does this for itself when it sees the partition states).
     pub fn become_leader_for(&self, topic: &TopicInfo) -> Result<(), ApiError> {
+        if self.store.is_zookeeper() {
+            return Ok(());
+        }
         let log_config = self
             .config
             .log_config_for(&topic.configs)

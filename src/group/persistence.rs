@@ -35,11 +35,11 @@ impl BrokerGroupStore<'_> {
             .map(|(k, v)| SimpleRecord { timestamp: ts, key: Some(k), value: v.as_deref(), headers: vec![] })
             .collect();
         let batch = encode_batch(&BatchOptions::default(), &simple);
-        let result = partition.append(batch.into(), 0, u32::MAX);
+        let result = partition.append(batch.into(), u32::MAX);
         if result.error_code != 0 {
             return Err(result.error_code);
         }
-        b.replicas.notify_appended();
+        b.replicas.notify_changed();
         Ok(())
     }
 }
@@ -226,7 +226,7 @@ impl Broker {
             let mut offset = partition.log_start_offset();
             let end = partition.log_end_offset();
             while offset < end {
-                let read = partition.read(offset, 1 << 20);
+                let read = partition.read_to_log_end(offset, 1 << 20);
                 if read.error_code != 0 || read.records.is_empty() {
                     break;
                 }

@@ -500,7 +500,9 @@ impl Log {
         Ok(())
     }
 
-    fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+    /// Drops the whole log and restarts it empty at `offset` (a follower whose leader no
+    /// longer has its offsets).
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
         let all = std::mem::take(&mut self.segments);
         for (_, seg) in all {
             seg.delete_files()?;

@@ -155,11 +155,17 @@ impl ZkStore {
         }
     }
 
+    /// Creates or overwrites; a concurrent creator just means overwriting instead.
     pub fn set(&self, path: &str, data: &str) -> Result<(), StoreError> {
-        match block(&self.handle, self.client.set_data(path, data.as_bytes(), None)) {
-            Ok(_) => Ok(()),
-            Err(zk::Error::NoNode) => self.create(path, data, false),
-            Err(e) => Err(e.into()),
+        loop {
+            match block(&self.handle, self.client.set_data(path, data.as_bytes(), None)) {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::NoNode) => match self.create(path, data, false) {
+                    Err(StoreError::NodeExists(_)) => continue,
+                    other => return other,
+                },
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 

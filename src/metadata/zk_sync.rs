@@ -37,7 +37,7 @@ fn parse_broker(id: i32, data: &str, listener: &str) -> Option<BrokerInfo> {
 
 impl Broker {
     /// One full pass; see the module docs.
-    pub fn reconcile(&self) -> Result<(), StoreError> {
+    pub fn reconcile(self: &Arc<Self>) -> Result<(), StoreError> {
         let store = &self.store;
         let listener = self.config.listeners.first().map(|l| l.listener_name.clone()).unwrap_or_default();
         let mut brokers = Vec::new();
@@ -109,9 +109,14 @@ impl Broker {
         Ok(())
     }
 
-    /// Opens the partitions this broker now leads, stops serving those it no longer leads,
-    /// deletes the logs of deleted topics, and applies changed topic configs.
-    fn apply_leadership(&self, before: &BTreeMap<String, Arc<TopicInfo>>, now: &BTreeMap<String, Arc<TopicInfo>>) {
+    /// Makes this broker leader or follower of each partition it hosts as the states say,
+    /// points the follower fetchers at the right leaders, deletes the logs of deleted topics,
+    /// and applies changed topic configs.
+    fn apply_leadership(
+        self: &Arc<Self>,
+        before: &BTreeMap<String, Arc<TopicInfo>>,
+        now: &BTreeMap<String, Arc<TopicInfo>>,
+    ) {
         let me = self.config.broker_id;
         for topic in now.values() {
             let config_changed = before.get(&topic.name).is_some_and(|b| b.configs != topic.configs);
@@ -124,33 +129,51 @@ impl Broker {
             };
             let id = zk_data::uuid_to_kafka(topic.id);
             for p in &topic.partitions {
+                let tp = (topic.name.clone(), p.index);
+                if !p.replicas.contains(&me) {
+                    self.fetchers.unfollow(&tp);
+                    self.replicas.stop_serving(&topic.name, p.index);
+                    continue;
+                }
+                let part = match self.replicas.open_replica(&topic.name, p.index, &id, log_config.clone()) {
+                    Ok(part) => part,
+                    Err(e) => {
+                        tracing::error!(topic = %topic.name, partition = p.index, error = %e, "cannot open partition");
+                        continue;
+                    }
+                };
+                if config_changed {
+                    part.set_config(log_config.clone());
+                }
                 if p.leader == me {
-                    match self.replicas.make_leader(&topic.name, p.index, &id, log_config.clone()) {
-                        Ok(part) if config_changed => part.set_config(log_config.clone()),
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::error!(topic = %topic.name, partition = p.index, error = %e, "cannot open partition")
+                    self.fetchers.unfollow(&tp);
+                    if part.become_leader(p.leader_epoch, &p.replicas, &p.isr) {
+                        tracing::info!(topic = %topic.name, partition = p.index, epoch = p.leader_epoch, "became leader");
+                        if topic.name == crate::group::OFFSETS_TOPIC {
+                            self.load_groups();
                         }
                     }
-                } else if self.replicas.stop_serving(&topic.name, p.index) {
-                    tracing::info!(topic = %topic.name, partition = p.index, leader = p.leader, "no longer leader");
+                } else {
+                    if part.become_follower(p.leader, p.leader_epoch, &p.replicas, &p.isr) {
+                        tracing::info!(topic = %topic.name, partition = p.index, leader = p.leader, epoch = p.leader_epoch, "following");
+                    }
+                    if p.leader >= 0 {
+                        self.fetchers.follow(self, p.leader, tp);
+                    } else {
+                        self.fetchers.unfollow(&tp);
+                    }
                 }
             }
         }
         for part in self.replicas.all_partitions() {
             if !now.contains_key(&part.topic) {
+                self.fetchers.unfollow(&(part.topic.clone(), part.index));
                 if let Err(e) = self.replicas.remove_partition(&part.topic, part.index) {
                     tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot delete partition log");
                 }
             }
         }
-        // Logs of a deleted topic that this broker hosted but did not lead.
-        for (topic, partitions) in before.iter().filter(|(t, _)| !now.contains_key(*t)).map(|(t, i)| (t, &i.partitions))
-        {
-            for p in partitions.iter().filter(|p| p.replicas.contains(&me)) {
-                let _ = self.replicas.logs().delete_log(topic, p.index);
-            }
-        }
+        self.replicas.notify_changed();
     }
 
     /// Re-runs [`Broker::reconcile`] whenever ZooKeeper reports a change (ZooKeeper mode only).

@@ -1,0 +1,243 @@
+//! Follower fetchers (Kafka's `ReplicaFetcherThread`): one task per leader broker, copying the
+//! partitions this broker follows from it with ordinary Fetch requests (v12: replica id,
+//! last fetched epoch). Batches are appended byte for byte with their offsets and epochs. A
+//! `diverging_epoch` in the answer means this log holds records the leader does not have: the
+//! follower truncates to where the two agree before fetching again (KIP-101/595).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use super::{Role, TopicPartition};
+use crate::broker::Broker;
+
+/// The Fetch version followers send: the first with `last_fetched_epoch` and
+/// `diverging_epoch`, and still naming topics rather than ids.
+const FETCH_VERSION: i16 = 12;
+/// Pause after an error before retrying, so a dead leader is not hammered.
+const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+
+struct Fetcher {
+    partitions: Arc<Mutex<BTreeSet<TopicPartition>>>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Default)]
+pub struct FetcherManager {
+    fetchers: Mutex<HashMap<i32, Fetcher>>,
+}
+
+impl FetcherManager {
+    /// Makes the fetcher for `leader` copy `tp` (and no other fetcher).
+    pub fn follow(&self, broker: &Arc<Broker>, leader: i32, tp: TopicPartition) {
+        let mut fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, f) in fetchers.iter() {
+            if *id != leader {
+                f.partitions.lock().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+            }
+        }
+        let f = fetchers.entry(leader).or_insert_with(|| {
+            let partitions = Arc::new(Mutex::new(BTreeSet::new()));
+            let wake = Arc::new(Notify::new());
+            tokio::spawn(run(broker.clone(), leader, partitions.clone(), wake.clone()));
+            Fetcher { partitions, wake }
+        });
+        if f.partitions.lock().unwrap_or_else(|p| p.into_inner()).insert(tp) {
+            f.wake.notify_one();
+        }
+    }
+
+    /// Stops fetching `tp` from anyone (this broker leads it now, or no longer hosts it).
+    pub fn unfollow(&self, tp: &TopicPartition) {
+        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        for f in fetchers.values() {
+            f.partitions.lock().unwrap_or_else(|p| p.into_inner()).remove(tp);
+        }
+    }
+}
+
+async fn run(broker: Arc<Broker>, leader: i32, partitions: Arc<Mutex<BTreeSet<TopicPartition>>>, wake: Arc<Notify>) {
+    let mut conn: Option<TcpStream> = None;
+    let mut correlation_id = 0i32;
+    loop {
+        let wanted: Vec<TopicPartition> =
+            partitions.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        if wanted.is_empty() {
+            conn = None;
+            wake.notified().await;
+            continue;
+        }
+        if conn.is_none() {
+            conn = connect(&broker, leader).await;
+            if conn.is_none() {
+                tokio::time::sleep(RETRY_BACKOFF).await;
+                continue;
+            }
+        }
+        let Some(stream) = conn.as_mut() else { continue };
+        let Some(request) = build_request(&broker, leader, &wanted) else {
+            tokio::time::sleep(RETRY_BACKOFF).await;
+            continue;
+        };
+        correlation_id = correlation_id.wrapping_add(1);
+        let wait = Duration::from_millis(broker.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
+        match tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, &request)).await {
+            Ok(Ok(response)) => {
+                if !apply(&broker, leader, response) {
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
+                conn = None;
+                tokio::time::sleep(RETRY_BACKOFF).await;
+            }
+            Err(_) => {
+                tracing::warn!(leader, "replica fetch timed out; reconnecting");
+                conn = None;
+            }
+        }
+    }
+}
+
+async fn connect(broker: &Broker, leader: i32) -> Option<TcpStream> {
+    let snapshot = broker.cache.snapshot();
+    let b = snapshot.brokers.iter().find(|b| b.id == leader)?;
+    match TcpStream::connect((b.host.as_str(), b.port)).await {
+        Ok(s) => {
+            let _ = s.set_nodelay(true);
+            Some(s)
+        }
+        Err(e) => {
+            tracing::debug!(leader, error = %e, "cannot connect to leader");
+            None
+        }
+    }
+}
+
+fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition]) -> Option<FetchRequest> {
+    let mut by_topic: Vec<FetchTopic> = Vec::new();
+    for (topic, index) in wanted {
+        let Some(p) = broker.replicas.hosted(topic, *index) else { continue };
+        let (role, epoch) = p.role();
+        if role != (Role::Follower { leader }) {
+            continue;
+        }
+        let mut fp = FetchPartition::default();
+        fp.partition = *index;
+        fp.current_leader_epoch = epoch;
+        fp.fetch_offset = p.log_end_offset();
+        fp.last_fetched_epoch = p.latest_epoch();
+        fp.log_start_offset = p.log_start_offset();
+        fp.partition_max_bytes = broker.config.replica_fetch_max_bytes;
+        match by_topic.iter_mut().find(|t| t.topic.0.as_str() == topic) {
+            Some(t) => t.partitions.push(fp),
+            None => {
+                let mut t = FetchTopic::default();
+                t.topic = TopicName(StrBytes::from_string(topic.clone()));
+                t.partitions.push(fp);
+                by_topic.push(t);
+            }
+        }
+    }
+    if by_topic.is_empty() {
+        return None;
+    }
+    let mut r = FetchRequest::default();
+    r.replica_id = BrokerId(broker.config.broker_id);
+    r.max_wait_ms = broker.config.replica_fetch_wait_max_ms as i32;
+    r.min_bytes = 1;
+    r.max_bytes = broker.config.replica_fetch_response_max_bytes;
+    r.session_id = 0;
+    r.session_epoch = -1;
+    r.topics = by_topic;
+    Some(r)
+}
+
+async fn exchange(
+    stream: &mut TcpStream,
+    broker: &Broker,
+    correlation_id: i32,
+    request: &FetchRequest,
+) -> anyhow::Result<FetchResponse> {
+    let mut header = RequestHeader::default();
+    header.request_api_key = ApiKey::Fetch as i16;
+    header.request_api_version = FETCH_VERSION;
+    header.correlation_id = correlation_id;
+    header.client_id = Some(StrBytes::from_string(format!("gregor-replica-fetcher-{}", broker.config.broker_id)));
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header.encode(&mut buf, ApiKey::Fetch.request_header_version(FETCH_VERSION))?;
+    request.encode(&mut buf, FETCH_VERSION)?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    stream.write_all(&buf).await?;
+    let size = stream.read_i32().await?;
+    if size < 0 || size as usize > broker.config.socket_request_max_bytes {
+        anyhow::bail!("response of {size} bytes");
+    }
+    let mut body = vec![0u8; size as usize];
+    stream.read_exact(&mut body).await?;
+    let mut body = Bytes::from(body);
+    let rh = ResponseHeader::decode(&mut body, ApiKey::Fetch.response_header_version(FETCH_VERSION))?;
+    if rh.correlation_id != correlation_id {
+        anyhow::bail!("correlation id {} does not match {correlation_id}", rh.correlation_id);
+    }
+    Ok(FetchResponse::decode(&mut body, FETCH_VERSION)?)
+}
+
+/// Applies one response. Returns false if any partition reported an error worth backing off
+/// for (leadership in flux).
+fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
+    let mut healthy = response.error_code == 0;
+    for t in response.responses {
+        let topic = t.topic.0.to_string();
+        for pd in t.partitions {
+            let Some(p) = broker.replicas.hosted(&topic, pd.partition_index) else { continue };
+            if p.role().0 != (Role::Follower { leader }) {
+                continue;
+            }
+            let result = match pd.error_code {
+                0 if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 => {
+                    let (local_epoch, local_end) = p.end_offset_for_epoch(pd.diverging_epoch.epoch);
+                    let mut target = pd.diverging_epoch.end_offset.min(p.log_end_offset());
+                    if local_epoch == pd.diverging_epoch.epoch {
+                        target = target.min(local_end);
+                    }
+                    tracing::info!(%topic, partition = pd.partition_index, target, "log diverged from leader; truncating");
+                    p.truncate_to(target.max(pd.log_start_offset).max(0))
+                }
+                0 => p.append_as_follower(pd.records.as_deref().unwrap_or(&[]), pd.high_watermark),
+                OFFSET_OUT_OF_RANGE => {
+                    let leo = p.log_end_offset();
+                    if leo < pd.log_start_offset {
+                        p.reset_to(pd.log_start_offset)
+                    } else {
+                        p.truncate_to(pd.high_watermark.max(0))
+                    }
+                }
+                code => {
+                    tracing::debug!(%topic, partition = pd.partition_index, code, "replica fetch error");
+                    healthy = false;
+                    Ok(())
+                }
+            };
+            if let Err(e) = result {
+                tracing::warn!(%topic, partition = pd.partition_index, error = %e, "cannot apply fetched data");
+                healthy = false;
+            }
+        }
+    }
+    healthy
+}

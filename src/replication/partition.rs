@@ -1,0 +1,558 @@
+//! One partition replica on this broker (Kafka's `Partition`): its log, producer state,
+//! leader epoch cache, high watermark, and, when this broker leads it, what each follower has
+//! fetched, from which the high watermark and the ISR follow.
+//!
+//! Lock order: producers, then log, then state, then epochs. None is held across an await.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::leader_epoch::LeaderEpochCache;
+use crate::log::{AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError};
+use crate::txn::{ProducerStateManager, SequenceCheck};
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const UNKNOWN_LEADER_EPOCH: i16 = 75;
+const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower { leader: i32 },
+}
+
+#[derive(Debug, Clone)]
+struct FollowerProgress {
+    log_end_offset: i64,
+    /// The last time this follower had everything the leader had (Kafka's lastCaughtUpTime).
+    last_caught_up: Instant,
+    /// Leader LEO when this follower's previous fetch arrived.
+    leader_end_at_last_fetch: i64,
+}
+
+#[derive(Debug)]
+struct ReplicaState {
+    role: Role,
+    leader_epoch: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    followers: HashMap<i32, FollowerProgress>,
+    /// First offset of the current leader epoch (the ISR expansion rule needs it).
+    epoch_start_offset: i64,
+}
+
+/// What Produce answers for one partition.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceResult {
+    pub error_code: i16,
+    pub base_offset: i64,
+    /// Last offset written (base_offset - 1 when nothing was written).
+    pub last_offset: i64,
+    pub log_start_offset: i64,
+}
+
+/// What Fetch answers for one partition: the stored batches as they are on disk.
+pub struct FetchResult {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub records: Bytes,
+    /// For a follower whose log diverged: (epoch, end offset) to truncate to.
+    pub diverging: Option<(i32, i64)>,
+}
+
+impl FetchResult {
+    fn error(code: i16) -> FetchResult {
+        FetchResult {
+            error_code: code,
+            high_watermark: -1,
+            log_start_offset: -1,
+            records: Bytes::new(),
+            diverging: None,
+        }
+    }
+}
+
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    broker_id: i32,
+    log: Arc<Mutex<Log>>,
+    producers: Mutex<ProducerStateManager>,
+    epochs: Mutex<LeaderEpochCache>,
+    high_watermark: AtomicI64,
+    state: Mutex<ReplicaState>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every operation below restores its invariants before it can fail, so a guard poisoned
+    // by a panic elsewhere still protects consistent data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Partition {
+    pub fn open(
+        topic: &str,
+        index: i32,
+        broker_id: i32,
+        log: Arc<Mutex<Log>>,
+        checkpointed_hw: Option<i64>,
+    ) -> Partition {
+        let producers = rebuild_producer_state(&log);
+        let (epochs, leo) = {
+            let guard = lock(&log);
+            (LeaderEpochCache::load(guard.dir()), guard.log_end_offset())
+        };
+        Partition {
+            topic: topic.to_string(),
+            index,
+            broker_id,
+            log,
+            producers: Mutex::new(producers),
+            epochs: Mutex::new(epochs),
+            high_watermark: AtomicI64::new(checkpointed_hw.unwrap_or(0).clamp(0, leo)),
+            state: Mutex::new(ReplicaState {
+                role: Role::Follower { leader: -1 },
+                leader_epoch: -1,
+                replicas: vec![],
+                isr: vec![],
+                followers: HashMap::new(),
+                epoch_start_offset: 0,
+            }),
+        }
+    }
+
+    fn lock_log(&self) -> MutexGuard<'_, Log> {
+        lock(&self.log)
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.lock_log().log_end_offset()
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.lock_log().log_start_offset()
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark.load(Ordering::Acquire)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        lock(&self.state).role == Role::Leader
+    }
+
+    pub fn role(&self) -> (Role, i32) {
+        let s = lock(&self.state);
+        (s.role, s.leader_epoch)
+    }
+
+    pub fn isr(&self) -> Vec<i32> {
+        lock(&self.state).isr.clone()
+    }
+
+    pub fn latest_epoch(&self) -> i32 {
+        lock(&self.epochs).latest_epoch().unwrap_or(-1)
+    }
+
+    /// Takes leadership at `epoch`. Returns false if this broker already led at that epoch
+    /// (then only the replica set and ISR are refreshed).
+    pub fn become_leader(&self, epoch: i32, replicas: &[i32], isr: &[i32]) -> bool {
+        let leo = self.log_end_offset();
+        let mut s = lock(&self.state);
+        s.replicas = replicas.to_vec();
+        s.isr = isr.to_vec();
+        if s.role == Role::Leader && s.leader_epoch == epoch {
+            drop(s);
+            self.maybe_advance_high_watermark();
+            return false;
+        }
+        s.role = Role::Leader;
+        s.leader_epoch = epoch;
+        s.epoch_start_offset = leo;
+        let now = Instant::now();
+        s.followers = replicas
+            .iter()
+            .filter(|&&r| r != self.broker_id)
+            .map(|&r| (r, FollowerProgress { log_end_offset: -1, last_caught_up: now, leader_end_at_last_fetch: -1 }))
+            .collect();
+        drop(s);
+        lock(&self.epochs).assign(epoch, leo);
+        self.maybe_advance_high_watermark();
+        true
+    }
+
+    /// Follows `leader` at `epoch`. Returns true if the leader or epoch changed.
+    pub fn become_follower(&self, leader: i32, epoch: i32, replicas: &[i32], isr: &[i32]) -> bool {
+        let mut s = lock(&self.state);
+        s.replicas = replicas.to_vec();
+        s.isr = isr.to_vec();
+        let changed = s.role != (Role::Follower { leader }) || s.leader_epoch != epoch;
+        s.role = Role::Follower { leader };
+        s.leader_epoch = epoch;
+        s.followers.clear();
+        changed
+    }
+
+    /// Moves the high watermark to the smallest log end offset in the ISR (never backwards).
+    /// Returns true if it moved.
+    pub fn maybe_advance_high_watermark(&self) -> bool {
+        let leo = self.log_end_offset();
+        let s = lock(&self.state);
+        if s.role != Role::Leader {
+            return false;
+        }
+        let mut candidate = leo;
+        for r in s.isr.iter().filter(|&&r| r != self.broker_id) {
+            match s.followers.get(r) {
+                Some(f) => candidate = candidate.min(f.log_end_offset.max(0)),
+                None => candidate = candidate.min(0),
+            }
+        }
+        drop(s);
+        let old = self.high_watermark.fetch_max(candidate, Ordering::AcqRel);
+        candidate > old
+    }
+
+    /// Appends a producer's batches as leader.
+    pub fn append(&self, records: Bytes, max_message_bytes: u32) -> ProduceResult {
+        let fail =
+            |code: i16| ProduceResult { error_code: code, base_offset: -1, last_offset: -1, log_start_offset: -1 };
+        let headers = match crate::log::validate_batches(&records, max_message_bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::info!(topic = %self.topic, partition = self.index, error = %e, "rejected produce");
+                return fail(e.kafka_code());
+            }
+        };
+        let mut producers = lock(&self.producers);
+        for h in headers.iter().filter(|h| h.producer_id >= 0 && h.base_sequence >= 0) {
+            let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
+            match producers.check(h.producer_id, h.producer_epoch, h.base_sequence, last_seq) {
+                SequenceCheck::Append => {}
+                SequenceCheck::Duplicate { first_offset } if headers.len() == 1 => {
+                    return ProduceResult {
+                        error_code: 0,
+                        base_offset: first_offset,
+                        last_offset: first_offset + h.last_offset_delta as i64,
+                        log_start_offset: self.log_start_offset(),
+                    };
+                }
+                SequenceCheck::Duplicate { .. } => return fail(DUPLICATE_SEQUENCE_NUMBER),
+                SequenceCheck::Reject(code) => return fail(code),
+            }
+        }
+        let mut buf = records.to_vec();
+        let mut log = self.lock_log();
+        // Checked under the log lock so that a leadership change cannot slip in between.
+        let (role, epoch) = self.role();
+        if role != Role::Leader {
+            return fail(NOT_LEADER_OR_FOLLOWER);
+        }
+        let info: AppendInfo = match log.append(&mut buf, epoch) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "append failed");
+                return fail(e.kafka_code());
+            }
+        };
+        let mut offset = info.first_offset;
+        for h in &headers {
+            if h.producer_id >= 0 && h.base_sequence >= 0 {
+                let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
+                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, offset);
+            }
+            offset += h.last_offset_delta as i64 + 1;
+        }
+        if let Err(e) = log.maybe_flush(crate::log::now_ms()) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "flush failed");
+        }
+        let log_start_offset = log.log_start_offset();
+        drop(log);
+        drop(producers);
+        self.maybe_advance_high_watermark();
+        ProduceResult { error_code: 0, base_offset: info.first_offset, last_offset: info.last_offset, log_start_offset }
+    }
+
+    /// Appends batches fetched from the leader, keeping their offsets and epochs.
+    pub fn append_as_follower(&self, records: &[u8], leader_high_watermark: i64) -> Result<(), LogError> {
+        let mut buf = records.to_vec();
+        let mut producers = lock(&self.producers);
+        let mut log = self.lock_log();
+        if !buf.is_empty() {
+            log.append_as_follower(&mut buf)?;
+        }
+        let leo = log.log_end_offset();
+        drop(log);
+        let mut epochs = lock(&self.epochs);
+        let mut rest = &buf[..];
+        while let Some(h) = BatchHeader::parse(rest) {
+            epochs.assign(h.partition_leader_epoch, h.base_offset);
+            if h.producer_id >= 0 && h.base_sequence >= 0 {
+                let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
+                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset);
+            }
+            let size = h.total_size().min(rest.len());
+            rest = &rest[size..];
+        }
+        drop(epochs);
+        // A follower's high watermark is the leader's, as far as its own log reaches.
+        let hw = leader_high_watermark.min(leo).max(0);
+        self.high_watermark.fetch_max(hw, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Truncates a follower's log after divergence (and its epoch cache with it).
+    pub fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
+        let mut log = self.lock_log();
+        log.truncate_to(offset)?;
+        let leo = log.log_end_offset();
+        drop(log);
+        lock(&self.epochs).truncate_from_end(leo);
+        self.high_watermark.fetch_min(leo, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Restarts an empty log at the leader's log start (the follower fell behind retention).
+    pub fn reset_to(&self, offset: i64) -> Result<(), LogError> {
+        self.lock_log().truncate_fully_and_start_at(offset)?;
+        lock(&self.epochs).truncate_from_end(0);
+        self.high_watermark.store(offset, Ordering::Release);
+        Ok(())
+    }
+
+    /// The end of `epoch` in this log, as OffsetForLeaderEpoch answers.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let leo = self.log_end_offset();
+        lock(&self.epochs).end_offset_for(epoch, leo)
+    }
+
+    fn check_epoch(&self, current_leader_epoch: i32) -> Result<(), i16> {
+        let s = lock(&self.state);
+        if current_leader_epoch < 0 || current_leader_epoch == s.leader_epoch {
+            Ok(())
+        } else if current_leader_epoch < s.leader_epoch {
+            Err(FENCED_LEADER_EPOCH)
+        } else {
+            Err(UNKNOWN_LEADER_EPOCH)
+        }
+    }
+
+    /// A consumer's fetch: leader only, up to the high watermark.
+    pub fn read(&self, offset: i64, max_bytes: usize, current_leader_epoch: i32) -> FetchResult {
+        if !self.is_leader() {
+            return FetchResult::error(NOT_LEADER_OR_FOLLOWER);
+        }
+        if let Err(code) = self.check_epoch(current_leader_epoch) {
+            return FetchResult::error(code);
+        }
+        self.read_up_to(offset, max_bytes, self.high_watermark())
+    }
+
+    /// Everything in the log, committed or not (the group coordinator replays its partition
+    /// on taking it over, as Kafka does).
+    pub fn read_to_log_end(&self, offset: i64, max_bytes: usize) -> FetchResult {
+        self.read_up_to(offset, max_bytes, i64::MAX)
+    }
+
+    fn read_up_to(&self, offset: i64, max_bytes: usize, limit: i64) -> FetchResult {
+        let hw = self.high_watermark();
+        let (ranges, start) = {
+            let log = self.lock_log();
+            let start = log.log_start_offset();
+            match log.read(offset, max_bytes, Some(limit)) {
+                Ok(r) => (r, start),
+                Err(e) => {
+                    return FetchResult {
+                        error_code: e.kafka_code(),
+                        high_watermark: hw,
+                        log_start_offset: start,
+                        records: Bytes::new(),
+                        diverging: None,
+                    }
+                }
+            }
+        };
+        let mut out = Vec::with_capacity(ranges.iter().map(|r| r.len).sum());
+        for r in &ranges {
+            if let Err(e) = FileRange::read_into(r, &mut out) {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "read failed");
+                return FetchResult::error(KAFKA_STORAGE_ERROR);
+            }
+        }
+        FetchResult {
+            error_code: 0,
+            high_watermark: hw,
+            log_start_offset: start,
+            records: Bytes::from(out),
+            diverging: None,
+        }
+    }
+
+    /// A follower's fetch: records up to the log end, and the follower's progress, which
+    /// moves the high watermark and may bring it back into the ISR. Returns the result, the
+    /// new ISR if it should grow (for the caller to record in ZooKeeper), and whether the high
+    /// watermark moved (waiting acks=all writes and consumers must then be woken).
+    pub fn follower_fetch(
+        &self,
+        replica: i32,
+        fetch_offset: i64,
+        last_fetched_epoch: i32,
+        current_leader_epoch: i32,
+        max_bytes: usize,
+    ) -> (FetchResult, Option<Vec<i32>>, bool) {
+        if !self.is_leader() {
+            return (FetchResult::error(NOT_LEADER_OR_FOLLOWER), None, false);
+        }
+        if let Err(code) = self.check_epoch(current_leader_epoch) {
+            return (FetchResult::error(code), None, false);
+        }
+        let leo = self.log_end_offset();
+        if last_fetched_epoch >= 0 {
+            let (epoch, end) = self.end_offset_for_epoch(last_fetched_epoch);
+            if epoch != last_fetched_epoch || end < fetch_offset {
+                let r = FetchResult {
+                    error_code: 0,
+                    high_watermark: self.high_watermark(),
+                    log_start_offset: self.log_start_offset(),
+                    records: Bytes::new(),
+                    diverging: Some((epoch, end)),
+                };
+                return (r, None, false);
+            }
+        }
+        let mut expand = None;
+        {
+            let now = Instant::now();
+            let mut s = lock(&self.state);
+            let hw = self.high_watermark();
+            let epoch_start = s.epoch_start_offset;
+            let in_isr = s.isr.contains(&replica);
+            if let Some(f) = s.followers.get_mut(&replica) {
+                if fetch_offset >= leo || fetch_offset >= f.leader_end_at_last_fetch && f.leader_end_at_last_fetch >= 0
+                {
+                    f.last_caught_up = now;
+                }
+                f.log_end_offset = fetch_offset;
+                f.leader_end_at_last_fetch = leo;
+                if !in_isr && fetch_offset >= hw && fetch_offset >= epoch_start {
+                    let mut isr = s.isr.clone();
+                    isr.push(replica);
+                    expand = Some(isr);
+                }
+            }
+        }
+        let moved = self.maybe_advance_high_watermark();
+        (self.read_up_to(fetch_offset, max_bytes, i64::MAX), expand, moved)
+    }
+
+    /// Followers in the ISR that have not caught up within `lag`; the new ISR without them.
+    pub fn isr_to_shrink(&self, lag: Duration) -> Option<Vec<i32>> {
+        let leo = self.log_end_offset();
+        let s = lock(&self.state);
+        if s.role != Role::Leader {
+            return None;
+        }
+        let now = Instant::now();
+        let lagging: Vec<i32> = s
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| *r != self.broker_id)
+            .filter(|r| {
+                s.followers.get(r).is_some_and(|f| f.log_end_offset < leo && now.duration_since(f.last_caught_up) > lag)
+            })
+            .collect();
+        if lagging.is_empty() {
+            return None;
+        }
+        Some(s.isr.iter().copied().filter(|r| !lagging.contains(r)).collect())
+    }
+
+    /// Applies an ISR change that is now recorded in ZooKeeper.
+    pub fn set_isr(&self, isr: Vec<i32>) {
+        lock(&self.state).isr = isr;
+        self.maybe_advance_high_watermark();
+    }
+
+    /// ListOffsets by time: the first record whose timestamp is >= `ts`, and its timestamp.
+    /// The log finds the batch; for an uncompressed batch the records' own timestamps give the
+    /// exact record, as Kafka answers. A compressed batch answers with its first offset.
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let (found, range) = {
+            let log = self.lock_log();
+            let Some(found) = log.offset_for_timestamp(ts)? else { return Ok(None) };
+            let range = log.read(found.0, 1, None)?.into_iter().next();
+            (found, range)
+        };
+        let Some(range) = range else { return Ok(Some(found)) };
+        let mut batch = Vec::with_capacity(range.len);
+        range.read_into(&mut batch)?;
+        Ok(Some(first_record_at_or_after(&batch, ts, found.0).unwrap_or(found)))
+    }
+
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
+        self.lock_log().delete_records_before(offset)
+    }
+
+    /// Applies flush.messages / flush.ms; errors are logged, the data stays in the page cache.
+    pub fn maybe_flush(&self) {
+        if let Err(e) = self.lock_log().maybe_flush(crate::log::now_ms()) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "flush failed");
+        }
+    }
+
+    pub fn set_config(&self, config: LogConfig) {
+        self.lock_log().set_config(config);
+    }
+}
+
+/// How many of the newest segments are re-read for producer state when a partition opens.
+const PRODUCER_STATE_SEGMENTS: usize = 2;
+
+/// Producer sequence state from the batches at the end of the log, so that a producer retrying
+/// across a broker restart is still recognised and not written twice.
+fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
+    let mut state = ProducerStateManager::default();
+    let guard = log.lock().unwrap_or_else(|p| p.into_inner());
+    match guard.recent_producer_batches(PRODUCER_STATE_SEGMENTS) {
+        Ok(headers) => {
+            for h in headers {
+                let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
+                state.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset);
+            }
+        }
+        Err(e) => tracing::warn!(dir = %guard.dir().display(), error = %e, "cannot rebuild producer state"),
+    }
+    state
+}
+
+/// Walks the records of an uncompressed batch for the first with timestamp >= `ts` at an
+/// offset >= `min_offset`. None if the batch is compressed or malformed.
+fn first_record_at_or_after(batch: &[u8], ts: i64, min_offset: i64) -> Option<(i64, i64)> {
+    use crate::log::batch::{read_varint, read_varlong};
+    let h = crate::log::BatchHeader::parse(batch)?;
+    if h.compression() != 0 || batch.len() < h.total_size() {
+        return None;
+    }
+    let mut rest = &batch[crate::log::batch::HEADER_SIZE..h.total_size()];
+    for _ in 0..h.records_count {
+        let (len, n) = read_varint(rest)?;
+        let record = rest.get(n..n + usize::try_from(len).ok()?)?;
+        rest = &rest[n + len as usize..];
+        let body = record.get(1..)?; // attributes
+        let (ts_delta, n) = read_varlong(body)?;
+        let (offset_delta, _) = read_varint(body.get(n..)?)?;
+        let (offset, timestamp) = (h.base_offset + offset_delta as i64, h.base_timestamp + ts_delta);
+        if timestamp >= ts && offset >= min_offset {
+            return Some((offset, timestamp));
+        }
+    }
+    None
+}
