@@ -17,7 +17,10 @@ import uuid
 
 import pytest
 
-pytest.importorskip("kazoo")
+try:
+    import kazoo  # noqa: F401
+except ImportError as e:  # fail loudly: a skipped cluster suite would look green
+    raise ImportError("compat/test_cluster.py needs kazoo: .venv/bin/pip install kazoo") from e
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection, TopicPartition  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402

@@ -18,6 +18,9 @@ use crate::replication::fetcher::FetcherManager;
 use crate::replication::{Partition, ReplicaManager};
 use crate::txn::ProducerIdManager;
 
+/// How long a controlled shutdown waits for leadership to move (Kafka: 3 retries x 5 s).
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
@@ -252,6 +255,36 @@ impl Broker {
                 }
             }
         });
+    }
+
+    /// Controlled shutdown through ZooKeeper: leave `/brokers/ids` first, so the controller
+    /// moves every leadership this broker holds to another ISR member, and keep serving until
+    /// it has (or `CONTROLLED_SHUTDOWN_TIMEOUT` passes). A rolling restart then costs clients
+    /// only retriable NOT_LEADER errors.
+    pub async fn controlled_shutdown(self: &Arc<Self>) {
+        let enabled = self.config.values.get("controlled.shutdown.enable").map(String::as_str) != Some("false");
+        if !self.store.is_zookeeper() || !enabled {
+            return;
+        }
+        let me = self.config.broker_id;
+        let b = self.clone();
+        let left = tokio::task::spawn_blocking(move || b.store.delete_recursive(&zk_data::broker_path(me))).await;
+        if !matches!(left, Ok(Ok(()))) {
+            tracing::warn!("could not deregister; shutting down without moving leadership");
+            return;
+        }
+        let movable = |b: &Broker| {
+            b.cache.snapshot().topics.values().any(|t| t.partitions.iter().any(|p| p.leader == me && p.isr.len() > 1))
+        };
+        let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_TIMEOUT;
+        while movable(self) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if movable(self) {
+            tracing::warn!("controlled shutdown timed out with leaderships still here");
+        } else {
+            tracing::info!("controlled shutdown: leadership moved to other replicas");
+        }
     }
 
     pub fn shutdown(&self) {

@@ -82,6 +82,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
 
     wait_for_signal().await?;
     tracing::info!("shutting down");
+    broker.controlled_shutdown().await;
     let _ = stop_tx.send(true);
     for l in listeners {
         let _ = l.await;

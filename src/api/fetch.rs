@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -22,6 +24,8 @@ const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const UNKNOWN_LEADER_EPOCH: i16 = 75;
 
 struct WantedPartition {
     index: i32,
@@ -213,9 +217,14 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                 Some(part) => match p.timestamp {
                     LATEST_TIMESTAMP => pr.offset = part.high_watermark(),
                     EARLIEST_TIMESTAMP => pr.offset = part.log_start_offset(),
-                    // The offset of the largest timestamp (KIP-734) is not tracked yet; -1/-1 is
-                    // what Kafka answers when it has none, and clients treat it as "unknown".
-                    MAX_TIMESTAMP => {}
+                    MAX_TIMESTAMP => match part.offset_of_max_timestamp() {
+                        Ok(Some((offset, timestamp))) => {
+                            pr.offset = offset;
+                            pr.timestamp = timestamp;
+                        }
+                        Ok(None) => {}
+                        Err(e) => pr.error_code = e.kafka_code(),
+                    },
                     ts => match part.offset_for_timestamp(ts) {
                         Ok(Some((offset, timestamp))) => {
                             pr.offset = offset;
@@ -229,6 +238,47 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
             tr.partitions.push(pr);
         }
         tr.name = t.name;
+        r.topics.push(tr);
+    }
+    r
+}
+
+/// OffsetForLeaderEpoch: where a leader epoch ends in the leader's log, so a replica or a
+/// consumer (KIP-320) can find where its log diverged.
+pub fn offset_for_leader_epoch(ctx: &RequestContext, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    let mut r = OffsetForLeaderEpochResponse::default();
+    for t in req.topics {
+        let name = t.topic.0.to_string();
+        let mut tr = OffsetForLeaderTopicResult::default();
+        for p in t.partitions {
+            let mut e = EpochEndOffset::default();
+            e.partition = p.partition;
+            e.leader_epoch = -1;
+            e.end_offset = -1;
+            match ctx.broker.replicas.partition(&name, p.partition) {
+                None => {
+                    e.error_code = if ctx.broker.cache.topic(&name).is_some() {
+                        ErrorCode::NotLeaderOrFollower.code()
+                    } else {
+                        ErrorCode::UnknownTopicOrPartition.code()
+                    }
+                }
+                Some(part) => {
+                    let (_, current) = part.role();
+                    if p.current_leader_epoch >= 0 && p.current_leader_epoch < current {
+                        e.error_code = FENCED_LEADER_EPOCH;
+                    } else if p.current_leader_epoch > current {
+                        e.error_code = UNKNOWN_LEADER_EPOCH;
+                    } else {
+                        let (epoch, end) = part.end_offset_for_epoch(p.leader_epoch);
+                        e.leader_epoch = epoch;
+                        e.end_offset = end;
+                    }
+                }
+            }
+            tr.partitions.push(e);
+        }
+        tr.topic = t.topic;
         r.topics.push(tr);
     }
     r

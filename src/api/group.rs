@@ -70,6 +70,16 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
 
 pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGroupResponse {
     let broker = &ctx.broker;
+    if let Err(code) = broker.check_coordinator(req.group_id.0.as_str()) {
+        let mut r = JoinGroupResponse::default();
+        r.error_code = code;
+        r.generation_id = -1;
+        r.member_id = req.member_id;
+        if ctx.version() < 7 {
+            r.protocol_name = Some(StrBytes::default());
+        }
+        return r;
+    }
     let store = broker.group_store();
     let client_id = ctx.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let result = broker
@@ -125,6 +135,10 @@ pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGrou
     let store = broker.group_store();
     let group_id = req.group_id.0.to_string();
     let mut r = SyncGroupResponse::default();
+    if let Err(code) = broker.check_coordinator(&group_id) {
+        r.error_code = code;
+        return r;
+    }
     // v5: the client names the protocol it thinks was chosen; it must match.
     if let (Some(pt), Some(pn)) = (&req.protocol_type, &req.protocol_name) {
         let matches = broker
@@ -155,6 +169,10 @@ pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGrou
 pub fn heartbeat(ctx: &RequestContext, req: HeartbeatRequest) -> HeartbeatResponse {
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
     let mut r = HeartbeatResponse::default();
+    if let Err(code) = ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+        r.error_code = code;
+        return r;
+    }
     r.error_code = ctx.broker.groups.heartbeat(
         req.group_id.0.as_str(),
         req.generation_id,
@@ -176,6 +194,10 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
         vec![(req.member_id.to_string(), None)]
     };
     let mut r = LeaveGroupResponse::default();
+    if let Err(code) = ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+        r.error_code = code;
+        return r;
+    }
     match ctx.broker.groups.leave(&store, req.group_id.0.as_str(), &members) {
         Ok(codes) if ctx.version() >= 3 => {
             r.members = members
@@ -209,13 +231,16 @@ pub fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCo
             ));
         }
     }
-    let results = ctx.broker.groups.commit_offsets(
-        &store,
-        req.group_id.0.as_str(),
-        req.generation_id_or_member_epoch,
-        req.member_id.as_str(),
-        wanted,
-    );
+    let results = match ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+        Ok(()) => ctx.broker.groups.commit_offsets(
+            &store,
+            req.group_id.0.as_str(),
+            req.generation_id_or_member_epoch,
+            req.member_id.as_str(),
+            wanted,
+        ),
+        Err(code) => wanted.into_iter().map(|(tp, ..)| (tp, code)).collect(),
+    };
     let mut r = OffsetCommitResponse::default();
     for t in req.topics {
         let mut tr = OffsetCommitResponseTopic::default();
@@ -262,6 +287,12 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
             let topics =
                 g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
             let mut gr = OffsetFetchResponseGroup::default();
+            if let Err(code) = ctx.broker.check_coordinator(g.group_id.0.as_str()) {
+                gr.error_code = code;
+                gr.group_id = g.group_id;
+                r.groups.push(gr);
+                continue;
+            }
             for (topic, parts) in by_topic(group_offsets(ctx, g.group_id.0.as_str(), topics)) {
                 let mut tr = OffsetFetchResponseTopics::default();
                 tr.name = TopicName(s(topic));
@@ -281,6 +312,10 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
             gr.group_id = g.group_id;
             r.groups.push(gr);
         }
+        return r;
+    }
+    if let Err(code) = ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+        r.error_code = code;
         return r;
     }
     let topics = req.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
@@ -306,6 +341,14 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
 pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut r = DescribeGroupsResponse::default();
     for id in req.groups {
+        if let Err(code) = ctx.broker.check_coordinator(id.0.as_str()) {
+            let mut d = DescribedGroup::default();
+            d.error_code = code;
+            d.group_id = id;
+            d.authorized_operations = i32::MIN;
+            r.groups.push(d);
+            continue;
+        }
         let described = ctx.broker.groups.with_group(id.0.as_str(), |g| {
             let mut d = DescribedGroup::default();
             d.group_state = s(g.state.name());
@@ -348,6 +391,10 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let mut r = ListGroupsResponse::default();
     for (id, protocol_type, state) in ctx.broker.groups.list() {
+        // Each coordinator lists the groups it coordinates, as Kafka's do.
+        if ctx.broker.check_coordinator(&id).is_err() {
+            continue;
+        }
         if !states.is_empty() && !states.contains(&state.name().to_lowercase()) {
             continue;
         }
@@ -366,7 +413,10 @@ pub fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> DeleteGr
     let mut r = DeleteGroupsResponse::default();
     for id in req.groups_names {
         let mut d = DeletableGroupResult::default();
-        d.error_code = ctx.broker.groups.delete_group(&store, id.0.as_str());
+        d.error_code = match ctx.broker.check_coordinator(id.0.as_str()) {
+            Ok(()) => ctx.broker.groups.delete_group(&store, id.0.as_str()),
+            Err(code) => code,
+        };
         d.group_id = id;
         r.results.push(d);
     }
@@ -384,7 +434,11 @@ pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDe
     let subscribed = |g: &crate::group::coordinator::Group, topic: &str| {
         g.members.values().any(|m| subscribed_topics(m, g.protocol_name.as_deref()).iter().any(|t| t == topic))
     };
-    match ctx.broker.groups.delete_offsets(&store, req.group_id.0.as_str(), tps, subscribed) {
+    let deleted = ctx
+        .broker
+        .check_coordinator(req.group_id.0.as_str())
+        .and_then(|_| ctx.broker.groups.delete_offsets(&store, req.group_id.0.as_str(), tps, subscribed));
+    match deleted {
         Err(code) => r.error_code = code,
         Ok(results) => {
             for t in req.topics {

@@ -45,6 +45,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
@@ -88,6 +89,9 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         }
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(metadata::describe_cluster(ctx, r)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(fetch::offset_for_leader_epoch(ctx, r))
+        }
         RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(group::find_coordinator(ctx, r)),
         RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(group::join_group(ctx, r).await),
         RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(group::sync_group(ctx, r).await),

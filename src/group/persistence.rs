@@ -166,6 +166,17 @@ impl Broker {
             .unwrap_or(50)
     }
 
+    /// Whether this broker coordinates `group` (leads its `__consumer_offsets` partition):
+    /// NOT_COORDINATOR sends the client back to FindCoordinator after leadership moved.
+    pub fn check_coordinator(&self, group: &str) -> Result<(), i16> {
+        let Some(topic) = self.cache.topic(OFFSETS_TOPIC) else { return Err(COORDINATOR_NOT_AVAILABLE) };
+        let p = partition_for(group, topic.partitions.len() as i32);
+        match self.replicas.partition(OFFSETS_TOPIC, p) {
+            Some(_) => Ok(()),
+            None => Err(NOT_COORDINATOR),
+        }
+    }
+
     /// The broker that coordinates `group`: the leader of its `__consumer_offsets` partition,
     /// creating the topic on first use as Kafka does.
     pub fn group_coordinator_for(&self, group: &str, listener: &str) -> Result<(i32, String, u16), i16> {

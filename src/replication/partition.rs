@@ -497,6 +497,15 @@ impl Partition {
         Ok(Some(first_record_at_or_after(&batch, ts, found.0).unwrap_or(found)))
     }
 
+    /// ListOffsets MAX_TIMESTAMP (KIP-734): the first record carrying the largest timestamp.
+    pub fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+        let max = self.lock_log().segments().map(|s| s.max_timestamp()).max();
+        match max {
+            Some(ts) if ts >= 0 => self.offset_for_timestamp(ts),
+            _ => Ok(None),
+        }
+    }
+
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
         self.lock_log().delete_records_before(offset)
     }
