@@ -64,6 +64,12 @@ impl Broker {
             None => ZnodeStore::Embedded(EmbeddedStore::open(config.log_dirs[0].join(EMBEDDED_STORE_FILE))?),
         };
         let store = Arc::new(store);
+        for path in zk_data::TOP_LEVEL_PATHS {
+            match store.create(path, "", false) {
+                Ok(()) | Err(StoreError::NodeExists(_)) => {}
+                Err(e) => return Err(anyhow::anyhow!("cannot create {path}: {e}")),
+            }
+        }
 
         let cluster_id = match store.try_get(zk_data::CLUSTER_ID)?.and_then(|d| zk_data::parse_cluster_id(&d)) {
             Some(id) => id,

@@ -80,7 +80,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(fetch::list_offsets(ctx, r)),
         RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(topics::create_topics(ctx, r)),
-        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r)),
+        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r).await),
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(topics::create_partitions(ctx, r)),
         RequestKind::DeleteRecords(r) => ResponseKind::DeleteRecords(topics::delete_records(ctx, r)),
         RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(configs::describe_configs(ctx, r)),

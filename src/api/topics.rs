@@ -92,7 +92,7 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
     r
 }
 
-pub fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let broker = &ctx.broker;
     // v0-5 name topics in `topic_names`; v6 in `topics`, by name or by id.
     let mut targets: Vec<(Option<String>, uuid::Uuid)> =
@@ -121,6 +121,27 @@ pub fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
             }
         }
         r.responses.push(out);
+    }
+    // In ZooKeeper mode the controller deletes on its next pass; answer once it has (or at
+    // the request's timeout, with REQUEST_TIMED_OUT, as Kafka does).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
+    for out in r.responses.iter_mut().filter(|o| o.error_code == 0) {
+        let Some(name) = out.name.as_ref().map(|n| n.0.to_string()) else { continue };
+        loop {
+            let changed = broker.replicas.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if broker.cache.topic(&name).is_none() {
+                break;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline || tokio::time::timeout(deadline - now, changed).await.is_err() {
+                if broker.cache.topic(&name).is_some() {
+                    out.error_code = 7;
+                }
+                break;
+            }
+        }
     }
     r
 }

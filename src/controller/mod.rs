@@ -231,6 +231,15 @@ impl Broker {
         let Some(topic) = self.cache.topic(name) else {
             return Err(ApiError::new(ErrorCode::UnknownTopicOrPartition, "This server does not host this topic."));
         };
+        if self.store.is_zookeeper() {
+            // As Kafka does: the request marks the topic, and the controller's own pass deletes
+            // it, so deletion never races with that pass re-creating partition states.
+            let path = format!("{}/{name}", election::ADMIN_DELETE_TOPICS);
+            match self.store.create(&path, "", false) {
+                Ok(()) | Err(crate::metadata::StoreError::NodeExists(_)) => return Ok(topic.id),
+                Err(e) => return Err(e.into()),
+            }
+        }
         self.store.delete_recursive(&zk_data::topic_path(name))?;
         self.store.delete_recursive(&zk_data::topic_config_path(name))?;
         self.cache.update(|c| {

@@ -16,6 +16,24 @@ pub const CONFIG_TOPICS: &str = "/config/topics";
 pub const CONFIG_CHANGES: &str = "/config/changes";
 pub const PRODUCER_ID_BLOCK: &str = "/latest_producer_id_block";
 
+/// The persistent paths Kafka creates at startup (`KafkaZkClient.createTopLevelPaths`).
+pub const TOP_LEVEL_PATHS: &[&str] = &[
+    "/consumers",
+    "/brokers/ids",
+    "/brokers/topics",
+    "/brokers/seqid",
+    "/config/changes",
+    "/config/topics",
+    "/config/clients",
+    "/config/users",
+    "/config/brokers",
+    "/config/ips",
+    "/admin/delete_topics",
+    "/isr_change_notification",
+    "/latest_producer_id_block",
+    "/log_dir_event_notification",
+];
+
 pub fn broker_path(id: i32) -> String {
     format!("{BROKER_IDS}/{id}")
 }
