@@ -10,6 +10,7 @@ RUN cargo build --release --locked --bin gregor
 FROM debian:bookworm-slim
 COPY --from=build /src/target/release/gregor /usr/local/bin/gregor
 COPY config/server.properties /etc/gregor/server.properties
+# Set KAFKA_ADVERTISED_LISTENERS to the address clients use (as with Kafka images).
 ENV KAFKA_LOG_DIRS=/var/lib/gregor \
     KAFKA_LISTENERS=PLAINTEXT://0.0.0.0:9092
 VOLUME /var/lib/gregor

@@ -201,6 +201,16 @@ impl BrokerConfig {
         } else {
             parse_endpoints("advertised.listeners", get("advertised.listeners"))?
         };
+        if let Some(ep) =
+            advertised_listeners.iter().find(|e| e.host == "0.0.0.0" || e.host == "::" || e.host.is_empty())
+        {
+            return Err(invalid(
+                "advertised.listeners",
+                &format!("{}://{}:{}", ep.listener_name, ep.host, ep.port),
+                "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; set advertised.listeners to a \
+                 routable address",
+            ));
+        }
         let log_dirs: Vec<PathBuf> =
             get("log.dirs").split(',').map(str::trim).filter(|s| !s.is_empty()).map(PathBuf::from).collect();
         if log_dirs.is_empty() {
@@ -581,6 +591,14 @@ mod tests {
         assert_eq!(c.log.max_message_bytes, 1_048_588);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
         assert!(c.zookeeper_connect.is_none());
+    }
+
+    #[test]
+    fn wildcard_listener_needs_an_advertised_address() {
+        let err = load(&[("listeners", "PLAINTEXT://0.0.0.0:9092")]).unwrap_err().to_string();
+        assert!(err.contains("advertised.listeners"), "{err}");
+        let c = load(&[("listeners", "PLAINTEXT://0.0.0.0:9092"), ("advertised.listeners", "PLAINTEXT://kafka:9092")]);
+        assert_eq!(c.unwrap().advertised_listeners[0].host, "kafka");
     }
 
     #[test]

@@ -269,8 +269,10 @@ fn group_offsets(ctx: &RequestContext, group: &str, topics: Option<Vec<(String, 
     ctx.broker.groups.fetch_offsets(group, wanted)
 }
 
-fn by_topic(fetched: Fetched) -> Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> {
-    let mut out: Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> = Vec::new();
+type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
+
+fn by_topic(fetched: Fetched) -> Vec<TopicOffsets> {
+    let mut out: Vec<TopicOffsets> = Vec::new();
     for ((t, p), o) in fetched {
         match out.iter_mut().find(|(n, _)| *n == t) {
             Some((_, ps)) => ps.push((p, o)),

@@ -34,6 +34,10 @@ pub mod codes {
 }
 use codes::*;
 
+pub type TopicPartition = (String, i32);
+/// (partition, offset, leader epoch, metadata) as OffsetCommit carries it.
+pub type OffsetToCommit = (TopicPartition, i64, i32, Option<String>);
+
 /// Kafka's `offset.metadata.max.bytes`.
 const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
@@ -727,8 +731,8 @@ impl GroupCoordinator {
         group_id: &str,
         generation: i32,
         member_id: &str,
-        offsets: Vec<((String, i32), i64, i32, Option<String>)>,
-    ) -> Vec<((String, i32), i16)> {
+        offsets: Vec<OffsetToCommit>,
+    ) -> Vec<(TopicPartition, i16)> {
         let mut groups = self.lock();
         let all = |code: i16| offsets.iter().map(|(tp, ..)| (tp.clone(), code)).collect::<Vec<_>>();
         if group_id.is_empty() {
@@ -806,7 +810,7 @@ impl GroupCoordinator {
         group_id: &str,
         tps: Vec<(String, i32)>,
         subscribed: impl Fn(&Group, &str) -> bool,
-    ) -> Result<Vec<((String, i32), i16)>, i16> {
+    ) -> Result<Vec<(TopicPartition, i16)>, i16> {
         let mut groups = self.lock();
         let Some(group) = groups.get_mut(group_id) else { return Err(GROUP_ID_NOT_FOUND) };
         let mut results = Vec::new();

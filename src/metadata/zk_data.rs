@@ -91,7 +91,10 @@ pub fn topic_json(assignment: &BTreeMap<i32, Vec<i32>>, topic_id: Uuid) -> Strin
     .to_string()
 }
 
-pub fn parse_topic_json(data: &str) -> Option<(BTreeMap<i32, Vec<i32>>, Option<Uuid>)> {
+/// Partition -> replica list, as `/brokers/topics/<t>` holds it.
+pub type Assignment = BTreeMap<i32, Vec<i32>>;
+
+pub fn parse_topic_json(data: &str) -> Option<(Assignment, Option<Uuid>)> {
     let v: Value = serde_json::from_str(data).ok()?;
     let mut assignment = BTreeMap::new();
     for (p, replicas) in v.get("partitions")?.as_object()? {

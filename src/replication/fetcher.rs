@@ -194,7 +194,7 @@ async fn exchange(
     if rh.correlation_id != correlation_id {
         anyhow::bail!("correlation id {} does not match {correlation_id}", rh.correlation_id);
     }
-    Ok(FetchResponse::decode(&mut body, FETCH_VERSION)?)
+    FetchResponse::decode(&mut body, FETCH_VERSION)
 }
 
 /// Applies one response. Returns false if any partition reported an error worth backing off
