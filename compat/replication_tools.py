@@ -271,7 +271,13 @@ def read_partitions(bootstrap: str, topic: str, partitions, timeout: float = 90)
             pos = {tp.partition: tp.offset for tp in cons.position([TopicPartition(topic, p) for p in todo])}
             return all(pos[p] >= marks[p][1] for p in todo)
 
-        wait_until(done, timeout, f"{topic}: every partition read up to its high watermark {marks}", interval=0)
+        try:
+            wait_until(done, timeout, f"{topic}: every partition read up to its high watermark {marks}", interval=0)
+        except TimeoutError as e:
+            pos = {tp.partition: (tp.offset, tp.error) for tp in
+                   cons.position([TopicPartition(topic, p) for p in todo])}
+            got = {p: (len(r), r[0][0] if r else None, r[-1][0] if r else None) for p, r in recs.items()}
+            raise AssertionError(f"{e}\n  positions {pos}\n  read (count, first, last offset) {got}") from None
         # records past the high watermark read above cannot exist (consumers stop at the HW)
         for p in todo:
             recs[p] = [r for r in recs[p] if r[0] < marks[p][1]]

@@ -34,6 +34,9 @@ pub struct Broker {
     pub fetchers: FetcherManager,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
+    /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
+    /// preferred replicas (auto.leader.rebalance.enable).
+    preferred_election_due: AtomicBool,
     /// Serializes topic creation, deletion and partition changes (the controller's event queue).
     pub admin_lock: std::sync::Mutex<()>,
 }
@@ -114,6 +117,7 @@ impl Broker {
             store,
             controller_epoch: AtomicI32::new(0),
             is_controller: AtomicBool::new(false),
+            preferred_election_due: AtomicBool::new(false),
             admin_lock: std::sync::Mutex::new(()),
         });
         if broker.store.is_zookeeper() {
@@ -122,13 +126,25 @@ impl Broker {
             broker.try_become_controller()?;
             broker.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
         }
-        broker.load_groups();
+        if !broker.store.is_zookeeper() {
+            // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
+            broker.load_groups(None);
+        }
         tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.store.is_zookeeper(), "broker started");
         Ok(broker)
     }
 
     pub fn is_controller(&self) -> bool {
         self.is_controller.load(Ordering::Acquire)
+    }
+
+    pub fn request_preferred_election(&self) {
+        self.preferred_election_due.store(true, Ordering::Release);
+    }
+
+    pub fn take_preferred_election(&self) -> bool {
+        let enabled = self.config.values.get("auto.leader.rebalance.enable").map(String::as_str) != Some("false");
+        self.preferred_election_due.swap(false, Ordering::AcqRel) && enabled
     }
 
     pub fn resign_controller(&self) {

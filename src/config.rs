@@ -95,6 +95,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("replica.fetch.response.max.bytes", "10485760"),
     ("controlled.shutdown.enable", "true"),
     ("auto.leader.rebalance.enable", "true"),
+    ("leader.imbalance.check.interval.seconds", "300"),
     ("broker.id.generation.enable", "true"),
     ("offsets.retention.minutes", "10080"),
     ("group.min.session.timeout.ms", "6000"),

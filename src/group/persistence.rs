@@ -229,10 +229,11 @@ impl Broker {
     }
 
     /// Replays `__consumer_offsets` into the coordinator (at startup, before serving).
-    pub fn load_groups(&self) {
+    /// `only`: one partition (this broker just became its leader); None: every one it leads.
+    pub fn load_groups(&self, only: Option<i32>) {
         let Some(topic) = self.cache.topic(OFFSETS_TOPIC) else { return };
         let mut loaded = 0usize;
-        for p in &topic.partitions {
+        for p in topic.partitions.iter().filter(|p| only.is_none_or(|o| o == p.index)) {
             let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, p.index) else { continue };
             let mut offset = partition.log_start_offset();
             let end = partition.log_end_offset();

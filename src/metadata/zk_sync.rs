@@ -132,7 +132,14 @@ impl Broker {
                 let tp = (topic.name.clone(), p.index);
                 if !p.replicas.contains(&me) {
                     self.fetchers.unfollow(&tp);
-                    self.replicas.stop_serving(&topic.name, p.index);
+                    // Reassigned away from this broker: its copy is no longer needed
+                    // (Kafka's StopReplica with delete).
+                    if self.replicas.hosted(&topic.name, p.index).is_some() {
+                        tracing::info!(topic = %topic.name, partition = p.index, "no longer a replica; deleting local log");
+                        if let Err(e) = self.replicas.remove_partition(&topic.name, p.index) {
+                            tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "cannot delete partition log");
+                        }
+                    }
                     continue;
                 }
                 let part = match self.replicas.open_replica(&topic.name, p.index, &id, log_config.clone()) {
@@ -150,7 +157,7 @@ impl Broker {
                     if part.become_leader(p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.name, partition = p.index, epoch = p.leader_epoch, "became leader");
                         if topic.name == crate::group::OFFSETS_TOPIC {
-                            self.load_groups();
+                            self.load_groups(Some(p.index));
                         }
                     }
                 } else {
@@ -181,10 +188,20 @@ impl Broker {
         let super::store::ZnodeStore::ZooKeeper(zk) = &*self.store else { return };
         let mut changes = zk.changes();
         let broker = self.clone();
+        let check_every = self
+            .config
+            .values
+            .get("leader.imbalance.check.interval.seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(300)
+            .max(1);
         tokio::spawn(async move {
+            let mut imbalance_check = tokio::time::interval(Duration::from_secs(check_every));
+            imbalance_check.tick().await;
             loop {
-                if changes.changed().await.is_err() {
-                    return;
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { return },
+                    _ = imbalance_check.tick() => broker.request_preferred_election(),
                 }
                 loop {
                     let b = broker.clone();
