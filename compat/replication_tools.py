@@ -148,7 +148,7 @@ class SeqProducer(threading.Thread):
         self.conf.update(conf or {})
         self.per_tick = per_tick
         self.tick = tick
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.lock = threading.Lock()
         self.sent = 0
         self.acked: Dict[int, Tuple[int, int]] = {}
@@ -186,7 +186,7 @@ class SeqProducer(threading.Thread):
             conf["error_cb"] = self._on_error
             p = Producer(conf)
             n = 0
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 for _ in range(self.per_tick):
                     while True:
                         try:
@@ -204,7 +204,7 @@ class SeqProducer(threading.Thread):
             self.exc = e
 
     def stop(self, timeout: float = 240) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout)
         if self.is_alive():
             raise AssertionError("producer thread did not finish flushing")

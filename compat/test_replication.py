@@ -142,6 +142,41 @@ def restart(c: Cluster, broker_id: int) -> None:
     b.start()
 
 
+def local_log_end(broker, topic: str, p: int) -> int:
+    """Next offset after the last complete batch in the broker's own files for topic-p."""
+    data = segment_bytes(broker, topic, p) or b""
+    end = 0
+    try:
+        for b in parse_batches(data):
+            end = b["last_offset"] + 1
+    except ValueError:  # a batch being written right now: count the complete ones
+        pass
+    return end
+
+
+def wait_caught_up(c: Cluster, topic: str, broker_id: int, what: str):
+    """Every partition's log on `broker_id` reaches the high watermark the leaders report now
+    (so a restarted broker really has fetched, not merely kept its ISR seat)."""
+    probe = Consumer({"bootstrap.servers": c.bootstrap(), "group.id": "unused", "log_level": 2})
+    try:
+        parts = sorted(c.zk_assignment(topic))
+        hw = {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=20, cached=False)[1] for p in parts}
+    finally:
+        probe.close()
+    have = {}
+
+    def ok():
+        for p in parts:
+            have[p] = local_log_end(c.brokers[broker_id], topic, p)
+        return all(have[p] >= hw[p] for p in parts)
+
+    try:
+        wait_until(ok, WAIT, f"broker {broker_id} to catch up on {topic} ({what})", interval=0.1)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n  high watermarks {hw}\n  broker {broker_id} log ends {have}\n"
+                             f"  states {states(c, topic)}") from None
+
+
 def wait_replicas_identical(c: Cluster, topic: str, partitions, first_only: bool = False,
                             timeout: float = WAIT):
     """Poll until every replica of each partition holds the same, non-empty log bytes; returns
@@ -224,8 +259,10 @@ def check_log(name: str, marks, recs, acked, rejected=()):
 # 1. the scripted fault test
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_fault_script(cluster_factory, seed):
+@pytest.mark.parametrize("seed,controller_led", [(1, False), (2, True), (3, False)])
+def test_fault_script(cluster_factory, seed, controller_led):
+    """`controller_led`: the first victim leads its partition *and* is the controller, so the
+    second kill hits the freshly elected controller; otherwise it is another broker."""
     rng = random.Random(seed)
     log = Timeline()
     c = cluster_factory(3)
@@ -241,8 +278,10 @@ def test_fault_script(cluster_factory, seed):
         log(f"producer running: {prod.acked_count()} acked")
 
         # kill -9 the leader of a seed-chosen partition
-        p0 = rng.randrange(parts)
-        first = c.partition_state(topic, p0)
+        ctl0 = c.wait_controller()
+        st0 = c.partition_states(topic)
+        p0 = rng.choice(sorted(p for p, s in st0.items() if (s["leader"] == ctl0) == controller_led))
+        first = st0[p0]
         a = first["leader"]
         c.brokers[a].kill()
         log(f"kill -9 broker {a} (leader of {topic}-{p0}, epoch {first['leader_epoch']}); "
@@ -272,6 +311,8 @@ def test_fault_script(cluster_factory, seed):
             log(f"restarted broker {b}")
         c.wait_registered([1, 2, 3])
         wait_full_isr(c, topic, f"after restarting {a} and {ctl}")
+        for b in (a, ctl):
+            wait_caught_up(c, topic, b, "restarted after kill -9")
         log(f"full ISRs again: {states(c, topic)}; acked {prod.acked_count()}")
 
         # rolling restart (SIGTERM = controlled shutdown) in a seed-chosen order
@@ -283,9 +324,11 @@ def test_fault_script(cluster_factory, seed):
             assert rc == 0, f"broker {b} exited with {rc} on SIGTERM\n{c.brokers[b].stderr_tail(40)}"
             wait_until(lambda b=b: all(s["leader"] != b for s in c.partition_states(topic).values()), WAIT,
                        f"no partition of {topic} led by stopped broker {b}", interval=0.1)
+            log(f"broker {b} stopped: {states(c, topic)}")
             restart(c, b)
             c.wait_registered([1, 2, 3])
             wait_full_isr(c, topic, f"after the rolling restart of {b}")
+            wait_caught_up(c, topic, b, "rolling restart")
             log(f"broker {b} back in every ISR; acked {prod.acked_count()}")
 
         # the producer keeps making progress on the restored cluster
@@ -540,7 +583,8 @@ def test_consumer_offsets_survive_coordinator_kill(cluster_factory):
     assert len(assignment) == 50 and all(len(r) == 3 for r in assignment.values()), assignment
     wait_isr(c, "__consumer_offsets", cp, assignment[cp], "before killing the coordinator")
     coord = c.partition_state("__consumer_offsets", cp)["leader"]
-    d = c.admin(coord).describe_consumer_groups([group])[group].result(timeout=WAIT)
+    admin = c.admin(coord)  # keep the handle alive until the future resolves
+    d = admin.describe_consumer_groups([group])[group].result(timeout=WAIT)
     assert d.coordinator.id == coord, f"coordinator {d.coordinator.id}, leader of __consumer_offsets-{cp} {coord}"
 
     second, failed = produce_sync(c.bootstrap(), topic, range(300, 600))

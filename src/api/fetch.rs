@@ -24,8 +24,6 @@ const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
-const FENCED_LEADER_EPOCH: i16 = 74;
-const UNKNOWN_LEADER_EPOCH: i16 = 75;
 
 struct WantedPartition {
     index: i32,
@@ -134,14 +132,8 @@ fn read_all(
                 None => {
                     pd.error_code = if version >= 13 && w.name.is_empty() {
                         ErrorCode::UnknownTopicId.code()
-                    } else if broker
-                        .cache
-                        .topic(&w.name)
-                        .is_some_and(|t| t.partitions.iter().any(|p| p.index == wp.index))
-                    {
-                        ErrorCode::NotLeaderOrFollower.code()
                     } else {
-                        ErrorCode::UnknownTopicOrPartition.code()
+                        super::not_led_error(broker, &w.name, wp.index)
                     };
                     any_error = true;
                 }
@@ -213,14 +205,24 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
             pr.offset = -1;
             pr.leader_epoch = -1;
             match ctx.broker.replicas.partition(&name, p.partition_index) {
-                None => pr.error_code = ErrorCode::UnknownTopicOrPartition.code(),
+                None => pr.error_code = super::not_led_error(&ctx.broker, &name, p.partition_index),
+                Some(part) if part.check_epoch(p.current_leader_epoch).is_err() => {
+                    pr.error_code = part.check_epoch(p.current_leader_epoch).err().unwrap_or(0);
+                }
                 Some(part) => match p.timestamp {
-                    LATEST_TIMESTAMP => pr.offset = part.high_watermark(),
-                    EARLIEST_TIMESTAMP => pr.offset = part.log_start_offset(),
+                    LATEST_TIMESTAMP => {
+                        pr.offset = part.high_watermark();
+                        pr.leader_epoch = part.latest_epoch();
+                    }
+                    EARLIEST_TIMESTAMP => {
+                        pr.offset = part.log_start_offset();
+                        pr.leader_epoch = part.epoch_for_offset(pr.offset);
+                    }
                     MAX_TIMESTAMP => match part.offset_of_max_timestamp() {
                         Ok(Some((offset, timestamp))) => {
                             pr.offset = offset;
                             pr.timestamp = timestamp;
+                            pr.leader_epoch = part.epoch_for_offset(offset);
                         }
                         Ok(None) => {}
                         Err(e) => pr.error_code = e.kafka_code(),
@@ -229,11 +231,16 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                         Ok(Some((offset, timestamp))) => {
                             pr.offset = offset;
                             pr.timestamp = timestamp;
+                            pr.leader_epoch = part.epoch_for_offset(offset);
                         }
                         Ok(None) => {}
                         Err(e) => pr.error_code = e.kafka_code(),
                     },
                 },
+            }
+            if ctx.version() < 4 {
+                // The field exists from v4; the crate refuses to encode it below.
+                pr.leader_epoch = -1;
             }
             tr.partitions.push(pr);
         }
@@ -256,25 +263,15 @@ pub fn offset_for_leader_epoch(ctx: &RequestContext, req: OffsetForLeaderEpochRe
             e.leader_epoch = -1;
             e.end_offset = -1;
             match ctx.broker.replicas.partition(&name, p.partition) {
-                None => {
-                    e.error_code = if ctx.broker.cache.topic(&name).is_some() {
-                        ErrorCode::NotLeaderOrFollower.code()
-                    } else {
-                        ErrorCode::UnknownTopicOrPartition.code()
-                    }
-                }
-                Some(part) => {
-                    let (_, current) = part.role();
-                    if p.current_leader_epoch >= 0 && p.current_leader_epoch < current {
-                        e.error_code = FENCED_LEADER_EPOCH;
-                    } else if p.current_leader_epoch > current {
-                        e.error_code = UNKNOWN_LEADER_EPOCH;
-                    } else {
+                None => e.error_code = super::not_led_error(&ctx.broker, &name, p.partition),
+                Some(part) => match part.check_epoch(p.current_leader_epoch) {
+                    Err(code) => e.error_code = code,
+                    Ok(()) => {
                         let (epoch, end) = part.end_offset_for_epoch(p.leader_epoch);
                         e.leader_epoch = epoch;
                         e.end_offset = end;
                     }
-                }
+                },
             }
             tr.partitions.push(e);
         }

@@ -317,7 +317,27 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
         return r;
     }
     if let Err(code) = ctx.broker.check_coordinator(req.group_id.0.as_str()) {
-        r.error_code = code;
+        if ctx.version() >= 2 {
+            r.error_code = code;
+        } else {
+            // v1 has no top-level error: report it on every requested partition.
+            for t in req.topics.unwrap_or_default() {
+                let mut tr = OffsetFetchResponseTopic::default();
+                tr.partitions = t
+                    .partition_indexes
+                    .iter()
+                    .map(|&p| {
+                        let mut pr = OffsetFetchResponsePartition::default();
+                        pr.partition_index = p;
+                        pr.committed_offset = -1;
+                        pr.error_code = code;
+                        pr
+                    })
+                    .collect();
+                tr.name = t.name;
+                r.topics.push(tr);
+            }
+        }
         return r;
     }
     let topics = req.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());

@@ -49,9 +49,9 @@ fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
                 mp.error_code = ErrorCode::LeaderNotAvailable.code();
             }
             mp.leader_id = BrokerId(p.leader);
-            // Leader epochs are withheld (-1) until leadership can move: clients then skip
-            // epoch validation, which is correct while every epoch would be 0 forever.
-            mp.leader_epoch = -1;
+            // Clients fence with it (Fetch, ListOffsets, OffsetForLeaderEpoch check it) and
+            // never let it go backwards; the controller only ever increases it.
+            mp.leader_epoch = p.leader_epoch;
             mp.replica_nodes = p.replicas.iter().map(|&r| BrokerId(r)).collect();
             mp.isr_nodes = p.isr.iter().map(|&r| BrokerId(r)).collect();
             mp

@@ -50,6 +50,18 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
 
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
 
+/// The error for a partition this broker does not lead: NOT_LEADER_OR_FOLLOWER if the
+/// partition exists (the client refreshes metadata and finds the leader), else
+/// UNKNOWN_TOPIC_OR_PARTITION.
+pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
+    let exists = broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition));
+    if exists {
+        error::ErrorCode::NotLeaderOrFollower.code()
+    } else {
+        error::ErrorCode::UnknownTopicOrPartition.code()
+    }
+}
+
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max))
 }

@@ -176,7 +176,7 @@ pub fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> Delete
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
             match ctx.broker.replicas.partition(&name, p.partition_index) {
-                None => pr.error_code = ErrorCode::UnknownTopicOrPartition.code(),
+                None => pr.error_code = super::not_led_error(&ctx.broker, &name, p.partition_index),
                 Some(part) => {
                     let hw = part.high_watermark();
                     // -1 means "up to the high watermark", as Kafka defines it.

@@ -54,6 +54,11 @@ impl LeaderEpochCache {
         (self.entries[i].0, end)
     }
 
+    /// The epoch in which `offset` was written (-1 if before everything cached).
+    pub fn epoch_for_offset(&self, offset: i64) -> i32 {
+        self.entries.iter().rev().find(|&&(_, start)| start <= offset).map(|&(e, _)| e).unwrap_or(-1)
+    }
+
     /// After the log was truncated to `offset`: drops epochs that start at or after it.
     pub fn truncate_from_end(&mut self, offset: i64) {
         let before = self.entries.len();

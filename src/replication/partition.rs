@@ -333,7 +333,13 @@ impl Partition {
         lock(&self.epochs).end_offset_for(epoch, leo)
     }
 
-    fn check_epoch(&self, current_leader_epoch: i32) -> Result<(), i16> {
+    pub fn epoch_for_offset(&self, offset: i64) -> i32 {
+        lock(&self.epochs).epoch_for_offset(offset)
+    }
+
+    /// The clients' leader-epoch fencing (KIP-320): an older epoch than ours is
+    /// FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (our metadata is behind).
+    pub fn check_epoch(&self, current_leader_epoch: i32) -> Result<(), i16> {
         let s = lock(&self.state);
         if current_leader_epoch < 0 || current_leader_epoch == s.leader_epoch {
             Ok(())
