@@ -80,7 +80,13 @@ class Timeline:
 
 
 def create_topic(c: Cluster, name: str, partitions: int, rf: int, config=None) -> None:
-    a = c.admin(c.wait_controller())
+    ctl = c.wait_controller()
+    # /brokers/ids lists every broker before the controller has seen them all: wait until the
+    # controller's own Metadata does, or CreateTopics may count too few live brokers
+    want = sorted(c.live_ids())
+    wait_until(lambda: sorted(c.metadata(ctl).brokers) == want, WAIT,
+               f"the controller's Metadata to list brokers {want}", interval=0.1)
+    a = c.admin(ctl)
     fs = a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=rf, config=config or {})],
                          operation_timeout=30)
     fs[name].result(timeout=WAIT)

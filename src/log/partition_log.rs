@@ -247,7 +247,20 @@ impl Log {
     /// (both outside the CRC), then writes.
     pub fn append(&mut self, records: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
         self.check_live()?;
-        let mut headers = batch::validate_batches(records, self.config.max_message_bytes)?;
+        let headers = batch::validate_batches(records, self.config.max_message_bytes)?;
+        self.append_validated_batches(records, headers, leader_epoch)
+    }
+
+    /// [`Log::append`] for a caller that already ran [`batch::validate_batches`] on exactly
+    /// these bytes (the replica manager does, to check producer sequences first), so the CRC
+    /// and record walk are not paid twice.
+    pub fn append_validated_batches(
+        &mut self,
+        records: &mut [u8],
+        mut headers: Vec<BatchHeader>,
+        leader_epoch: i32,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_live()?;
         let mut next = self.log_end_offset;
         let mut pos = 0usize;
         for h in headers.iter_mut() {

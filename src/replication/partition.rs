@@ -255,7 +255,7 @@ impl Partition {
         if role != Role::Leader {
             return fail(NOT_LEADER_OR_FOLLOWER);
         }
-        let info: AppendInfo = match log.append(&mut buf, epoch) {
+        let info: AppendInfo = match log.append_validated_batches(&mut buf, headers.clone(), epoch) {
             Ok(info) => info,
             Err(e) => {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "append failed");
