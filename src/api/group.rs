@@ -17,8 +17,11 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use std::time::{Duration, Instant};
+
 use super::RequestContext;
 use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest};
+use crate::group::{partition_for, OFFSETS_TOPIC};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -218,7 +221,11 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
     r
 }
 
-pub fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
+/// Kafka's `offsets.commit.timeout.ms`: how long a commit waits for the offsets partition's
+/// replicas before it is answered with an error.
+const OFFSETS_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
+
+pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let store = ctx.broker.group_store();
     let mut wanted = Vec::new();
     for t in &req.topics {
@@ -241,6 +248,14 @@ pub fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCo
         ),
         Err(code) => wanted.into_iter().map(|(tp, ..)| (tp, code)).collect(),
     };
+    // A commit counts only once every ISR member of the offsets partition has it (Kafka's
+    // offsets.commit.required.acks=-1), so a coordinator failover cannot lose it.
+    let mut results = results;
+    if results.iter().any(|(_, c)| *c == codes::NONE) && !committed_everywhere(ctx, req.group_id.0.as_str()).await {
+        for (_, c) in results.iter_mut().filter(|(_, c)| *c == codes::NONE) {
+            *c = REQUEST_TIMED_OUT;
+        }
+    }
     let mut r = OffsetCommitResponse::default();
     for t in req.topics {
         let mut tr = OffsetCommitResponseTopic::default();
@@ -259,6 +274,29 @@ pub fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCo
         r.topics.push(tr);
     }
     r
+}
+
+const REQUEST_TIMED_OUT: i16 = 7;
+
+/// Waits until the high watermark of `group`'s offsets partition covers everything appended
+/// to it so far.
+async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
+    let n = ctx.broker.offsets_partitions();
+    let Some(p) = ctx.broker.replicas.partition(OFFSETS_TOPIC, partition_for(group, n)) else { return false };
+    let target = p.log_end_offset();
+    let deadline = Instant::now() + OFFSETS_COMMIT_TIMEOUT;
+    loop {
+        let changed = ctx.broker.replicas.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if p.high_watermark() >= target {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline || tokio::time::timeout(deadline - now, changed).await.is_err() {
+            return p.high_watermark() >= target;
+        }
+    }
 }
 
 type Fetched = Vec<((String, i32), Option<CommittedOffset>)>;

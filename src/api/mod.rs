@@ -109,7 +109,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(group::sync_group(ctx, r).await),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(group::heartbeat(ctx, r)),
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(group::leave_group(ctx, r)),
-        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(group::offset_commit(ctx, r)),
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(group::offset_commit(ctx, r).await),
         RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(group::offset_fetch(ctx, r)),
         RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(group::describe_groups(ctx, r)),
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(group::list_groups(ctx, r)),
