@@ -97,7 +97,24 @@ class Cluster:
             b.start()
         self.wait_registered(self.live_ids())
         self.wait_controller()
+        self.wait_metadata_converged()
         return self
+
+    def wait_metadata_converged(self, timeout: Optional[float] = None) -> None:
+        """Every live broker's Metadata lists every live broker (each broker learns of the others
+        through a ZooKeeper watch, so a request right after start can see fewer)."""
+        want = self.live_ids()
+
+        def ok():
+            for i in want:
+                try:
+                    if sorted(self.metadata(i, timeout=5).brokers) != want:
+                        return False
+                except Exception:  # noqa: BLE001
+                    return False
+            return True
+
+        wait_until(ok, timeout or self.failover_timeout, f"every broker's Metadata to list {want}", interval=0.2)
 
     def live_ids(self) -> List[int]:
         return sorted(i for i, b in self.brokers.items() if b.alive())

@@ -136,9 +136,10 @@ def _run_kafka_python(cfg: dict, flags: dict) -> None:
         names = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
                  "sticky": StickyPartitionAssignor}
         try:
-            from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyPartitionAssignor
-            names["cooperative-sticky"] = CooperativeStickyPartitionAssignor
-        except ImportError:
+            from kafka.coordinator.assignors import cooperative_sticky as cs
+            names["cooperative-sticky"] = getattr(cs, "CooperativeStickyAssignor", None) or \
+                getattr(cs, "CooperativeStickyPartitionAssignor")
+        except (ImportError, AttributeError):
             pass
         kw["partition_assignment_strategy"] = [names[s.strip()] for s in cfg["strategy"].split(",")]
     kw.update(cfg.get("extra", {}))

@@ -37,6 +37,10 @@ pub struct Broker {
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
     /// preferred replicas (auto.leader.rebalance.enable).
     preferred_election_due: AtomicBool,
+    /// Set once controlled shutdown starts: this broker no longer follows anyone.
+    pub shutting_down: AtomicBool,
+    /// `__consumer_offsets` partitions whose groups are being loaded.
+    loading_offsets: std::sync::Mutex<std::collections::HashSet<i32>>,
     /// Serializes topic creation, deletion and partition changes (the controller's event queue).
     pub admin_lock: std::sync::Mutex<()>,
 }
@@ -56,14 +60,11 @@ impl Broker {
             .await?
             .map_err(|e| anyhow::anyhow!("cannot open log dirs: {e}"))?;
         let store = match &config.zookeeper_connect {
-            Some(connect) => ZnodeStore::ZooKeeper(
-                ZkStore::connect(
-                    connect,
-                    Duration::from_millis(config.zookeeper_session_timeout_ms),
-                    Duration::from_millis(config.zookeeper_connection_timeout_ms),
-                )
-                .await?,
-            ),
+            Some(connect) => ZnodeStore::ZooKeeper(ZkStore::connect(
+                connect,
+                Duration::from_millis(config.zookeeper_session_timeout_ms),
+                Duration::from_millis(config.zookeeper_connection_timeout_ms),
+            )?),
             None => ZnodeStore::Embedded(EmbeddedStore::open(config.log_dirs[0].join(EMBEDDED_STORE_FILE))?),
         };
         let store = Arc::new(store);
@@ -118,6 +119,8 @@ impl Broker {
             controller_epoch: AtomicI32::new(0),
             is_controller: AtomicBool::new(false),
             preferred_election_due: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            loading_offsets: std::sync::Mutex::new(Default::default()),
             admin_lock: std::sync::Mutex::new(()),
         });
         if broker.store.is_zookeeper() {
@@ -136,6 +139,19 @@ impl Broker {
 
     pub fn is_controller(&self) -> bool {
         self.is_controller.load(Ordering::Acquire)
+    }
+
+    pub fn set_loading_offsets(&self, partition: i32, loading: bool) {
+        let mut set = self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        if loading {
+            set.insert(partition);
+        } else {
+            set.remove(&partition);
+        }
+    }
+
+    pub fn is_loading_offsets(&self, partition: i32) -> bool {
+        self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner()).contains(&partition)
     }
 
     pub fn request_preferred_election(&self) {
@@ -250,6 +266,12 @@ impl Broker {
         if state.leader != self.config.broker_id || state.leader_epoch != epoch || state.isr == isr {
             return;
         }
+        // Only registered brokers may join: one in controlled shutdown has left /brokers/ids
+        // and must not be re-added just because it is still caught up (KIP-841).
+        let live: Vec<i32> = self.cache.snapshot().brokers.iter().map(|b| b.id).collect();
+        if isr.iter().any(|r| !state.isr.contains(r) && !live.contains(r)) {
+            return;
+        }
         tracing::info!(topic = %partition.topic, partition = partition.index, from = ?state.isr, to = ?isr, "ISR change");
         state.isr = isr.clone();
         match self.store.set_if_version(&path, &zk_data::partition_state_json(&state), version) {
@@ -295,6 +317,8 @@ impl Broker {
             tracing::warn!("could not deregister; shutting down without moving leadership");
             return;
         }
+        self.shutting_down.store(true, Ordering::Release);
+        self.fetchers.stop_all();
         let movable = |b: &Broker| {
             b.cache.snapshot().topics.values().any(|t| t.partitions.iter().any(|p| p.leader == me && p.isr.len() > 1))
         };

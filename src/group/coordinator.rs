@@ -452,6 +452,7 @@ impl GroupCoordinator {
         group.members.insert(new_id.clone(), member);
         if group.state == GroupState::Stable && unchanged {
             // A static member restarting within its session keeps its assignment: no rebalance.
+            store.owners_changed(&group.id, &owners_of(group));
             return Ok(JoinResult {
                 error_code: NONE,
                 generation_id: group.generation,

@@ -14,6 +14,7 @@ use crate::controller::TopicRequest;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
 
 const NOT_COORDINATOR: i16 = 16;
+const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 /// Kafka's `offsets.topic.segment.bytes` default.
 const OFFSETS_SEGMENT_BYTES: &str = "104857600";
@@ -172,6 +173,7 @@ impl Broker {
         let Some(topic) = self.cache.topic(OFFSETS_TOPIC) else { return Err(COORDINATOR_NOT_AVAILABLE) };
         let p = partition_for(group, topic.partitions.len() as i32);
         match self.replicas.partition(OFFSETS_TOPIC, p) {
+            Some(_) if self.is_loading_offsets(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
             Some(_) => Ok(()),
             None => Err(NOT_COORDINATOR),
         }
@@ -221,6 +223,10 @@ impl Broker {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(COORDINATOR_NOT_AVAILABLE),
             Err(_) if self.cache.topic(OFFSETS_TOPIC).is_some() => Ok(()),
+            // Created by another broker; this one learns of it on its next ZooKeeper pass.
+            Err(e) if e.code == crate::api::error::ErrorCode::TopicAlreadyExists.code() => {
+                Err(COORDINATOR_NOT_AVAILABLE)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot create {OFFSETS_TOPIC}");
                 Err(COORDINATOR_NOT_AVAILABLE)

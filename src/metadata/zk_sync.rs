@@ -154,17 +154,26 @@ impl Broker {
                 }
                 if p.leader == me {
                     self.fetchers.unfollow(&tp);
+                    let offsets = topic.name == crate::group::OFFSETS_TOPIC;
+                    // Until its groups are loaded, a new coordinator answers
+                    // COORDINATOR_LOAD_IN_PROGRESS rather than "no offsets".
+                    if offsets {
+                        self.set_loading_offsets(p.index, true);
+                    }
                     if part.become_leader(p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.name, partition = p.index, epoch = p.leader_epoch, "became leader");
-                        if topic.name == crate::group::OFFSETS_TOPIC {
+                        if offsets {
                             self.load_groups(Some(p.index));
                         }
+                    }
+                    if offsets {
+                        self.set_loading_offsets(p.index, false);
                     }
                 } else {
                     if part.become_follower(p.leader, p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.name, partition = p.index, leader = p.leader, epoch = p.leader_epoch, "following");
                     }
-                    if p.leader >= 0 {
+                    if p.leader >= 0 && !self.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
                         self.fetchers.follow(self, p.leader, tp);
                     } else {
                         self.fetchers.unfollow(&tp);

@@ -58,6 +58,15 @@ impl FetcherManager {
         }
     }
 
+    /// Stops every fetcher's work (controlled shutdown: a departing broker must not look like
+    /// a caught-up follower).
+    pub fn stop_all(&self) {
+        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        for f in fetchers.values() {
+            f.partitions.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
     /// Stops fetching `tp` from anyone (this broker leads it now, or no longer hosts it).
     pub fn unfollow(&self, tp: &TopicPartition) {
         let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
