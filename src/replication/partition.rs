@@ -176,6 +176,10 @@ impl Partition {
         s.role = Role::Leader;
         s.leader_epoch = epoch;
         s.epoch_start_offset = leo;
+        drop(s);
+        // A new leader answers duplicates from exactly what its log holds.
+        *lock(&self.producers) = rebuild_producer_state(&self.log);
+        let mut s = lock(&self.state);
         let now = Instant::now();
         s.followers = replicas
             .iter()
@@ -310,10 +314,15 @@ impl Partition {
 
     /// Truncates a follower's log after divergence (and its epoch cache with it).
     pub fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
+        let mut producers = lock(&self.producers);
         let mut log = self.lock_log();
         log.truncate_to(offset)?;
         let leo = log.log_end_offset();
         drop(log);
+        // Batches cut from the log must be forgotten too, or a producer's retry of one of
+        // them would be answered as a duplicate that is no longer stored.
+        *producers = rebuild_producer_state(&self.log);
+        drop(producers);
         lock(&self.epochs).truncate_from_end(leo);
         self.high_watermark.fetch_min(leo, Ordering::AcqRel);
         Ok(())
@@ -321,7 +330,10 @@ impl Partition {
 
     /// Restarts an empty log at the leader's log start (the follower fell behind retention).
     pub fn reset_to(&self, offset: i64) -> Result<(), LogError> {
+        let mut producers = lock(&self.producers);
         self.lock_log().truncate_fully_and_start_at(offset)?;
+        *producers = ProducerStateManager::default();
+        drop(producers);
         lock(&self.epochs).truncate_from_end(0);
         self.high_watermark.store(offset, Ordering::Release);
         Ok(())
