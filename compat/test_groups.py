@@ -417,7 +417,9 @@ def test_member_stops_others_take_over(cluster, workers, report, client, how):
         assert not unc, f"the closed member left records uncommitted: {unc[:10]}"
     # the survivors resumed the victim's partitions at its committed offsets
     for p in victim_parts:
-        took = [o for w in survivors for (pp, o, _t) in w.consumed() if pp == p]
+        # only what they read after the victim left: under load one of them may have held
+        # the partition briefly during the very first join, before all three members joined
+        took = [o for w in survivors for (pp, o, t) in w.consumed() if pp == p and t >= t0]
         assert took, f"nobody consumed partition {p} after the takeover"
         if how == "close":
             assert min(took) == vc[p], f"partition {p}: survivors started at {min(took)}, committed {vc[p]}"

@@ -204,12 +204,12 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
             pr.timestamp = -1;
             pr.offset = -1;
             pr.leader_epoch = -1;
-            match ctx.broker.replicas.partition(&name, p.partition_index) {
-                None => pr.error_code = super::not_led_error(&ctx.broker, &name, p.partition_index),
-                Some(part) if part.check_epoch(p.current_leader_epoch).is_err() => {
-                    pr.error_code = part.check_epoch(p.current_leader_epoch).err().unwrap_or(0);
-                }
-                Some(part) => match p.timestamp {
+            let led = ctx.broker.replicas.partition(&name, p.partition_index);
+            let fenced = led.as_ref().and_then(|part| part.check_epoch(p.current_leader_epoch).err());
+            match (led, fenced) {
+                (None, _) => pr.error_code = super::not_led_error(&ctx.broker, &name, p.partition_index),
+                (Some(_), Some(code)) => pr.error_code = code,
+                (Some(part), None) => match p.timestamp {
                     LATEST_TIMESTAMP => {
                         pr.offset = part.high_watermark();
                         pr.leader_epoch = part.latest_epoch();
