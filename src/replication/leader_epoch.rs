@@ -49,7 +49,15 @@ impl LeaderEpochCache {
     /// `log_end_offset` for the latest), as OffsetForLeaderEpoch answers. (-1, -1) if `epoch`
     /// is older than everything cached.
     pub fn end_offset_for(&self, epoch: i32, log_end_offset: i64) -> (i32, i64) {
-        let Some(i) = self.entries.iter().rposition(|&(e, _)| e <= epoch) else { return (-1, -1) };
+        let Some(i) = self.entries.iter().rposition(|&(e, _)| e <= epoch) else {
+            // Older than every epoch here: as Kafka answers, the requested epoch ends where
+            // the first known one starts. A follower that led at that older epoch learns
+            // where to truncate to, instead of hearing "no such epoch" forever.
+            return match self.entries.first() {
+                Some(&(_, start)) if epoch >= 0 => (epoch, start),
+                _ => (-1, -1),
+            };
+        };
         let end = self.entries.get(i + 1).map(|&(_, start)| start).unwrap_or(log_end_offset);
         (self.entries[i].0, end)
     }
@@ -120,6 +128,11 @@ mod tests {
         assert_eq!(c.end_offset_for(1, 100), (0, 50));
         assert_eq!(c.end_offset_for(2, 100), (2, 80));
         assert_eq!(c.end_offset_for(9, 100), (5, 100));
+        let later_dir = tempfile::tempdir().unwrap();
+        let mut later = LeaderEpochCache::load(later_dir.path());
+        later.assign(3, 40);
+        assert_eq!(later.end_offset_for(1, 100), (1, 40));
+        assert_eq!(later.end_offset_for(-1, 100), (-1, -1));
         let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
         assert_eq!(text, "0\n3\n0 0\n2 50\n5 80\n");
         c.truncate_from_end(60);
