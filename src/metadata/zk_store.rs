@@ -6,22 +6,50 @@
 //! of its own, answers; the calls are rare (topic admin, group membership, leadership
 //! changes), never on the produce or fetch path.
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use super::store::StoreError;
+use super::zk_data::CONTROLLER;
 
 pub struct ZkStore {
-    client: zk::Client,
+    /// The current session's client. A session that ends (expiry after a ZooKeeper stall or a
+    /// long pause of this process) is replaced by a new one; callers always use the newest.
+    client: Arc<RwLock<zk::Client>>,
     /// The ZooKeeper client's own runtime. Callers block on its answers from request handlers
     /// that may hold locks other handlers wait for; on a runtime of its own the client's I/O
     /// never waits for a worker thread that is itself blocked on such a lock.
     runtime: Option<tokio::runtime::Runtime>,
     /// Bumped on every change under the watched paths; the broker reloads its view on change.
     changes: watch::Receiver<u64>,
+    /// Session generations: see [`SessionEvent`].
+    sessions: watch::Receiver<SessionEvent>,
+    /// The ephemeral znodes this broker owns (path to data), re-created in each new session,
+    /// as Kafka re-registers a broker after its session expired. `/controller` is not among
+    /// them: after a lost session the controller is elected anew.
+    ephemerals: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+/// What the broker needs to know of the session: `generation` counts sessions opened since
+/// start (1 is the first), `live` is false from the moment one ended until the next opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionEvent {
+    pub generation: u64,
+    pub live: bool,
+}
+
+/// Where and how to open sessions; kept so the supervisor can open the next one.
+#[derive(Clone)]
+struct SessionSpec {
+    hosts: String,
+    chroot: Option<String>,
+    session_timeout: Duration,
+    connection_timeout: Duration,
 }
 
 impl From<zk::Error> for StoreError {
@@ -67,8 +95,8 @@ impl Drop for ZkStore {
 }
 
 impl ZkStore {
-    /// Connects (retrying until `connection_timeout`), creating the chroot if needed, and
-    /// starts the watches that feed [`ZkStore::changes`].
+    /// Connects (retrying until `connection_timeout`), creating the chroot if needed, starts
+    /// the watches that feed [`ZkStore::changes`], and keeps a session open from then on.
     pub fn connect(
         connect: &str,
         session_timeout: Duration,
@@ -80,78 +108,31 @@ impl ZkStore {
             .enable_all()
             .build()
             .map_err(|e| StoreError::ZooKeeper(format!("cannot start the ZooKeeper client runtime: {e}")))?;
-        let connect = connect.to_string();
-        let (client, changes) = run_on(&runtime, Self::connect_async(connect, session_timeout, connection_timeout))??;
-        Ok(ZkStore { client, runtime: Some(runtime), changes })
-    }
-
-    async fn connect_async(
-        connect: String,
-        session_timeout: Duration,
-        connection_timeout: Duration,
-    ) -> Result<(zk::Client, watch::Receiver<u64>), StoreError> {
         let (hosts, chroot) = match connect.find('/') {
-            Some(i) => (&connect[..i], Some(&connect[i..])),
-            None => (connect.as_str(), None),
+            Some(i) => (&connect[..i], Some(&connect[i..]).filter(|c| *c != "/")),
+            None => (connect, None),
         };
-        let deadline = tokio::time::Instant::now() + connection_timeout;
-        let client = loop {
-            let attempt = zk::Client::connector()
-                .with_session_timeout(session_timeout)
-                .with_connection_timeout(connection_timeout.min(Duration::from_secs(5)))
-                .connect(hosts)
-                .await;
-            match attempt {
-                Ok(c) => break c,
-                Err(e) if tokio::time::Instant::now() < deadline => {
-                    tracing::warn!(zookeeper = %hosts, error = %e, "cannot reach ZooKeeper yet; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => {
-                    return Err(StoreError::ZooKeeper(format!(
-                        "cannot connect to ZooKeeper at {hosts} within {} ms: {e}",
-                        connection_timeout.as_millis()
-                    )))
-                }
-            }
+        let spec = SessionSpec {
+            hosts: hosts.to_string(),
+            chroot: chroot.map(str::to_string),
+            session_timeout,
+            connection_timeout,
         };
-        let client = match chroot.filter(|c| *c != "/") {
-            Some(root) => {
-                let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                client.mkdir(root, &options).await?;
-                client.chroot(root.to_string()).map_err(|_| StoreError::ZooKeeper(format!("bad chroot {root}")))?
-            }
-            None => client,
+        let (changes_tx, changes) = watch::channel(0u64);
+        let first = {
+            let (spec, tx) = (spec.clone(), changes_tx.clone());
+            run_on(&runtime, async move {
+                let deadline = tokio::time::Instant::now() + spec.connection_timeout;
+                let client = open_session(&spec, Some(deadline)).await?;
+                start_watches(&client, &tx).await?;
+                Ok::<_, StoreError>(client)
+            })??
         };
-        let (tx, changes) = watch::channel(0u64);
-        for path in WATCHED {
-            let mut watcher = client.watch(path, zk::AddWatchMode::PersistentRecursive).await?;
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                loop {
-                    let event = watcher.changed().await;
-                    if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
-                        break;
-                    }
-                    tx.send_modify(|n| *n += 1);
-                }
-            });
-        }
-        let mut state = client.state_watcher();
-        tokio::spawn(async move {
-            loop {
-                let s = state.changed().await;
-                tracing::info!(state = ?s, "ZooKeeper session state");
-                tx.send_modify(|n| *n += 1);
-                if s.is_terminated() {
-                    // Kafka re-creates its session here; gregor stops, so that a supervisor
-                    // restarts it into a clean registration rather than serve stale leadership.
-                    tracing::error!("ZooKeeper session ended ({s:?}); shutting down");
-                    std::process::exit(1);
-                }
-            }
-        });
-        Ok((client, changes))
+        let client = Arc::new(RwLock::new(first.clone()));
+        let ephemerals = Arc::new(Mutex::new(BTreeMap::new()));
+        let (sessions_tx, sessions) = watch::channel(SessionEvent { generation: 1, live: true });
+        runtime.spawn(supervise(spec, first, client.clone(), ephemerals.clone(), changes_tx, sessions_tx));
+        Ok(ZkStore { client, runtime: Some(runtime), changes, sessions, ephemerals })
     }
 
     /// Runs one client call on the client's runtime and waits for it.
@@ -163,11 +144,27 @@ impl ZkStore {
     {
         let runtime =
             self.runtime.as_ref().ok_or_else(|| StoreError::ZooKeeper("the ZooKeeper client stopped".into()))?;
-        run_on(runtime, f(self.client.clone()))
+        let client = self.client.read().unwrap_or_else(|p| p.into_inner()).clone();
+        run_on(runtime, f(client))
     }
 
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
+    }
+
+    pub fn sessions(&self) -> watch::Receiver<SessionEvent> {
+        self.sessions.clone()
+    }
+
+    fn remember_ephemeral(&self, path: &str, data: &str) {
+        if path != CONTROLLER {
+            self.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_string(), data.to_string());
+        }
+    }
+
+    fn forget_ephemerals(&self, path: &str) {
+        let prefix = format!("{path}/");
+        self.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| k != path && !k.starts_with(&prefix));
     }
 
     pub fn create(&self, path: &str, data: &str, ephemeral: bool) -> Result<(), StoreError> {
@@ -189,7 +186,11 @@ impl ZkStore {
         result.map_err(|e| match StoreError::from(e) {
             StoreError::NodeExists(_) => StoreError::NodeExists(path.to_string()),
             other => other,
-        })
+        })?;
+        if ephemeral {
+            self.remember_ephemeral(path, data);
+        }
+        Ok(())
     }
 
     pub fn get(&self, path: &str) -> Result<Option<String>, StoreError> {
@@ -235,12 +236,21 @@ impl ZkStore {
 
     pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
         match self.create(path, data, true) {
-            Err(StoreError::NodeExists(_)) => self.set_data(path, data, None)?.map(|_| ()).map_err(Into::into),
+            Err(StoreError::NodeExists(_)) => {
+                self.set_data(path, data, None)??;
+                self.remember_ephemeral(path, data);
+                Ok(())
+            }
             other => other,
         }
     }
 
     pub fn delete_recursive(&self, path: &str) -> Result<(), StoreError> {
+        self.forget_ephemerals(path);
+        self.delete_tree(path)
+    }
+
+    fn delete_tree(&self, path: &str) -> Result<(), StoreError> {
         let p = path.to_string();
         let children = match self.call(move |c| async move { c.list_children(&p).await })? {
             Ok(c) => c,
@@ -248,7 +258,7 @@ impl ZkStore {
             Err(e) => return Err(e.into()),
         };
         for child in children {
-            self.delete_recursive(&format!("{path}/{child}"))?;
+            self.delete_tree(&format!("{path}/{child}"))?;
         }
         let p = path.to_string();
         match self.call(move |c| async move { c.delete(&p, None).await })? {
@@ -268,4 +278,140 @@ impl ZkStore {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Opens a session and applies the chroot, creating it if missing. Without a deadline it
+/// retries until ZooKeeper answers, logging each failure once per attempt.
+async fn open_session(spec: &SessionSpec, deadline: Option<tokio::time::Instant>) -> Result<zk::Client, StoreError> {
+    let client = loop {
+        let attempt = zk::Client::connector()
+            .with_session_timeout(spec.session_timeout)
+            .with_connection_timeout(spec.connection_timeout.min(Duration::from_secs(5)))
+            .connect(&spec.hosts)
+            .await;
+        match attempt {
+            Ok(c) => break c,
+            Err(e) if deadline.is_none_or(|d| tokio::time::Instant::now() < d) => {
+                tracing::warn!(zookeeper = %spec.hosts, error = %e, "cannot reach ZooKeeper yet; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                return Err(StoreError::ZooKeeper(format!(
+                    "cannot connect to ZooKeeper at {} within {} ms: {e}",
+                    spec.hosts,
+                    spec.connection_timeout.as_millis()
+                )))
+            }
+        }
+    };
+    match &spec.chroot {
+        Some(root) => {
+            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            client.mkdir(root, &options).await?;
+            client.chroot(root.clone()).map_err(|_| StoreError::ZooKeeper(format!("bad chroot {root}")))
+        }
+        None => Ok(client),
+    }
+}
+
+/// Persistent recursive watches on [`WATCHED`], each change bumping `tx`. They belong to the
+/// session and end with it.
+async fn start_watches(client: &zk::Client, tx: &watch::Sender<u64>) -> Result<(), StoreError> {
+    for path in WATCHED {
+        let mut watcher = client.watch(path, zk::AddWatchMode::PersistentRecursive).await?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = watcher.changed().await;
+                if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
+                    break;
+                }
+                tx.send_modify(|n| *n += 1);
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Keeps a session open for the life of the process. When one ends, the broker is told at
+/// once (a controller must stop acting), a new session is opened with the same watches, and
+/// the ephemeral znodes this broker owned are written again in it, so the broker re-registers
+/// with a new broker epoch (the czxid of its `/brokers/ids` node) instead of exiting.
+async fn supervise(
+    spec: SessionSpec,
+    mut client: zk::Client,
+    shared: Arc<RwLock<zk::Client>>,
+    ephemerals: Arc<Mutex<BTreeMap<String, String>>>,
+    changes: watch::Sender<u64>,
+    sessions: watch::Sender<SessionEvent>,
+) {
+    let mut generation = 1;
+    loop {
+        let mut state = client.state_watcher();
+        let ended = loop {
+            let s = state.changed().await;
+            tracing::info!(state = ?s, "ZooKeeper session state");
+            changes.send_modify(|n| *n += 1);
+            if s.is_terminated() {
+                break s;
+            }
+        };
+        tracing::warn!(state = ?ended, "ZooKeeper session ended; opening a new one (serving on meanwhile)");
+        sessions.send_replace(SessionEvent { generation, live: false });
+        client = loop {
+            let next = match open_session(&spec, None).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot open a ZooKeeper session; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            match restore(&next, &ephemerals, &changes).await {
+                Ok(()) => break next,
+                Err(e) => {
+                    tracing::warn!(error = %e, "new ZooKeeper session failed while restoring; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        };
+        *shared.write().unwrap_or_else(|p| p.into_inner()) = client.clone();
+        generation += 1;
+        tracing::info!(generation, "ZooKeeper session re-established; ephemeral znodes re-registered");
+        sessions.send_replace(SessionEvent { generation, live: true });
+        changes.send_modify(|n| *n += 1);
+    }
+}
+
+/// Watches and ephemeral znodes in a new session. A node still held by the ended session is
+/// waited for (the server removes it when it expires that session).
+async fn restore(
+    client: &zk::Client,
+    ephemerals: &Mutex<BTreeMap<String, String>>,
+    changes: &watch::Sender<u64>,
+) -> Result<(), StoreError> {
+    start_watches(client, changes).await?;
+    let owned: Vec<(String, String)> =
+        ephemerals.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let parent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    for (path, data) in owned {
+        loop {
+            match client.create(&path, data.as_bytes(), &options).await {
+                Ok(_) => break,
+                Err(zk::Error::NoNode) => {
+                    if let Some(i) = path.rfind('/').filter(|i| *i > 0) {
+                        client.mkdir(&path[..i], &parent).await?;
+                    }
+                }
+                Err(zk::Error::NodeExists) => match client.check_stat(&path).await? {
+                    Some(stat) if stat.ephemeral_owner == client.session_id().0 => break,
+                    Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    None => {}
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
 }

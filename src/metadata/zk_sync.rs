@@ -196,6 +196,20 @@ impl Broker {
     pub fn spawn_reconciler(self: &Arc<Self>) {
         let super::store::ZnodeStore::ZooKeeper(zk) = &*self.store else { return };
         let mut changes = zk.changes();
+        let mut sessions = zk.sessions();
+        let b = self.clone();
+        // A controller whose session ended must stop acting at once: another broker may be
+        // elected before this one hears anything more from ZooKeeper.
+        tokio::spawn(async move {
+            while sessions.changed().await.is_ok() {
+                let event = *sessions.borrow_and_update();
+                if !event.live && b.is_controller() {
+                    tracing::warn!("ZooKeeper session lost: resigning as controller");
+                    b.resign_controller();
+                    b.cache.update(|c| c.controller_id = -1);
+                }
+            }
+        });
         let broker = self.clone();
         let check_every = self
             .config

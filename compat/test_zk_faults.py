@@ -1,0 +1,133 @@
+"""ZooKeeper faults: a cluster rides out a stalled ZooKeeper and a stalled broker.
+
+Real ZooKeeper, three real gregor processes, real clients (confluent-kafka). A stall is a
+SIGSTOP held for twice the session timeout, so the server expires the sessions involved;
+the test then polls for the outcome (registrations back with a new session, ISR changes
+working) rather than sleeping and hoping.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from confluent_kafka.admin import NewTopic
+
+from cluster_harness import Cluster
+from gregor_fixtures import _failed, _register
+from gregor_harness import wait_until
+from replication_tools import SeqProducer, sigcont, sigstop
+
+SESSION_MS = 6000
+STALL_S = 2 * SESSION_MS / 1000.0
+
+
+@pytest.fixture
+def cluster(request, zookeeper):
+    c = Cluster(zookeeper, 3, session_timeout_ms=SESSION_MS, on_new_broker=lambda b: _register(request, b))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.cleanup(keep=_failed(request))
+
+
+def zk_pids(zk) -> list:
+    """The ZooKeeper launcher and every process below it (the JVM runs as its child)."""
+    pids = [zk.proc.pid]
+    out = subprocess.run(["pgrep", "-P", str(zk.proc.pid)], capture_output=True, text=True).stdout
+    pids += [int(p) for p in out.split()]
+    return pids
+
+
+def session_owners(c: Cluster) -> dict:
+    """{broker id: ephemeralOwner of /brokers/ids/<id>} for the registered brokers."""
+    owners = {}
+    for i in c.registered_ids():
+        stat = c.kz.exists(f"/brokers/ids/{i}")
+        if stat is not None:
+            owners[i] = stat.ephemeralOwner
+    return owners
+
+
+def create_topic(c: Cluster, name: str, partitions: int, rf: int) -> None:
+    a = c.admin(1)
+    a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=rf)])[name].result(timeout=60)
+    c.wait_topic_online(name, partitions, timeout=60)
+
+
+def wait_full_isr(c: Cluster, topic: str, want: list, timeout: float = 60) -> None:
+    wait_until(lambda: all(sorted(s["isr"]) == want for s in c.partition_states(topic).values()),
+               timeout, f"every partition of {topic} with ISR {want}", interval=0.2)
+
+
+def test_zookeeper_stall_keeps_brokers_serving_and_they_reregister(cluster, zookeeper):
+    c = cluster
+    topic = f"zkstall-{uuid.uuid4().hex[:8]}"
+    create_topic(c, topic, 3, 3)
+    wait_full_isr(c, topic, [1, 2, 3])
+    before = session_owners(c)
+    assert sorted(before) == [1, 2, 3]
+
+    prod = SeqProducer(c.bootstrap(), topic, conf={"acks": "1", "enable.idempotence": False})
+    prod.start()
+    wait_until(lambda: prod.acked_count() >= 50, 60, "acks before the stall")
+    pids = zk_pids(zookeeper)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        acked_at_stop = prod.acked_count()
+        # The stall itself is the fault being injected; the check is that acks keep coming.
+        deadline = time.monotonic() + STALL_S
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+        acked_during = prod.acked_count() - acked_at_stop
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert acked_during > 100, f"only {acked_during} acks while ZooKeeper was stopped"
+    for i, b in c.brokers.items():
+        assert b.alive(), f"broker {i} exited during the ZooKeeper stall:\n{b.stderr_tail(30)}"
+
+    # Every broker registers again in a new session (a new broker epoch).
+    def reregistered():
+        now = session_owners(c)
+        return sorted(now) == [1, 2, 3] and all(now[i] != before[i] for i in now)
+
+    wait_until(reregistered, 60, "every broker registered again with a new session", interval=0.2)
+    c.wait_controller()
+    wait_until(lambda: prod.acked_count() > acked_at_stop + acked_during + 100, 60, "acks after the stall")
+    prod.stop()
+    assert not prod.fatal(), prod.fatal()
+
+    # The control plane works again: a dead follower leaves the ISR.
+    victim = 3
+    c.brokers[victim].kill()
+    wait_until(lambda: all(victim not in s["isr"] for s in c.partition_states(topic).values()),
+               c.failover_timeout, f"broker {victim} dropped from every ISR", interval=0.2)
+
+
+def test_stalled_broker_is_fenced_and_rejoins(cluster):
+    c = cluster
+    topic = f"brstall-{uuid.uuid4().hex[:8]}"
+    create_topic(c, topic, 3, 3)
+    wait_full_isr(c, topic, [1, 2, 3])
+    victim = next(i for i in (1, 2, 3) if i != c.controller())
+    before = session_owners(c)[victim]
+    sigstop(c.brokers[victim])
+    try:
+        wait_until(lambda: victim not in c.registered_ids(), c.failover_timeout,
+                   f"broker {victim}'s session to expire", interval=0.2)
+        wait_until(lambda: all(s["leader"] != victim and victim not in s["isr"]
+                               for s in c.partition_states(topic).values()),
+                   c.failover_timeout, f"broker {victim} out of every leadership and ISR", interval=0.2)
+    finally:
+        sigcont(c.brokers[victim])
+    wait_until(lambda: session_owners(c).get(victim, before) != before, 60,
+               f"broker {victim} registered again in a new session", interval=0.2)
+    wait_full_isr(c, topic, [1, 2, 3], timeout=90)
+    assert c.brokers[victim].alive()
