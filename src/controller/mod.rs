@@ -186,17 +186,21 @@ impl Broker {
         let existing = self.cache.topic(name);
         let mut partitions: Vec<PartitionInfo> = existing.map(|t| t.partitions.clone()).unwrap_or_default();
         let live = self.live_broker_ids();
+        let existing: std::collections::HashSet<i32> = partitions.iter().map(|x| x.index).collect();
+        let mut writes = Vec::new();
         for (&p, replicas) in assignment {
-            if partitions.iter().any(|x| x.index == p) {
+            if existing.contains(&p) {
                 continue;
             }
             let isr: Vec<i32> = replicas.iter().copied().filter(|r| live.contains(r)).collect();
             let leader = isr.first().copied().unwrap_or(-1);
             let state =
                 PartitionState { leader, leader_epoch: 0, isr: isr.clone(), controller_epoch: self.controller_epoch() };
-            self.store.set(&zk_data::partition_state_path(name, p), &zk_data::partition_state_json(&state))?;
+            writes.push((zk_data::partition_state_path(name, p), zk_data::partition_state_json(&state)));
             partitions.push(PartitionInfo { index: p, leader, leader_epoch: 0, replicas: replicas.clone(), isr });
         }
+        let entries: Vec<(&str, &str)> = writes.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
+        self.store.set_many(&entries)?;
         partitions.sort_by_key(|p| p.index);
         let info = Arc::new(TopicInfo { name: name.to_string(), id, partitions, configs });
         self.cache.update(|c| {

@@ -1,9 +1,10 @@
 //! The embedded znode store used when no `zookeeper.connect` is configured.
 //!
-//! It keeps the same tree Kafka keeps in ZooKeeper, in one JSON file under the first log dir,
-//! rewritten atomically (temp file, fsync, rename) on every change, so a crash leaves either
-//! the old tree or the new one. Ephemeral nodes live only in memory, as their ZooKeeper
-//! counterparts live only as long as the session.
+//! It keeps the same tree Kafka keeps in ZooKeeper, under the first log dir: a snapshot of the
+//! tree plus a journal of the changes since, each change appended and fsynced before it is
+//! acknowledged, so a crash loses nothing acknowledged and costs at most a torn last line.
+//! Ephemeral nodes live only in memory, as their ZooKeeper counterparts live only as long as
+//! the session.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -88,6 +89,15 @@ impl ZnodeStore {
         }
     }
 
+    /// Creates or overwrites several nodes: one journal write standalone; in ZooKeeper mode,
+    /// one write each.
+    pub fn set_many(&self, entries: &[(&str, &str)]) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.set_many(entries),
+            ZnodeStore::ZooKeeper(z) => entries.iter().try_for_each(|(path, data)| z.set(path, data)),
+        }
+    }
+
     pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
         match self {
             ZnodeStore::Embedded(s) => s.put_ephemeral(path, data),
@@ -124,21 +134,107 @@ struct Znode {
     ephemeral: bool,
 }
 
+/// One durable change, a line of the journal. `Set` creates missing parents, as `create` does.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Change {
+    Set { path: String, data: String },
+    Delete { path: String },
+}
+
+/// The journal grows until it is this large and larger than the last snapshot, then the tree
+/// is written out once and the journal starts again: each change costs one appended line, and
+/// rewriting the tree is paid once per tree-sized run of changes.
+const COMPACT_AT_BYTES: u64 = 4 << 20;
+
+struct Journal {
+    file: std::fs::File,
+    len: u64,
+    snapshot_len: u64,
+}
+
+/// The znode tree of a standalone broker: a snapshot (`<file>`, the whole tree as JSON) plus a
+/// journal (`<file>.journal`, one JSON line per change since, each appended and fsynced before
+/// the call returns). Readers take only the in-memory map's lock; writers serialize on the
+/// journal's, so no reader waits for the disk.
 pub struct EmbeddedStore {
     file: PathBuf,
+    journal: Mutex<Journal>,
     nodes: Mutex<BTreeMap<String, Znode>>,
+}
+
+fn journal_path(file: &std::path::Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+fn apply(nodes: &mut BTreeMap<String, Znode>, change: &Change, ephemeral: bool) {
+    match change {
+        Change::Set { path, data } => {
+            for parent in parents(path) {
+                nodes.entry(parent).or_insert(Znode { data: String::new(), ephemeral: false });
+            }
+            nodes.insert(path.clone(), Znode { data: data.clone(), ephemeral });
+        }
+        Change::Delete { path } => {
+            let prefix = format!("{path}/");
+            nodes.remove(path);
+            let doomed: Vec<String> =
+                nodes.range(prefix.clone()..).map(|(k, _)| k).take_while(|k| k.starts_with(&prefix)).cloned().collect();
+            for k in doomed {
+                nodes.remove(&k);
+            }
+        }
+    }
+}
+
+/// Replays journal lines. Only the last line can be torn (each change is one append), so an
+/// unreadable final line without its newline is dropped; one anywhere else is corruption.
+/// Returns the length of the readable prefix.
+fn replay(nodes: &mut BTreeMap<String, Znode>, bytes: &[u8], what: &std::path::Path) -> Result<u64, StoreError> {
+    let mut good = 0usize;
+    while good < bytes.len() {
+        let rest = &bytes[good..];
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            tracing::warn!(journal = %what.display(), bytes = rest.len(), "dropping a torn last journal entry");
+            break;
+        };
+        let change: Change = serde_json::from_slice(&rest[..end])
+            .map_err(|e| StoreError::Corrupt(format!("{} at byte {good}: {e}", what.display())))?;
+        apply(nodes, &change, false);
+        good += end + 1;
+    }
+    Ok(good as u64)
 }
 
 impl EmbeddedStore {
     pub fn open(file: PathBuf) -> Result<EmbeddedStore, StoreError> {
-        let nodes = match std::fs::read(&file) {
+        let mut nodes: BTreeMap<String, Znode> = match std::fs::read(&file) {
             Ok(bytes) => {
                 serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(format!("{}: {e}", file.display())))?
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(e.into()),
         };
-        Ok(EmbeddedStore { file, nodes: Mutex::new(nodes) })
+        let jpath = journal_path(&file);
+        match std::fs::read(&jpath) {
+            Ok(bytes) => {
+                replay(&mut nodes, &bytes, &jpath)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Start from a fresh snapshot, so the journal (and the next start's replay) holds only
+        // what changes from now on.
+        let snapshot_len = write_snapshot(&file, &nodes)?;
+        let journal = std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&jpath)?;
+        journal.sync_all()?;
+        Ok(EmbeddedStore {
+            file,
+            journal: Mutex::new(Journal { file: journal, len: 0, snapshot_len }),
+            nodes: Mutex::new(nodes),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Znode>> {
@@ -147,41 +243,58 @@ impl EmbeddedStore {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn persist(&self, nodes: &BTreeMap<String, Znode>) -> Result<(), StoreError> {
-        let durable: BTreeMap<&String, &Znode> = nodes.iter().filter(|(_, n)| !n.ephemeral).collect();
-        let bytes = serde_json::to_vec_pretty(&durable).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let tmp = self.file.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.file)?;
+    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `changes` as one write and one fsync (taken with the journal lock held by the
+    /// caller, after the map already shows them), compacting when the journal has grown large.
+    fn persist(&self, journal: &mut Journal, changes: &[Change]) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        for c in changes {
+            serde_json::to_writer(&mut buf, c).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            buf.push(b'\n');
+        }
+        journal.file.write_all(&buf)?;
+        journal.file.sync_data()?;
+        journal.len += buf.len() as u64;
+        if journal.len >= COMPACT_AT_BYTES && journal.len > journal.snapshot_len {
+            let durable: BTreeMap<String, Znode> =
+                self.lock().iter().filter(|(_, n)| !n.ephemeral).map(|(k, n)| (k.clone(), n.clone())).collect();
+            journal.snapshot_len = write_snapshot(&self.file, &durable)?;
+            journal.file.set_len(0)?;
+            journal.file.sync_all()?;
+            journal.len = 0;
+        }
         Ok(())
     }
 
     /// Creates `path` and any missing parents (as Kafka's `createRecursive` does).
     pub fn create(&self, path: &str, data: &str, ephemeral: bool) -> Result<(), StoreError> {
-        let mut nodes = self.lock();
-        if nodes.contains_key(path) {
-            return Err(StoreError::NodeExists(path.to_string()));
-        }
-        let mut parent = String::new();
-        for part in path
-            .split('/')
-            .filter(|p| !p.is_empty())
-            .collect::<Vec<_>>()
-            .split_last()
-            .map(|(_, p)| p.to_vec())
-            .unwrap_or_default()
+        let mut journal = self.journal();
+        let change = Change::Set { path: path.to_string(), data: data.to_string() };
+        let mut new_parents = Vec::new();
         {
-            parent.push('/');
-            parent.push_str(part);
-            nodes.entry(parent.clone()).or_insert(Znode { data: String::new(), ephemeral: false });
+            let mut nodes = self.lock();
+            if nodes.contains_key(path) {
+                return Err(StoreError::NodeExists(path.to_string()));
+            }
+            if ephemeral {
+                new_parents.extend(
+                    parents(path)
+                        .filter(|p| !nodes.contains_key(p))
+                        .map(|p| Change::Set { path: p, data: String::new() }),
+                );
+            }
+            apply(&mut nodes, &change, ephemeral);
         }
-        nodes.insert(path.to_string(), Znode { data: data.to_string(), ephemeral });
-        if !ephemeral {
-            self.persist(&nodes)?;
+        if ephemeral {
+            return self.persist(&mut journal, &new_parents);
         }
-        Ok(())
+        self.persist(&mut journal, &[change])
     }
 
     pub fn get(&self, path: &str) -> Option<String> {
@@ -190,65 +303,89 @@ impl EmbeddedStore {
 
     /// Creates or overwrites.
     pub fn set(&self, path: &str, data: &str) -> Result<(), StoreError> {
-        let exists = self.lock().contains_key(path);
-        if !exists {
-            return self.create(path, data, false);
-        }
-        let mut nodes = self.lock();
-        let ephemeral = match nodes.get_mut(path) {
-            Some(n) => {
-                n.data = data.to_string();
-                n.ephemeral
-            }
-            None => return Err(StoreError::NoNode(path.to_string())),
-        };
-        if !ephemeral {
-            self.persist(&nodes)?;
-        }
-        Ok(())
+        self.set_many(&[(path, data)])
     }
 
-    /// Creates or replaces an ephemeral node (and any missing parents).
-    pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
-        let created_parents = {
+    /// Creates or overwrites several nodes with one journal write.
+    pub fn set_many(&self, entries: &[(&str, &str)]) -> Result<(), StoreError> {
+        let mut journal = self.journal();
+        let mut durable = Vec::with_capacity(entries.len());
+        {
             let mut nodes = self.lock();
-            let missing_parent = parents(path).any(|p| !nodes.contains_key(&p));
-            if !missing_parent {
-                nodes.insert(path.to_string(), Znode { data: data.to_string(), ephemeral: true });
-                return Ok(());
+            for &(path, data) in entries {
+                let ephemeral = nodes.get(path).is_some_and(|n| n.ephemeral);
+                let change = Change::Set { path: path.to_string(), data: data.to_string() };
+                apply(&mut nodes, &change, ephemeral);
+                if !ephemeral {
+                    durable.push(change);
+                }
             }
-            nodes.remove(path);
-            true
-        };
-        debug_assert!(created_parents);
-        self.create(path, data, true)
+        }
+        self.persist(&mut journal, &durable)
+    }
+
+    /// Creates or replaces an ephemeral node (and any missing parents). The parents are
+    /// durable, as in ZooKeeper, and journaled when new.
+    pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
+        let mut journal = self.journal();
+        let mut new_parents = Vec::new();
+        {
+            let mut nodes = self.lock();
+            for parent in parents(path) {
+                if !nodes.contains_key(&parent) {
+                    new_parents.push(Change::Set { path: parent, data: String::new() });
+                }
+            }
+            apply(&mut nodes, &Change::Set { path: path.to_string(), data: data.to_string() }, true);
+        }
+        self.persist(&mut journal, &new_parents)
     }
 
     /// Deletes `path` and everything below it.
     pub fn delete_recursive(&self, path: &str) -> Result<(), StoreError> {
-        let mut nodes = self.lock();
-        let prefix = format!("{path}/");
-        let mut durable_change = false;
-        nodes.retain(|k, n| {
-            let doomed = k == path || k.starts_with(&prefix);
-            durable_change |= doomed && !n.ephemeral;
-            !doomed
-        });
+        let mut journal = self.journal();
+        let change = Change::Delete { path: path.to_string() };
+        let durable_change = {
+            let mut nodes = self.lock();
+            let prefix = format!("{path}/");
+            let durable = nodes.get(path).is_some_and(|n| !n.ephemeral)
+                || nodes.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).any(|(_, n)| !n.ephemeral);
+            apply(&mut nodes, &change, false);
+            durable
+        };
         if durable_change {
-            self.persist(&nodes)?;
+            self.persist(&mut journal, &[change])?;
         }
         Ok(())
     }
 
+    /// The names below `path`, in order; costs what is below `path`, not the whole tree.
     pub fn children(&self, path: &str) -> Vec<String> {
         let prefix = if path == "/" { "/".to_string() } else { format!("{path}/") };
         self.lock()
-            .keys()
+            .range(prefix.clone()..)
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(&prefix))
             .filter_map(|k| k.strip_prefix(&prefix))
             .filter(|rest| !rest.is_empty() && !rest.contains('/'))
             .map(str::to_string)
             .collect()
     }
+}
+
+/// Writes the durable part of the tree atomically (temp file, fsync, rename); returns its size.
+fn write_snapshot(file: &std::path::Path, nodes: &BTreeMap<String, Znode>) -> Result<u64, StoreError> {
+    let durable: BTreeMap<&String, &Znode> = nodes.iter().filter(|(_, n)| !n.ephemeral).collect();
+    let bytes = serde_json::to_vec(&durable).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let tmp = file.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)?;
+    if let Some(dir) = file.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(bytes.len() as u64)
 }
 
 /// `/a/b/c` -> `/a`, `/a/b`.
@@ -276,5 +413,53 @@ mod tests {
         assert_eq!(s.get("/brokers/ids/0"), None);
         s.delete_recursive("/brokers/topics").unwrap();
         assert!(s.children("/brokers/topics").is_empty());
+    }
+
+    #[test]
+    fn changes_are_journaled_not_rewritten_and_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("meta.json");
+        let s = EmbeddedStore::open(file.clone()).unwrap();
+        let snapshot = std::fs::read(&file).unwrap();
+        for p in 0..200 {
+            s.set(&format!("/brokers/topics/t/partitions/{p}/state"), &format!("{{\"leader\":{p}}}")).unwrap();
+        }
+        s.set_many(&[("/config/topics/t", "{}"), ("/config/topics/u", "{}")]).unwrap();
+        s.delete_recursive("/brokers/topics/t/partitions/7").unwrap();
+        s.create("/consumers/g/ids/m", "x", true).unwrap();
+        // The snapshot is untouched: each change went to the journal.
+        assert_eq!(std::fs::read(&file).unwrap(), snapshot);
+        drop(s);
+        let s = EmbeddedStore::open(file).unwrap();
+        assert_eq!(s.children("/brokers/topics/t/partitions").len(), 199);
+        assert_eq!(s.get("/brokers/topics/t/partitions/8/state").as_deref(), Some("{\"leader\":8}"));
+        assert_eq!(s.get("/brokers/topics/t/partitions/7/state"), None);
+        assert_eq!(s.children("/config/topics"), vec!["t".to_string(), "u".to_string()]);
+        // The ephemeral is gone, its durable parent stays (as in ZooKeeper).
+        assert_eq!(s.children("/consumers/g/ids"), Vec::<String>::new());
+        assert_eq!(s.get("/consumers/g/ids").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn torn_last_journal_line_is_dropped_and_corruption_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("meta.json");
+        let s = EmbeddedStore::open(file.clone()).unwrap();
+        s.set("/a", "1").unwrap();
+        drop(s);
+        // A crash in the middle of the next append.
+        let journal = journal_path(&file);
+        let mut bytes = std::fs::read(&journal).unwrap();
+        bytes.extend_from_slice(b"{\"op\":\"set\",\"path\":\"/b\",\"da");
+        std::fs::write(&journal, &bytes).unwrap();
+        let s = EmbeddedStore::open(file.clone()).unwrap();
+        assert_eq!(s.get("/a").as_deref(), Some("1"));
+        assert_eq!(s.get("/b"), None);
+        s.set("/c", "3").unwrap();
+        drop(s);
+        let mut bytes = b"not json\n".to_vec();
+        bytes.extend_from_slice(&std::fs::read(&journal).unwrap());
+        std::fs::write(&journal, &bytes).unwrap();
+        assert!(matches!(EmbeddedStore::open(file), Err(StoreError::Corrupt(_))));
     }
 }
