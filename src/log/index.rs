@@ -24,7 +24,9 @@ pub const TIME_ENTRY_SIZE: usize = 12;
 #[derive(Debug)]
 struct MmapIndex {
     path: PathBuf,
-    file: File,
+    /// The file's length changed since the last flush (a trim or preallocation), so a flush
+    /// must also sync the file, not only the mapped bytes.
+    len_dirty: std::sync::atomic::AtomicBool,
     mmap: Option<MmapMut>,
     entry_size: usize,
     entries: usize,
@@ -44,12 +46,15 @@ fn preallocated_len(max_index_size: u32, entry_size: usize) -> u64 {
 impl MmapIndex {
     fn open(path: &Path, entry_size: usize, max_index_size: u32, preallocate: bool) -> io::Result<Self> {
         let created = !path.exists();
+        // The file is closed again once mapped (the mapping keeps the pages): one open file per
+        // segment, the log, as Kafka keeps.
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         let len = file.metadata()?.len();
+        drop(file);
         let misaligned = len % entry_size as u64 != 0;
         let mut idx = MmapIndex {
             path: path.to_path_buf(),
-            file,
+            len_dirty: std::sync::atomic::AtomicBool::new(false),
             mmap: None,
             entry_size,
             entries: 0,
@@ -71,15 +76,31 @@ impl MmapIndex {
         Ok(idx)
     }
 
-    /// Entries up to the last non-zero byte; a crash leaves the zero-filled
-    /// preallocation behind the real entries.
+    /// Entries before the first all-zero slot; a crash leaves the zero-filled preallocation
+    /// behind the real entries. Found by binary search (slots 1.. are non-zero, then zero), so
+    /// opening touches a few pages of the index, not all of it.
     fn count_used_entries(&self) -> usize {
-        match &self.mmap {
-            None => 0,
-            Some(m) => match m.iter().rposition(|&b| b != 0) {
-                None => 0,
-                Some(i) => i / self.entry_size + 1,
-            },
+        let zero = |i: usize| self.entry(i).iter().all(|&b| b == 0);
+        if self.capacity == 0 || (self.capacity == 1 && zero(0)) {
+            return 0;
+        }
+        if self.capacity == 1 {
+            return 1;
+        }
+        // First zero slot in 1..capacity, or capacity if none.
+        let (mut lo, mut hi) = (1usize, self.capacity);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if zero(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        if lo == 1 && zero(0) {
+            0
+        } else {
+            lo
         }
     }
 
@@ -90,7 +111,8 @@ impl MmapIndex {
             // SAFETY: the file is private to this index (one owner per
             // segment, opened by us); nobody truncates it while mapped
             // because every resize drops the mapping first.
-            let m = unsafe { memmap2::MmapOptions::new().len(len as usize).map_mut(&self.file)? };
+            let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+            let m = unsafe { memmap2::MmapOptions::new().len(len as usize).map_mut(&file)? };
             self.capacity = len as usize / self.entry_size;
             self.mmap = Some(m);
         }
@@ -100,7 +122,8 @@ impl MmapIndex {
     fn resize(&mut self, len: u64) -> io::Result<()> {
         let len = len - len % self.entry_size as u64;
         self.mmap = None;
-        self.file.set_len(len)?;
+        OpenOptions::new().write(true).open(&self.path)?.set_len(len)?;
+        self.len_dirty.store(true, std::sync::atomic::Ordering::Relaxed);
         self.map(len)?;
         self.entries = self.entries.min(self.capacity);
         Ok(())
@@ -146,7 +169,10 @@ impl MmapIndex {
             m.flush()?;
         }
         // Trims and preallocations change the length: make that durable too.
-        self.file.sync_data()
+        if self.len_dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            File::open(&self.path)?.sync_data()?;
+        }
+        Ok(())
     }
 
     /// Greatest slot whose key is <= `target` (keys non-decreasing), by
