@@ -18,7 +18,8 @@ import subprocess
 import uuid
 from typing import Dict, Iterable, List, Optional
 
-from gregor_harness import Broker, ZooKeeper, gregor_bin, free_port, wait_until
+from gregor_harness import (FATAL_LOG_PATTERNS, Broker, ZooKeeper, _crash_exit, free_port, gregor_bin,
+                            wait_until)
 
 try:  # kazoo is only needed by the cluster suite
     from kazoo.client import KazooClient
@@ -139,6 +140,9 @@ class Cluster:
             pass
 
     def cleanup(self, keep: bool = False) -> None:
+        # the process guard (gregor_fixtures) judges each broker as it was before this stop
+        for b in list(self.brokers.values()) + self.extra:
+            b.snapshot_health()
         self.stop()
         for b in list(self.brokers.values()) + self.extra:
             b.cleanup(keep=keep)
@@ -255,8 +259,16 @@ def run_broker_expect_failure(broker_id: int, zk_connect: str, session_timeout_m
            "--override", f"zookeeper.session.timeout.ms={session_timeout_ms}"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
     env["NO_COLOR"] = "1"
-    return subprocess.run(cmd, capture_output=True, timeout=timeout, env=env, cwd=workdir,
-                          stdin=subprocess.DEVNULL)
+    r = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env, cwd=workdir,
+                       stdin=subprocess.DEVNULL)
+    out = (r.stdout + r.stderr).decode(errors="replace")
+    bad = [line for line in out.splitlines() if any(p in line for p in FATAL_LOG_PATTERNS)]
+    # an expected failure must be a clean exit with a message, not a crash
+    assert not bad and not _crash_exit(r.returncode), (
+        f"gregor broker.id={broker_id} on 127.0.0.1:{port} (dir {workdir}) crashed instead of exiting "
+        f"cleanly (exit code {r.returncode}):\n" + "\n".join(bad[:5]) + "\n--- output tail ---\n"
+        + "\n".join(out.splitlines()[-40:]))
+    return r
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

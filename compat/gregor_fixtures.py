@@ -15,14 +15,24 @@ Fixtures
 
 On a failed test, the stderr tail of every broker the test used is attached
 to the report as a section "gregor stderr".
+
+Guard (autouse, every test of every suite): at teardown, every broker and ZooKeeper
+started through gregor_harness must still be running unless the test stopped or
+killed it through the harness (stop/kill/restart, or expect_exit() for a process
+that is meant to end on its own), must not have died of SIGABRT/SIGSEGV when
+stopped, and no broker's output may contain gregor_harness.FATAL_LOG_PATTERNS
+(`panicked at`, `RUST_BACKTRACE`, `memory allocation of`, `Aborted`).  A violation
+fails the test (an error at teardown) naming the process, its dir (kept) and its
+log tail.
 """
 from __future__ import annotations
 
 import pytest
 
+import gregor_harness
 from gregor_harness import Broker, ZooKeeper
 
-__all__ = ["broker", "broker_factory", "zookeeper", "pytest_runtest_makereport"]
+__all__ = ["broker", "broker_factory", "zookeeper", "pytest_runtest_makereport", "gregor_process_guard"]
 
 
 def _register(request, b: Broker) -> None:
@@ -79,6 +89,30 @@ def broker_factory(request):
 @pytest.fixture
 def broker(broker_factory) -> Broker:
     return broker_factory()
+
+
+@pytest.fixture(autouse=True)
+def gregor_process_guard():
+    """Set up before (so torn down after) every other function-scoped fixture."""
+    yield
+    reports = []
+    keep = []
+    for p in list(gregor_harness.STARTED):
+        if isinstance(p, Broker):
+            cleaned = p.health is not None  # Broker.cleanup() recorded it before killing
+            problems = p.health if cleaned else p.health_problems()
+        else:
+            cleaned = False  # the session ZooKeeper: checked after every test
+            problems = p.health_problems()
+        if problems and not p.checked:
+            reports.append(p.report())
+            p.checked = True  # report each dead process once
+        if not cleaned:
+            keep.append(p)
+    gregor_harness.STARTED[:] = keep
+    if reports:
+        pytest.fail("process guard: a broker/ZooKeeper died or crashed during this test\n\n"
+                    + "\n\n".join(reports), pytrace=False)
 
 
 _ZK = {}

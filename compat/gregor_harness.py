@@ -27,6 +27,33 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BIN = REPO / "target" / "release" / "gregor"
 ZK_SERVER_SH = "/usr/share/zookeeper/bin/zkServer.sh"
 
+# A broker whose output contains one of these crashed somewhere (a panic in a spawned tokio task
+# does not end the process, so only its log tells).  Checked at every test's teardown.
+FATAL_LOG_PATTERNS = ("panicked at", "RUST_BACKTRACE", "memory allocation of", "Aborted")
+# exit by one of these signals is a crash even when the test asked the process to stop
+_CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
+
+# Every Broker / ZooKeeper that was started, in order; gregor_fixtures' autouse guard checks
+# them at each test's teardown (alive unless a test stopped them, no crash in the log).
+STARTED: List[object] = []
+
+
+def _crash_exit(rc: Optional[int]) -> bool:
+    return rc is not None and (-rc in _CRASH_SIGNALS or rc - 128 in _CRASH_SIGNALS)
+
+
+def scan_log(path: Path, patterns=FATAL_LOG_PATTERNS, limit: int = 5) -> List[str]:
+    """`path:line: text` for the first `limit` lines containing one of `patterns`."""
+    hits = []
+    if not path.exists():
+        return hits
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if any(pat in line for pat in patterns):
+            hits.append(f"{path}:{n}: {line.strip()[:300]}")
+            if len(hits) >= limit:
+                break
+    return hits
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -133,6 +160,13 @@ class Broker:
         self.starts = 0
         self.exit_codes: List[int] = []
         self.api_versions: Dict[int, tuple] = {}
+        # guard state: a process is expected to be running unless stop()/kill() (or a failed
+        # start) ended it; an exit nobody asked for is recorded as (start #, exit code)
+        self.expect_down = True
+        self.unexpected_exits: List[tuple] = []
+        self.crash_exits: List[tuple] = []
+        self.health: Optional[List[str]] = None  # problems found when the harness tore it down
+        self.checked = False
 
     # -- info ---------------------------------------------------------------
     def __iter__(self):
@@ -159,6 +193,52 @@ class Broker:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def describe(self) -> str:
+        return f"gregor broker.id={self.broker_id} on {self.bootstrap} (dir {self.base_dir})"
+
+    # -- guard --------------------------------------------------------------
+    def expect_exit(self) -> None:
+        """The test expects this process to end on its own (the guard then does not flag it)."""
+        self.expect_down = True
+
+    def _note_exit(self) -> None:
+        """Before the harness signals the process: was it already gone without being asked?"""
+        if self.proc is None:
+            return
+        rc = self.proc.poll()
+        if rc is not None and not self.expect_down:
+            self.unexpected_exits.append((self.starts, rc))
+        self.expect_down = True
+
+    def health_problems(self) -> List[str]:
+        """Everything wrong with this broker as a test's teardown sees it."""
+        problems = []
+        for start, rc in self.unexpected_exits:
+            problems.append(f"exited on its own (start #{start}, exit code {rc}) before the test stopped it")
+        if self.proc is not None and not self.expect_down and self.proc.poll() is not None:
+            problems.append(f"not running at teardown (start #{self.starts}, exit code {self.proc.returncode}); "
+                            "the test did not stop or kill it")
+        for start, rc in self.crash_exits:
+            problems.append(f"crashed when stopped (start #{start}, exit code {rc})")
+        for i in range(1, self.starts + 1):
+            hits = scan_log(self.base_dir / f"broker-stderr.{i}.log")
+            if hits:
+                problems.append(f"log of start #{i} contains {'/'.join(FATAL_LOG_PATTERNS)}:\n    "
+                                + "\n    ".join(hits))
+        return problems
+
+    def snapshot_health(self) -> List[str]:
+        """Record the teardown-time health once, before the harness stops the process."""
+        if self.health is None:
+            self.health = self.health_problems()
+        return self.health
+
+    def _reaped_rc(self, rc: int) -> int:
+        if _crash_exit(rc):
+            self.crash_exits.append((self.starts, rc))
+        return rc
 
     # -- lifecycle ----------------------------------------------------------
     def _cmd(self) -> List[str]:
@@ -199,7 +279,12 @@ class Broker:
         raise last  # type: ignore[misc]
 
     def _start_once(self, timeout: float) -> None:
+        if self not in STARTED:
+            STARTED.append(self)
         self.starts += 1
+        self.expect_down = False
+        self.health = None
+        self.checked = False
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
         env.setdefault("NO_COLOR", "1")
@@ -223,6 +308,7 @@ class Broker:
         try:
             wait_until(ready, timeout, f"gregor on {self.bootstrap} to answer ApiVersions", interval=0.05)
         except BrokerStartError:
+            self.expect_down = True  # the caller is told by the exception
             self._reap()
             raise
         except TimeoutError as e:
@@ -246,6 +332,7 @@ class Broker:
         (negative = killed by that signal, as in subprocess)."""
         if self.proc is None:
             return 0
+        self._note_exit()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -255,18 +342,19 @@ class Broker:
                 self.proc.wait()
         rc = self.proc.returncode
         self._reap()
-        return rc
+        return self._reaped_rc(rc)
 
     def kill(self) -> int:
         """kill -9."""
         if self.proc is None:
             return 0
+        self._note_exit()
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
         rc = self.proc.returncode
         self._reap()
-        return rc
+        return self._reaped_rc(rc)
 
     def restart(self, mode: str = "term") -> int:
         """Stop (mode 'term' = SIGTERM, 'kill' = SIGKILL) and start again on the same
@@ -279,11 +367,18 @@ class Broker:
         return rc
 
     def cleanup(self, keep: bool = False) -> None:
+        problems = self.snapshot_health()
         try:
             self.kill()
         finally:
-            if not keep and not os.environ.get("GREGOR_KEEP_DIRS"):
+            if problems:
+                self.health_report = self.report()  # the guard shows it; the dir is kept
+            elif not keep and not os.environ.get("GREGOR_KEEP_DIRS"):
                 shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def report(self) -> str:
+        problems = self.health if self.health is not None else self.health_problems()
+        return (f"{self.describe}:\n  - " + "\n  - ".join(problems) + "\n" + self.stderr_tail(40))
 
 
 # ---------------------------------------------------------------------------
@@ -309,10 +404,27 @@ class ZooKeeper:
         self.host = "127.0.0.1"
         self.port: Optional[int] = None
         self.proc: Optional[subprocess.Popen] = None
+        self.expect_down = True
+        self.unexpected_exits: List[int] = []
+        self.checked = False
 
     @property
     def connect(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def describe(self) -> str:
+        return f"ZooKeeper on {self.host}:{self.port} (dir {self.base_dir})"
+
+    def health_problems(self) -> List[str]:
+        problems = [f"exited on its own (exit code {rc}) before the test stopped it"
+                    for rc in self.unexpected_exits]
+        if self.proc is not None and not self.expect_down and self.proc.poll() is not None:
+            problems.append(f"not running (exit code {self.proc.returncode}); nobody stopped it")
+        return problems
+
+    def report(self) -> str:
+        return f"{self.describe}:\n  - " + "\n  - ".join(self.health_problems()) + "\n" + self.stderr_tail(40)
 
     def stderr_tail(self, lines: int = 60) -> str:
         p = self.base_dir / "zookeeper.out"
@@ -347,6 +459,9 @@ class ZooKeeper:
             env["ZOO_LOG4J_PROP"] = "INFO,CONSOLE"
             env["JVMFLAGS"] = "-Xmx256m -Dzookeeper.admin.enableServer=false"
             self._logf = open(self.base_dir / "zookeeper.out", "ab")
+            if self not in STARTED:
+                STARTED.append(self)
+            self.expect_down = False
             self.proc = subprocess.Popen(["bash", ZK_SERVER_SH, "start-foreground", str(cfg)],
                                          stdin=subprocess.DEVNULL, stdout=self._logf, stderr=subprocess.STDOUT,
                                          cwd=str(self.base_dir), env=env, preexec_fn=_die_with_parent)
@@ -364,12 +479,16 @@ class ZooKeeper:
                 return self
             except Exception as e:  # noqa: BLE001
                 last = e
+                self.expect_down = True  # the caller is told by the exception
                 self.stop()
                 if "address already in use" not in self.stderr_tail(200).lower():
                     break
         raise RuntimeError(f"zookeeper did not start: {last}\n{self.stderr_tail()}")
 
     def stop(self, timeout: float = 20) -> None:
+        if self.proc is not None and self.proc.poll() is not None and not self.expect_down:
+            self.unexpected_exits.append(self.proc.returncode)
+        self.expect_down = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
