@@ -1,13 +1,16 @@
 //! The controller's duties in ZooKeeper mode (Kafka's `KafkaController` event handlers, run
-//! as one idempotent pass over the tree after any change): give new partitions their first
-//! leader, move leadership off brokers that left, drop dead replicas from the ISR, and carry
-//! out topic deletions requested under `/admin/delete_topics`.
+//! for the znodes each batch of watch events names): give new partitions their first leader,
+//! move leadership off brokers that left, drop dead replicas from the ISR, and carry out topic
+//! deletions requested under `/admin/delete_topics`.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, PartitionState};
+use crate::metadata::zk_sync::Changes;
+use crate::metadata::{PartitionInfo, TopicInfo};
 
 pub const ADMIN_DELETE_TOPICS: &str = "/admin/delete_topics";
 pub const ADMIN_REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";
@@ -121,53 +124,139 @@ pub fn next_state(
     }
 }
 
+/// How the controller decides one partition's next state from its current one.
+enum Decision {
+    /// Leader and ISR for the brokers now alive (`next_state`).
+    Membership { unclean: bool },
+    /// Leadership back to the preferred replica.
+    Preferred,
+}
+
 impl Broker {
-    /// One pass of controller duties; only the controller calls it.
-    pub fn controller_pass(&self, live: &BTreeSet<i32>) -> Result<(), StoreError> {
-        let epoch = self.controller_epoch();
-        for topic in self.store.try_children(ADMIN_DELETE_TOPICS)? {
-            if self.config.delete_topic_enable {
-                self.store.delete_recursive(&zk_data::topic_path(&topic))?;
-                self.store.delete_recursive(&zk_data::topic_config_path(&topic))?;
-                tracing::info!(%topic, "deleted topic");
-            }
-            self.store.delete_recursive(&format!("{ADMIN_DELETE_TOPICS}/{topic}"))?;
-        }
-        self.reassign_partitions(live)?;
-        let preferred = self.take_preferred_election();
-        let unclean_default = self.config.values.get("unclean.leader.election.enable").is_some_and(|v| v == "true");
-        for topic in self.store.try_children(zk_data::BROKER_TOPICS)? {
-            let Some(data) = self.store.try_get(&zk_data::topic_path(&topic))? else { continue };
-            let Some((assignment, _)) = zk_data::parse_topic_json(&data) else {
-                tracing::warn!(%topic, "topic znode with JSON gregor does not understand; skipped");
-                continue;
-            };
-            let unclean = self
-                .store
-                .get(&zk_data::topic_config_path(&topic))
-                .map(|d| zk_data::parse_topic_config(&d))
-                .and_then(|c| c.get("unclean.leader.election.enable").map(|v| v == "true"))
-                .unwrap_or(unclean_default);
-            for (&p, replicas) in &assignment {
-                let path = zk_data::partition_state_path(&topic, p);
-                let current = self.store.try_get(&path)?.and_then(|d| zk_data::parse_partition_state(&d));
-                let mut next = next_state(replicas, current.as_ref(), live, unclean, epoch);
-                if next.is_none() && preferred {
-                    next = current.as_ref().and_then(|c| preferred_leader_state(replicas, c, live, epoch));
+    /// The controller's share of a pass, decided from its image of the cluster (the metadata
+    /// cache, just brought up to date): topic deletions and reassignments, first leaders for
+    /// new partitions, and, when brokers came or went, new leaders and ISRs for the
+    /// partitions that named them. Only partitions whose state must change are read again
+    /// from ZooKeeper and written (compare-and-set on the znode version), so a pass costs the
+    /// partitions it changes plus an in-memory scan.
+    pub fn controller_duties(&self, live: &BTreeSet<i32>, scope: Option<&Changes>) -> Result<(), StoreError> {
+        if scope.is_none_or(|c| c.admin) {
+            for topic in self.store.try_children(ADMIN_DELETE_TOPICS)? {
+                if self.config.delete_topic_enable {
+                    self.store.delete_recursive(&zk_data::topic_path(&topic))?;
+                    self.store.delete_recursive(&zk_data::topic_config_path(&topic))?;
+                    tracing::info!(%topic, "deleted topic");
                 }
-                if let Some(next) = next {
-                    if current.as_ref().is_some_and(|c| c.controller_epoch > epoch) {
-                        // A newer controller has written here: we are stale and must not act.
-                        tracing::warn!(%topic, partition = p, "partition state from a newer controller epoch; stepping back");
-                        return Ok(());
-                    }
-                    tracing::info!(%topic, partition = p, leader = next.leader, isr = ?next.isr, epoch = next.leader_epoch, "partition state change");
-                    self.store.set(&path, &zk_data::partition_state_json(&next))?;
+                self.store.delete_recursive(&format!("{ADMIN_DELETE_TOPICS}/{topic}"))?;
+            }
+        }
+        // A reassignment advances as its new replicas join the ISR, so while one is pending
+        // every pass looks at it (one read when there is none).
+        self.reassign_partitions(live)?;
+        let snapshot = self.cache.snapshot();
+        let unclean_default = self.config.values.get("unclean.leader.election.enable").is_some_and(|v| v == "true");
+        let everything = scope.is_none_or(|c| c.brokers);
+        let topics: Vec<&Arc<TopicInfo>> = match scope {
+            Some(c) if !everything => {
+                c.topics.iter().chain(c.partitions.keys()).filter_map(|t| snapshot.topics.get(t)).collect()
+            }
+            _ => snapshot.topics.values().collect(),
+        };
+        for topic in topics {
+            let unclean =
+                topic.configs.get("unclean.leader.election.enable").map(|v| v == "true").unwrap_or(unclean_default);
+            for p in &topic.partitions {
+                let current = cached_state(p);
+                if next_state(&p.replicas, current.as_ref(), live, unclean, self.controller_epoch()).is_some()
+                    && !self.change_partition_state(
+                        &topic.name,
+                        p.index,
+                        &p.replicas,
+                        live,
+                        Decision::Membership { unclean },
+                    )?
+                {
+                    return Ok(());
                 }
             }
         }
         Ok(())
     }
+
+    /// Preferred leader election over every partition (auto.leader.rebalance.enable's timer).
+    pub fn preferred_elections(&self) -> Result<(), StoreError> {
+        let snapshot = self.cache.snapshot();
+        let live: BTreeSet<i32> = snapshot.brokers.iter().map(|b| b.id).collect();
+        for topic in snapshot.topics.values() {
+            for p in &topic.partitions {
+                let Some(current) = cached_state(p) else { continue };
+                if preferred_leader_state(&p.replicas, &current, &live, self.controller_epoch()).is_some()
+                    && !self.change_partition_state(&topic.name, p.index, &p.replicas, &live, Decision::Preferred)?
+                {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one partition state with its version, decides again from what ZooKeeper holds
+    /// (the image may be a moment behind), and writes the result if the znode did not change
+    /// meanwhile. Returns false if a newer controller has written here: this one is stale and
+    /// must stop acting.
+    fn change_partition_state(
+        &self,
+        topic: &str,
+        partition: i32,
+        replicas: &[i32],
+        live: &BTreeSet<i32>,
+        decision: Decision,
+    ) -> Result<bool, StoreError> {
+        let epoch = self.controller_epoch();
+        let path = zk_data::partition_state_path(topic, partition);
+        let current = self.store.get_versioned(&path)?;
+        let parsed = current.as_ref().and_then(|(d, v)| zk_data::parse_partition_state(d).map(|s| (s, *v)));
+        if current.is_some() && parsed.is_none() {
+            tracing::warn!(%path, "partition state gregor does not understand; skipped");
+            return Ok(true);
+        }
+        if parsed.as_ref().is_some_and(|(s, _)| s.controller_epoch > epoch) {
+            tracing::warn!(%topic, partition, "partition state from a newer controller epoch; stepping back");
+            return Ok(false);
+        }
+        let state = parsed.as_ref().map(|(s, _)| s);
+        let next = match decision {
+            Decision::Membership { unclean } => next_state(replicas, state, live, unclean, epoch),
+            Decision::Preferred => state.and_then(|s| preferred_leader_state(replicas, s, live, epoch)),
+        };
+        let Some(next) = next else { return Ok(true) };
+        tracing::info!(%topic, partition, leader = next.leader, isr = ?next.isr, epoch = next.leader_epoch, "partition state change");
+        let json = zk_data::partition_state_json(&next);
+        let written = match parsed {
+            Some((_, version)) => self.store.set_if_version(&path, &json, version),
+            None => self.store.create(&path, &json, false),
+        };
+        match written {
+            Ok(()) => {}
+            // Someone (a leader changing its ISR) wrote first; its write comes back as a watch
+            // event and this partition is decided again then.
+            Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => {
+                tracing::info!(%path, "partition state changed meanwhile; deciding again at the next event")
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(true)
+    }
+}
+
+/// The partition state a cached partition was read from; None if it had none.
+fn cached_state(p: &PartitionInfo) -> Option<PartitionState> {
+    (p.leader_epoch >= 0).then(|| PartitionState {
+        leader: p.leader,
+        leader_epoch: p.leader_epoch,
+        isr: p.isr.clone(),
+        controller_epoch: -1,
+    })
 }
 
 impl Broker {

@@ -25,14 +25,23 @@ pub struct ZkStore {
     /// that may hold locks other handlers wait for; on a runtime of its own the client's I/O
     /// never waits for a worker thread that is itself blocked on such a lock.
     runtime: Option<tokio::runtime::Runtime>,
-    /// Bumped on every change under the watched paths; the broker reloads its view on change.
+    /// Bumped on every change under the watched paths; what changed is in `dirty`.
     changes: watch::Receiver<u64>,
+    dirty: Arc<Mutex<Dirty>>,
     /// Session generations: see [`SessionEvent`].
     sessions: watch::Receiver<SessionEvent>,
     /// The ephemeral znodes this broker owns (path to data), re-created in each new session,
     /// as Kafka re-registers a broker after its session expired. `/controller` is not among
     /// them: after a lost session the controller is elected anew.
     ephemerals: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+/// The znodes that changed since the broker last looked, from the watch events. `full` means
+/// events may have been missed (a new session, a reconnect), so everything must be re-read.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    pub full: bool,
+    pub paths: std::collections::BTreeSet<String>,
 }
 
 /// What the broker needs to know of the session: `generation` counts sessions opened since
@@ -119,20 +128,22 @@ impl ZkStore {
             connection_timeout,
         };
         let (changes_tx, changes) = watch::channel(0u64);
+        let dirty = Arc::new(Mutex::new(Dirty { full: true, paths: Default::default() }));
+        let watches = Watches { changes: changes_tx, dirty: dirty.clone() };
         let first = {
-            let (spec, tx) = (spec.clone(), changes_tx.clone());
+            let (spec, w) = (spec.clone(), watches.clone());
             run_on(&runtime, async move {
                 let deadline = tokio::time::Instant::now() + spec.connection_timeout;
                 let client = open_session(&spec, Some(deadline)).await?;
-                start_watches(&client, &tx).await?;
+                start_watches(&client, &w).await?;
                 Ok::<_, StoreError>(client)
             })??
         };
         let client = Arc::new(RwLock::new(first.clone()));
         let ephemerals = Arc::new(Mutex::new(BTreeMap::new()));
         let (sessions_tx, sessions) = watch::channel(SessionEvent { generation: 1, live: true });
-        runtime.spawn(supervise(spec, first, client.clone(), ephemerals.clone(), changes_tx, sessions_tx));
-        Ok(ZkStore { client, runtime: Some(runtime), changes, sessions, ephemerals })
+        runtime.spawn(supervise(spec, first, client.clone(), ephemerals.clone(), watches, sessions_tx));
+        Ok(ZkStore { client, runtime: Some(runtime), changes, dirty, sessions, ephemerals })
     }
 
     /// Runs one client call on the client's runtime and waits for it.
@@ -150,6 +161,16 @@ impl ZkStore {
 
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
+    }
+
+    /// Takes what changed since the last call.
+    pub fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Makes the next [`ZkStore::take_dirty`] ask for a full re-read (after a failed pass).
+    pub fn mark_all_dirty(&self) {
+        self.dirty.lock().unwrap_or_else(|p| p.into_inner()).full = true;
     }
 
     pub fn sessions(&self) -> watch::Receiver<SessionEvent> {
@@ -314,19 +335,47 @@ async fn open_session(spec: &SessionSpec, deadline: Option<tokio::time::Instant>
     }
 }
 
-/// Persistent recursive watches on [`WATCHED`], each change bumping `tx`. They belong to the
-/// session and end with it.
-async fn start_watches(client: &zk::Client, tx: &watch::Sender<u64>) -> Result<(), StoreError> {
+/// Where watch events go: the changed path into `dirty`, then a bump of `changes`.
+#[derive(Clone)]
+struct Watches {
+    changes: watch::Sender<u64>,
+    dirty: Arc<Mutex<Dirty>>,
+}
+
+impl Watches {
+    fn touch(&self, path: Option<String>) {
+        {
+            let mut d = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+            match path {
+                Some(p) => {
+                    d.paths.insert(p);
+                }
+                None => d.full = true,
+            }
+        }
+        self.changes.send_modify(|n| *n += 1);
+    }
+}
+
+/// Persistent recursive watches on [`WATCHED`], each event recording its path. They belong
+/// to the session and end with it.
+async fn start_watches(client: &zk::Client, w: &Watches) -> Result<(), StoreError> {
     for path in WATCHED {
         let mut watcher = client.watch(path, zk::AddWatchMode::PersistentRecursive).await?;
-        let tx = tx.clone();
+        let w = w.clone();
         tokio::spawn(async move {
             loop {
                 let event = watcher.changed().await;
-                if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
-                    break;
+                if event.event_type == zk::EventType::Session {
+                    if event.session_state.is_terminated() {
+                        break;
+                    }
+                    // Reconnected within the session: changes meanwhile are redelivered by
+                    // the server, but a full pass costs little next to a missed one.
+                    w.touch(None);
+                    continue;
                 }
-                tx.send_modify(|n| *n += 1);
+                w.touch(Some(event.path));
             }
         });
     }
@@ -342,7 +391,7 @@ async fn supervise(
     mut client: zk::Client,
     shared: Arc<RwLock<zk::Client>>,
     ephemerals: Arc<Mutex<BTreeMap<String, String>>>,
-    changes: watch::Sender<u64>,
+    watches: Watches,
     sessions: watch::Sender<SessionEvent>,
 ) {
     let mut generation = 1;
@@ -351,7 +400,7 @@ async fn supervise(
         let ended = loop {
             let s = state.changed().await;
             tracing::info!(state = ?s, "ZooKeeper session state");
-            changes.send_modify(|n| *n += 1);
+            watches.touch(None);
             if s.is_terminated() {
                 break s;
             }
@@ -367,7 +416,7 @@ async fn supervise(
                     continue;
                 }
             };
-            match restore(&next, &ephemerals, &changes).await {
+            match restore(&next, &ephemerals, &watches).await {
                 Ok(()) => break next,
                 Err(e) => {
                     tracing::warn!(error = %e, "new ZooKeeper session failed while restoring; retrying");
@@ -379,7 +428,7 @@ async fn supervise(
         generation += 1;
         tracing::info!(generation, "ZooKeeper session re-established; ephemeral znodes re-registered");
         sessions.send_replace(SessionEvent { generation, live: true });
-        changes.send_modify(|n| *n += 1);
+        watches.touch(None);
     }
 }
 
@@ -388,9 +437,9 @@ async fn supervise(
 async fn restore(
     client: &zk::Client,
     ephemerals: &Mutex<BTreeMap<String, String>>,
-    changes: &watch::Sender<u64>,
+    watches: &Watches,
 ) -> Result<(), StoreError> {
-    start_watches(client, changes).await?;
+    start_watches(client, watches).await?;
     let owned: Vec<(String, String)> =
         ephemerals.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());

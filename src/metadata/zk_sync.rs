@@ -1,8 +1,8 @@
-//! How a broker converges on the cluster state kept in ZooKeeper: after any change under the
-//! watched paths it re-reads live brokers, the controller, topics, partition states and topic
-//! configs, publishes them to the metadata cache, and opens or stops serving the partitions it
-//! leads. Because every pass reads the whole truth, a missed notification or a restart costs
-//! nothing: the next pass converges.
+//! How a broker converges on the cluster state kept in ZooKeeper. Persistent watches name each
+//! znode that changed; a pass re-reads just those (a broker list, one topic, one partition
+//! state), publishes them to the metadata cache, and opens or stops serving the partitions
+//! that changed, so a change costs what it touches, not the size of the cluster. When events
+//! may have been missed (start, a new session, a failed pass) the pass reads everything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -35,78 +35,179 @@ fn parse_broker(id: i32, data: &str, listener: &str) -> Option<BrokerInfo> {
     })
 }
 
+/// What one batch of watch events touched, by the kind of znode.
+#[derive(Debug, Default)]
+pub struct Changes {
+    pub brokers: bool,
+    pub controller: bool,
+    /// Topic znodes and topic configs: the whole topic is read again.
+    pub topics: BTreeSet<String>,
+    /// Partition state znodes of topics not in `topics`.
+    pub partitions: BTreeMap<String, BTreeSet<i32>>,
+    /// Anything under `/admin` or `/isr_change_notification`: controller work.
+    pub admin: bool,
+}
+
+impl Changes {
+    pub fn from_paths<'a>(paths: impl IntoIterator<Item = &'a String>) -> Changes {
+        let mut c = Changes::default();
+        for path in paths {
+            let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+            match parts.as_slice() {
+                ["brokers", "ids", ..] => c.brokers = true,
+                ["controller"] => c.controller = true,
+                ["brokers", "topics", t] | ["config", "topics", t] => {
+                    c.topics.insert(t.to_string());
+                }
+                ["brokers", "topics", t, "partitions", p, "state"] => {
+                    if let Ok(p) = p.parse() {
+                        c.partitions.entry(t.to_string()).or_default().insert(p);
+                    }
+                }
+                ["admin", ..] | ["isr_change_notification", ..] => c.admin = true,
+                _ => {}
+            }
+        }
+        let topics = &c.topics;
+        c.partitions.retain(|t, _| !topics.contains(t));
+        c
+    }
+}
+
+fn read_partition(
+    store: &super::store::ZnodeStore,
+    topic: &str,
+    p: i32,
+    replicas: &[i32],
+) -> Result<PartitionInfo, StoreError> {
+    let state =
+        store.try_get(&zk_data::partition_state_path(topic, p))?.and_then(|d| zk_data::parse_partition_state(&d));
+    let (leader, leader_epoch, isr) = match state {
+        Some(s) => (s.leader, s.leader_epoch, s.isr),
+        None => (-1, -1, vec![]),
+    };
+    Ok(PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.to_vec(), isr })
+}
+
 impl Broker {
-    /// One full pass; see the module docs.
+    /// A full pass: reads everything (at start, after a new session, after a failed pass).
     pub fn reconcile(self: &Arc<Self>) -> Result<(), StoreError> {
+        self.reconcile_changes(None)
+    }
+
+    /// Reads what `changes` names (everything if None), publishes it to the metadata cache,
+    /// does the controller's share if this broker is the controller, and applies leadership
+    /// to the partitions that changed. Work is proportional to what changed.
+    pub fn reconcile_changes(self: &Arc<Self>, changes: Option<&Changes>) -> Result<(), StoreError> {
         let store = &self.store;
+        let previous = self.cache.snapshot();
+        let brokers = match changes {
+            Some(c) if !c.brokers => None,
+            _ => Some(self.read_brokers()?),
+        };
+        let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
+
+        let was_controller = self.is_controller();
+        let mut controller = (previous.controller_id >= 0).then_some(previous.controller_id);
+        if changes.is_none_or(|c| c.controller || c.brokers) {
+            let controller_of = |d: &str| {
+                serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32)
+            };
+            controller = store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
+            if controller.is_none() && self.try_become_controller()? {
+                controller = Some(self.config.broker_id);
+            }
+            if controller != Some(self.config.broker_id) && self.is_controller() {
+                tracing::warn!("no longer the controller");
+                self.resign_controller();
+            }
+        }
+
+        let mut topics = previous.topics.clone();
+        let scope = match changes {
+            None => {
+                topics.clear();
+                for name in store.try_children(zk_data::BROKER_TOPICS)? {
+                    if let Some(info) = self.read_topic(&name)? {
+                        topics.insert(name, info);
+                    }
+                }
+                None
+            }
+            Some(c) => {
+                for name in &c.topics {
+                    match self.read_topic(name)? {
+                        Some(info) => topics.insert(name.clone(), info),
+                        None => topics.remove(name),
+                    };
+                }
+                for (name, parts) in &c.partitions {
+                    let Some(old) = topics.get(name) else { continue };
+                    let mut next = (**old).clone();
+                    for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
+                        *p = read_partition(store, name, p.index, &p.replicas)?;
+                    }
+                    topics.insert(name.clone(), Arc::new(next));
+                }
+                Some(c)
+            }
+        };
+        self.cache.update(|c| {
+            if let Some(b) = brokers {
+                c.brokers = b;
+            }
+            c.controller_id = controller.unwrap_or(-1);
+            c.topics = topics.clone();
+        });
+        if self.is_controller() {
+            // A new controller starts from the whole image, as Kafka's loads the whole tree.
+            self.controller_duties(&live, if was_controller { scope } else { None })?;
+        }
+        self.apply_leadership(&previous.topics, &topics, scope);
+        Ok(())
+    }
+
+    fn read_brokers(&self) -> Result<Vec<BrokerInfo>, StoreError> {
         let listener = self.config.listeners.first().map(|l| l.listener_name.clone()).unwrap_or_default();
         let mut brokers = Vec::new();
-        for child in store.try_children(zk_data::BROKER_IDS)? {
+        for child in self.store.try_children(zk_data::BROKER_IDS)? {
             let Ok(id) = child.parse::<i32>() else { continue };
-            let Some(data) = store.try_get(&zk_data::broker_path(id))? else { continue };
+            let Some(data) = self.store.try_get(&zk_data::broker_path(id))? else { continue };
             match parse_broker(id, &data, &listener) {
                 Some(b) => brokers.push(b),
                 None => tracing::warn!(broker = id, "broker registration gregor does not understand; skipped"),
             }
         }
-        let live: BTreeSet<i32> = brokers.iter().map(|b| b.id).collect();
+        Ok(brokers)
+    }
 
-        let controller_of =
-            |d: &str| serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32);
-        let mut controller = store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
-        if controller.is_none() && self.try_become_controller()? {
-            controller = Some(self.config.broker_id);
-        }
-        if controller != Some(self.config.broker_id) && self.is_controller() {
-            tracing::warn!("no longer the controller");
-            self.resign_controller();
-        }
-        if self.is_controller() {
-            self.controller_pass(&live)?;
-        }
-
-        let previous = self.cache.snapshot();
-        let mut topics = BTreeMap::new();
-        for name in store.try_children(zk_data::BROKER_TOPICS)? {
-            let Some(data) = store.try_get(&zk_data::topic_path(&name))? else { continue };
-            let Some((assignment, id)) = zk_data::parse_topic_json(&data) else {
-                tracing::warn!(topic = %name, "topic znode gregor does not understand; skipped");
-                continue;
-            };
-            let id = match id {
-                Some(id) => id,
-                // A topic written by hand (as old tools did) gets its id from the controller.
-                None if self.is_controller() => {
-                    let id = zk_data::new_kafka_uuid();
-                    store.set(&zk_data::topic_path(&name), &zk_data::topic_json(&assignment, id))?;
-                    id
-                }
-                None => continue,
-            };
-            let configs = store
-                .try_get(&zk_data::topic_config_path(&name))?
-                .map(|d| zk_data::parse_topic_config(&d))
-                .unwrap_or_default();
-            let mut partitions = Vec::with_capacity(assignment.len());
-            for (&p, replicas) in &assignment {
-                let state = store
-                    .try_get(&zk_data::partition_state_path(&name, p))?
-                    .and_then(|d| zk_data::parse_partition_state(&d));
-                let (leader, leader_epoch, isr) = match state {
-                    Some(s) => (s.leader, s.leader_epoch, s.isr),
-                    None => (-1, -1, vec![]),
-                };
-                partitions.push(PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.clone(), isr });
+    /// One topic from its znodes; None if it does not exist (or cannot be understood).
+    fn read_topic(&self, name: &str) -> Result<Option<Arc<TopicInfo>>, StoreError> {
+        let store = &self.store;
+        let Some(data) = store.try_get(&zk_data::topic_path(name))? else { return Ok(None) };
+        let Some((assignment, id)) = zk_data::parse_topic_json(&data) else {
+            tracing::warn!(topic = %name, "topic znode gregor does not understand; skipped");
+            return Ok(None);
+        };
+        let id = match id {
+            Some(id) => id,
+            // A topic written by hand (as old tools did) gets its id from the controller.
+            None if self.is_controller() => {
+                let id = zk_data::new_kafka_uuid();
+                store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, id))?;
+                id
             }
-            topics.insert(name.clone(), Arc::new(TopicInfo { name, id, partitions, configs }));
+            None => return Ok(None),
+        };
+        let configs = store
+            .try_get(&zk_data::topic_config_path(name))?
+            .map(|d| zk_data::parse_topic_config(&d))
+            .unwrap_or_default();
+        let mut partitions = Vec::with_capacity(assignment.len());
+        for (&p, replicas) in &assignment {
+            partitions.push(read_partition(store, name, p, replicas)?);
         }
-        self.cache.update(|c| {
-            c.brokers = brokers;
-            c.controller_id = controller.unwrap_or(-1);
-            c.topics = topics.clone();
-        });
-        self.apply_leadership(&previous.topics, &topics);
-        Ok(())
+        Ok(Some(Arc::new(TopicInfo { name: name.to_string(), id, partitions, configs })))
     }
 
     /// Makes this broker leader or follower of each partition it hosts as the states say,
@@ -116,9 +217,15 @@ impl Broker {
         self: &Arc<Self>,
         before: &BTreeMap<String, Arc<TopicInfo>>,
         now: &BTreeMap<String, Arc<TopicInfo>>,
+        scope: Option<&Changes>,
     ) {
         let me = self.config.broker_id;
-        for topic in now.values() {
+        let touched: Vec<&Arc<TopicInfo>> = match scope {
+            None => now.values().collect(),
+            Some(c) => c.topics.iter().chain(c.partitions.keys()).filter_map(|t| now.get(t)).collect(),
+        };
+        for topic in touched {
+            let only = scope.and_then(|c| c.partitions.get(&topic.name));
             let config_changed = before.get(&topic.name).is_some_and(|b| b.configs != topic.configs);
             let log_config = match self.config.log_config_for(&topic.configs) {
                 Ok(c) => c,
@@ -128,7 +235,7 @@ impl Broker {
                 }
             };
             let id = zk_data::uuid_to_kafka(topic.id);
-            for p in &topic.partitions {
+            for p in topic.partitions.iter().filter(|p| only.is_none_or(|o| o.contains(&p.index))) {
                 let tp = (topic.name.clone(), p.index);
                 if !p.replicas.contains(&me) {
                     self.fetchers.unfollow(&tp);
@@ -181,12 +288,20 @@ impl Broker {
                 }
             }
         }
-        for part in self.replicas.all_partitions() {
-            if !now.contains_key(&part.topic) {
-                self.fetchers.unfollow(&(part.topic.clone(), part.index));
-                if let Err(e) = self.replicas.remove_partition(&part.topic, part.index) {
-                    tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot delete partition log");
-                }
+        let deleted: Vec<Arc<crate::replication::Partition>> = match scope {
+            None => self.replicas.all_partitions().into_iter().filter(|p| !now.contains_key(&p.topic)).collect(),
+            Some(c) => c
+                .topics
+                .iter()
+                .filter(|t| !now.contains_key(*t))
+                .filter_map(|t| before.get(t))
+                .flat_map(|t| t.partitions.iter().filter_map(|p| self.replicas.hosted(&t.name, p.index)))
+                .collect(),
+        };
+        for part in deleted {
+            self.fetchers.unfollow(&(part.topic.clone(), part.index));
+            if let Err(e) = self.replicas.remove_partition(&part.topic, part.index) {
+                tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot delete partition log");
             }
         }
         self.replicas.notify_changed();
@@ -228,7 +343,28 @@ impl Broker {
                 }
                 loop {
                     let b = broker.clone();
-                    let result = tokio::task::spawn_blocking(move || b.reconcile()).await;
+                    let result = tokio::task::spawn_blocking(move || {
+                        let super::store::ZnodeStore::ZooKeeper(zk) = &*b.store else { return Ok(()) };
+                        let dirty = zk.take_dirty();
+                        let preferred = b.take_preferred_election();
+                        let result = if dirty.full {
+                            b.reconcile()
+                        } else if dirty.paths.is_empty() {
+                            Ok(())
+                        } else {
+                            b.reconcile_changes(Some(&Changes::from_paths(&dirty.paths)))
+                        };
+                        let result = result.and_then(|()| match preferred && b.is_controller() {
+                            true => b.preferred_elections(),
+                            false => Ok(()),
+                        });
+                        if result.is_err() {
+                            // What this pass read is lost with it: start again from the top.
+                            zk.mark_all_dirty();
+                        }
+                        result
+                    })
+                    .await;
                     match result {
                         Ok(Ok(())) => break,
                         Ok(Err(e)) => tracing::warn!(error = %e, "cannot read cluster state; retrying"),
