@@ -137,6 +137,8 @@ async fn connect(broker: &Broker, leader: i32) -> Option<TcpStream> {
 
 fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition]) -> Option<FetchRequest> {
     let mut by_topic: Vec<FetchTopic> = Vec::new();
+    // Where each topic sits in `by_topic`: building a request costs the partitions in it.
+    let mut slot: HashMap<&str, usize> = HashMap::new();
     for (topic, index) in wanted {
         let Some(p) = broker.replicas.hosted(topic, *index) else { continue };
         let (role, epoch) = p.role();
@@ -150,12 +152,13 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition]) -> Opt
         fp.last_fetched_epoch = p.latest_epoch();
         fp.log_start_offset = p.log_start_offset();
         fp.partition_max_bytes = broker.config.replica_fetch_max_bytes;
-        match by_topic.iter_mut().find(|t| t.topic.0.as_str() == topic) {
-            Some(t) => t.partitions.push(fp),
+        match slot.get(topic.as_str()) {
+            Some(&i) => by_topic[i].partitions.push(fp),
             None => {
                 let mut t = FetchTopic::default();
                 t.topic = TopicName(StrBytes::from_string(topic.clone()));
                 t.partitions.push(fp);
+                slot.insert(topic, by_topic.len());
                 by_topic.push(t);
             }
         }
