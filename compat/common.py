@@ -78,3 +78,60 @@ def verify_records(sent: List[Rec], got: List[Got], check_ts: bool = True,
                 assert seq > last, f"partition {p} out of send order: seq {last} then {seq}"
             last = seq
     assert len(seen) == len(sent)
+
+
+# -- kill -9 during a produce run ------------------------------------------------------------
+
+def check_acked_survived(sent: List[Rec], acked: Dict[int, Tuple[int, int]], got: List[Got],
+                         check_ts: bool = True) -> None:
+    """After a kill -9 in the middle of a produce run and a restart: every acknowledged record
+    is at the (partition, offset) it was acknowledged at, identical; each partition's offsets
+    are 0..n-1 without holes; nothing was stored twice (the producers here are idempotent) and
+    nothing is there that was not sent.  Records sent but never acknowledged may or may not be
+    there."""
+    at = {(g.partition, g.offset): g for g in got}
+    assert len(at) == len(got), "the same offset was consumed twice"
+    by_part: Dict[int, List[int]] = {}
+    for g in got:
+        by_part.setdefault(g.partition, []).append(g.offset)
+    for p, offs in by_part.items():
+        assert sorted(offs) == list(range(len(offs))), f"partition {p}: offsets have holes: {sorted(offs)[:10]}..."
+    seqs: Dict[int, Tuple[int, int]] = {}
+    for g in got:
+        assert g.headers and g.headers[0][0] == "seq", f"{g.partition}/{g.offset}: headers {g.headers}"
+        seq = int(g.headers[0][1])
+        assert 0 <= seq < len(sent), f"{g.partition}/{g.offset}: seq {seq} was never sent"
+        assert seq not in seqs, f"seq {seq} stored twice: at {seqs[seq]} and {(g.partition, g.offset)}"
+        seqs[seq] = (g.partition, g.offset)
+    lost = []
+    for seq, (p, o) in sorted(acked.items()):
+        g = at.get((p, o))
+        if g is None or int(g.headers[0][1]) != seq:
+            lost.append((seq, (p, o), None if g is None else int(g.headers[0][1])))
+            continue
+        e = sent[seq]
+        assert (g.key, g.value, g.headers) == (e.key, e.value, e.headers), f"seq {seq} at {p}/{o} changed"
+        if check_ts:
+            assert g.ts == e.ts, f"seq {seq}: timestamp {g.ts} != {e.ts}"
+    assert not lost, (f"{len(lost)} of {len(acked)} acknowledged records are not at their acknowledged offset "
+                      f"after kill -9 (seq, acked at, seq found there): {lost[:10]}")
+
+
+def kill9_during_produce(broker, acked_count, running, stop, before: int = 1000, after: int = 500,
+                         timeout: float = 120) -> int:
+    """Drive a produce run that is already going (in a thread or child process): once `before`
+    records are acknowledged, kill -9 the broker while the producer is still sending, restart it,
+    let `after` more be acknowledged, then stop() the producer (which must flush).  Returns the
+    acknowledged count at the kill.  after=0: the producer is not expected to survive the outage
+    (kcat exits when all brokers are down); stop() is called right after the restart."""
+    wait_until(lambda: acked_count() >= before or not running(), timeout, f"{before} acknowledged records")
+    assert running(), f"the producer stopped before the kill ({acked_count()} acked): give it more records"
+    at_kill = acked_count()
+    assert broker.restart("kill") == -9
+    if after:
+        wait_until(lambda: acked_count() >= at_kill + after or not running(), timeout,
+                   f"{after} more acknowledgements after the restart (had {at_kill} at the kill)")
+        assert running(), f"the producer stopped before {after} acknowledgements after the restart"
+    stop()
+    assert acked_count() >= at_kill
+    return at_kill

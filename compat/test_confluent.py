@@ -3,11 +3,13 @@
 Consumers use assign() with explicit offsets and never subscribe/commit: consumer
 groups are not implemented yet.  librdkafka requires a group.id even then.
 """
+import threading
 import time
 
 import pytest
 
-from common import BASE_TS, CODECS, Got, make_records, uniq, verify_records, wait_until
+from common import (BASE_TS, CODECS, Got, check_acked_survived, kill9_during_produce, make_records, uniq,
+                    verify_records, wait_until)
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -256,13 +258,81 @@ def test_restart_sigterm_keeps_data(broker):
     verify_records(more, consume_all(broker, t, len(more)), acked=acked, check_order=False)
 
 
+class BackgroundProducer(threading.Thread):
+    """Produces recs in order (paced, so the run lasts) until halted, then flushes; every
+    delivery report is recorded: acked[seq] = (partition, offset)."""
+
+    def __init__(self, p, topic, recs, chunk=20, pause=0.005):
+        super().__init__(daemon=True)
+        self.p, self.topic, self.recs, self.chunk, self.pause = p, topic, recs, chunk, pause
+        self.acked, self.errors = {}, []
+        self.halt = threading.Event()
+        self.flushed = None
+        self.exc = None
+
+    def _cb(self, err, msg, seq):
+        if err is not None:
+            self.errors.append((seq, err))
+        else:
+            self.acked[seq] = (msg.partition(), msg.offset())
+
+    def run(self):
+        try:
+            for r in self.recs:
+                if self.halt.is_set():
+                    break
+                while True:
+                    try:
+                        self.p.produce(self.topic, key=r.key, value=r.value, headers=list(r.headers),
+                                       timestamp=r.ts, on_delivery=lambda e, m, seq=r.seq: self._cb(e, m, seq))
+                        break
+                    except BufferError:
+                        self.p.poll(0.05)
+                self.p.poll(0)
+                if r.seq % self.chunk == 0:
+                    time.sleep(self.pause)
+            self.flushed = self.p.flush(WAIT * 2)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.exc = e
+
+    def running(self):
+        return self.is_alive() and not self.halt.is_set()
+
+    def stop(self):
+        self.halt.set()
+        self.join(WAIT * 3)
+        assert not self.is_alive(), "producer thread did not finish"
+        assert self.exc is None, f"producer thread failed: {self.exc!r}"
+        assert self.flushed == 0, f"{self.flushed} messages still undelivered"
+
+
+def end_offsets(broker, topic):
+    c = consumer(broker)
+    try:
+        parts = sorted(c.list_topics(topic, timeout=WAIT).topics[topic].partitions)
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=WAIT)[1] for p in parts}
+    finally:
+        c.close()
+
+
 def test_kill9_keeps_acked_data(broker):
+    """kill -9 while an idempotent acks=all producer is still sending; every record it got an
+    acknowledgement for (before or after the kill) is at its acknowledged offset afterwards."""
     t = uniq("ck-kill")
     create_topic(broker, t, 3)
-    recs = make_records(5000, "confluent")
-    acked = produce_records(producer(broker, acks="all"), t, recs)
-    broker.restart("kill")
-    verify_records(recs, consume_all(broker, t, len(recs)), acked=acked, check_order=False)
+    recs = make_records(200_000, "confluent", value_size=50)
+    prod = BackgroundProducer(producer(broker, acks="all", **{"enable.idempotence": True,
+                                                            "message.timeout.ms": 120000}), t, recs)
+    prod.start()
+    try:
+        at_kill = kill9_during_produce(broker, lambda: len(prod.acked), prod.running, prod.stop)
+    finally:
+        prod.halt.set()
+    assert not prod.errors, f"delivery errors: {prod.errors[:5]}"
+    end = end_offsets(broker, t)
+    print(f"kill -9 with {at_kill} acknowledged; {len(prod.acked)} acknowledged in all; stored {end}")
+    got = consume_all(broker, t, sum(end.values()))
+    check_acked_survived(recs, prod.acked, got)
 
 
 def test_configs_describe_and_incremental_alter(broker):

@@ -1,9 +1,11 @@
 """kafka-python against gregor. Consumers: KafkaConsumer(group_id=None) + assign()."""
+import threading
 import time
 
 import pytest
 
-from common import BASE_TS, CODECS, Got, make_records, uniq, verify_records, wait_until
+from common import (BASE_TS, CODECS, Got, check_acked_survived, kill9_during_produce, make_records, uniq,
+                    verify_records, wait_until)
 
 kafka = pytest.importorskip("kafka")
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
@@ -224,10 +226,65 @@ def test_auto_create_on_produce(broker):
     verify_records(recs, consume_all(broker, t, len(recs)), acked=acked)
 
 
+class BackgroundProducer(threading.Thread):
+    """Sends recs in order (paced) until halted, then flushes and closes; acked[seq] =
+    (partition, offset) from each future's callback."""
+
+    def __init__(self, p, topic, recs, chunk=20, pause=0.005):
+        super().__init__(daemon=True)
+        self.p, self.topic, self.recs, self.chunk, self.pause = p, topic, recs, chunk, pause
+        self.acked, self.errors = {}, []
+        self.halt = threading.Event()
+        self.exc = None
+
+    def run(self):
+        try:
+            for r in self.recs:
+                if self.halt.is_set():
+                    break
+                f = self.p.send(self.topic, key=r.key, value=r.value, headers=list(r.headers), timestamp_ms=r.ts)
+                f.add_callback(lambda md, seq=r.seq: self.acked.__setitem__(seq, (md.partition, md.offset)))
+                f.add_errback(lambda e, seq=r.seq: self.errors.append((seq, e)))
+                if r.seq % self.chunk == 0:
+                    time.sleep(self.pause)
+            self.p.flush(timeout=WAIT * 2)
+            self.p.close(timeout=WAIT)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.exc = e
+
+    def running(self):
+        return self.is_alive() and not self.halt.is_set()
+
+    def stop(self):
+        self.halt.set()
+        self.join(WAIT * 4)
+        assert not self.is_alive(), "producer thread did not finish"
+        assert self.exc is None, f"producer thread failed: {self.exc!r}"
+
+
+def stored_count(broker, topic):
+    c = consumer(broker)
+    try:
+        parts = [TopicPartition(topic, p) for p in partitions_of(broker, topic)]
+        return sum(c.end_offsets(parts).values())
+    finally:
+        c.close()
+
+
 def test_kill9_keeps_acked_data(broker):
+    """kill -9 while an idempotent acks=all producer is still sending; every record it got an
+    acknowledgement for (before or after the kill) is at its acknowledged offset afterwards."""
     t = uniq("kp-kill")
     create_topic(broker, t, 3)
-    recs = make_records(3000, "kafka-python")
-    acked = produce_records(producer(broker, acks="all"), t, recs)
-    broker.restart("kill")
-    verify_records(recs, consume_all(broker, t, len(recs)), acked=acked, check_order=False)
+    recs = make_records(100_000, "kafka-python", value_size=50)
+    prod = BackgroundProducer(producer(broker, acks="all", enable_idempotence=True, retries=2**31 - 1,
+                                       delivery_timeout_ms=120000, request_timeout_ms=30000), t, recs)
+    prod.start()
+    try:
+        at_kill = kill9_during_produce(broker, lambda: len(prod.acked), prod.running, prod.stop)
+    finally:
+        prod.halt.set()
+    assert not prod.errors, f"delivery errors: {prod.errors[:5]}"
+    n = stored_count(broker, t)
+    print(f"kill -9 with {at_kill} acknowledged; {len(prod.acked)} acknowledged in all; {n} stored")
+    check_acked_survived(recs, prod.acked, consume_all(broker, t, n))

@@ -22,7 +22,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *
  * Usage: java GregorCompat BOOTSTRAP SCENARIO [ARGS...]
  * Scenarios: metadata, create-topic, produce-consume, codecs, acks, idempotent, list-offsets,
- *            delete-topic, auto-create, configs, produce N TOPIC, verify N TOPIC
+ *            delete-topic, auto-create, configs, produce N TOPIC, verify N TOPIC,
+ *            produce-stream TOPIC (sends until stdin closes; prints "ACK seq partition offset"
+ *            per acknowledged record), verify-acked TOPIC ACKFILE (each ACK line of ACKFILE is
+ *            at its partition/offset after a restart)
  * Exit 0 = all checks passed; exit 1 with a "MISMATCH:" message otherwise.
  * Consumers use assign() and no group.id (consumer groups are not implemented yet).
  */
@@ -63,6 +66,8 @@ public class GregorCompat {
                 case "configs": configs(); break;
                 case "produce": produceN(args[3], Integer.parseInt(args[2])); break;
                 case "verify": verifyN(args[3], Integer.parseInt(args[2])); break;
+                case "produce-stream": produceStream(args[2]); break;
+                case "verify-acked": verifyAcked(args[2], args[3]); break;
                 default:
                     System.err.println("unknown scenario " + scenario);
                     System.exit(2);
@@ -463,5 +468,97 @@ public class GregorCompat {
     /** After a restart: every record exactly once and identical (ordering is checked elsewhere). */
     static void verifyN(String t, int n) throws Exception {
         verify(t, makeRecs(t, n, 100), consumeAll(t, n), null, false);
+    }
+
+    /**
+     * Sends records seq 0, 1, 2, ... (paced) with acks=all and idempotence until stdin reaches
+     * EOF, then flushes.  Every acknowledgement is printed as "ACK seq partition offset" the moment
+     * its callback runs, so the test knows what was acknowledged before it killed the broker.
+     */
+    static void produceStream(String t) throws Exception {
+        try (Admin a = admin()) { createTopicAndWait(a, t, 3); }
+        Thread eof = new Thread(() -> {
+            try { while (System.in.read() >= 0) { } } catch (Exception e) { }
+        });
+        eof.setDaemon(true);
+        eof.start();
+        List<String> errors = Collections.synchronizedList(new ArrayList<>());
+        Map<String, String> cfg = Map.of(ProducerConfig.ACKS_CONFIG, "all",
+                ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true",
+                ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "120000",
+                ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
+        int sent = 0;
+        try (KafkaProducer<byte[], byte[]> p = producer(cfg)) {
+            System.out.println("STARTED");
+            System.out.flush();
+            for (int seq = 0; eof.isAlive() && seq < 1_000_000; seq++) {
+                final int sq = seq;
+                p.send(new Rec(t, seq, 50).toRecord(t), (m, e) -> {
+                    if (e != null) {
+                        errors.add(sq + ": " + e);
+                    } else {
+                        synchronized (System.out) {
+                            System.out.println("ACK " + sq + " " + m.partition() + " " + m.offset());
+                            System.out.flush();
+                        }
+                    }
+                });
+                sent++;
+                if (seq % 20 == 0) Thread.sleep(5);
+            }
+            p.flush();
+        }
+        check(errors.isEmpty(), errors.size() + " sends failed, e.g. " + errors.subList(0, Math.min(5, errors.size())));
+        System.out.println("SENT " + sent);
+    }
+
+    /** After a kill -9 and restart: each "ACK seq partition offset" line of ackFile names a record
+     * that is there, identical; offsets have no holes; no seq is stored twice. */
+    static void verifyAcked(String t, String ackFile) throws Exception {
+        Map<Integer, long[]> acked = new HashMap<>();
+        for (String line : java.nio.file.Files.readAllLines(java.nio.file.Paths.get(ackFile))) {
+            String[] f = line.trim().split(" ");
+            if (f.length == 4 && f[0].equals("ACK")) {
+                acked.put(Integer.parseInt(f[1]), new long[]{Long.parseLong(f[2]), Long.parseLong(f[3])});
+            }
+        }
+        check(!acked.isEmpty(), "no acknowledgements in " + ackFile);
+        int total;
+        try (KafkaConsumer<byte[], byte[]> c = consumer()) {
+            List<TopicPartition> tps = new ArrayList<>();
+            c.partitionsFor(t, WAIT).forEach(pi -> tps.add(new TopicPartition(t, pi.partition())));
+            long sum = 0;
+            for (long v : c.endOffsets(tps, WAIT).values()) sum += v;
+            total = (int) sum;
+        }
+        Map<String, ConsumerRecord<byte[], byte[]>> at = new HashMap<>();
+        Map<Integer, String> seqAt = new HashMap<>();
+        Map<Integer, Long> maxOffset = new HashMap<>();
+        Map<Integer, Integer> count = new HashMap<>();
+        for (ConsumerRecord<byte[], byte[]> r : consumeAll(t, total)) {
+            String where = r.partition() + "/" + r.offset();
+            check(at.put(where, r) == null, "offset " + where + " consumed twice");
+            int seq = Integer.parseInt(s(r.headers().headers("seq").iterator().next().value()));
+            String prev = seqAt.put(seq, where);
+            check(prev == null, "seq " + seq + " stored twice: at " + prev + " and " + where);
+            maxOffset.merge(r.partition(), r.offset(), Math::max);
+            count.merge(r.partition(), 1, Integer::sum);
+        }
+        for (Map.Entry<Integer, Integer> e : count.entrySet()) {
+            check(maxOffset.get(e.getKey()) == e.getValue() - 1, "partition " + e.getKey() + ": offsets have holes");
+        }
+        List<String> lost = new ArrayList<>();
+        for (Map.Entry<Integer, long[]> e : acked.entrySet()) {
+            int seq = e.getKey();
+            String where = e.getValue()[0] + "/" + e.getValue()[1];
+            ConsumerRecord<byte[], byte[]> r = at.get(where);
+            Rec want = new Rec(t, seq, 50);
+            if (r == null || !want.key.equals(s(r.key())) || !want.value.equals(s(r.value())) || r.timestamp() != want.ts) {
+                lost.add("seq " + seq + " acked at " + where + " found " + (r == null ? "nothing" : s(r.key())));
+            }
+        }
+        check(lost.isEmpty(), lost.size() + " of " + acked.size() + " acknowledged records not at their offset: "
+                + lost.subList(0, Math.min(10, lost.size())));
+        System.out.println("VERIFIED " + acked.size() + " acknowledged of " + total + " stored");
     }
 }
