@@ -64,7 +64,16 @@ impl MmapIndex {
         };
         let whole = len - len % entry_size as u64;
         idx.map(whole)?;
-        idx.entries = idx.count_used_entries();
+        // Only a preallocated file (the active segment's, left by a crash) has zeros behind its
+        // entries; a new one has none and a trimmed one is all entries. Reading nothing of the
+        // others keeps a broker with many partitions from paging in their indexes at start.
+        idx.entries = if created {
+            0
+        } else if whole == preallocated_len(max_index_size, entry_size) {
+            idx.count_used_entries()
+        } else {
+            idx.capacity
+        };
         let target = if preallocate {
             preallocated_len(max_index_size, entry_size).max((idx.entries * entry_size) as u64)
         } else {
