@@ -67,6 +67,7 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
 }
 
 /// What the connection knows about one request.
+#[derive(Clone)]
 pub struct RequestContext {
     pub broker: Arc<Broker>,
     /// The listener the client connected on: Metadata answers with its advertised address.
@@ -91,20 +92,28 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::Produce(r) => return Ok(produce::handle(ctx, r).await.map(ResponseKind::Produce)),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(fetch::list_offsets(ctx, r)),
-        RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(topics::create_topics(ctx, r)),
-        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r).await),
-        RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(topics::create_partitions(ctx, r)),
-        RequestKind::DeleteRecords(r) => ResponseKind::DeleteRecords(topics::delete_records(ctx, r)),
-        RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(configs::describe_configs(ctx, r)),
-        RequestKind::IncrementalAlterConfigs(r) => {
-            ResponseKind::IncrementalAlterConfigs(configs::incremental_alter_configs(ctx, r))
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(off_runtime(ctx, move |c| topics::create_topics(c, r)).await?)
         }
+        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r).await),
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(off_runtime(ctx, move |c| topics::create_partitions(c, r)).await?)
+        }
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(off_runtime(ctx, move |c| topics::delete_records(c, r)).await?)
+        }
+        RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(configs::describe_configs(ctx, r)),
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            off_runtime(ctx, move |c| configs::incremental_alter_configs(c, r)).await?,
+        ),
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(metadata::describe_cluster(ctx, r)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(fetch::offset_for_leader_epoch(ctx, r))
         }
-        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(group::find_coordinator(ctx, r)),
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(off_runtime(ctx, move |c| group::find_coordinator(c, r)).await?)
+        }
         RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(group::join_group(ctx, r).await),
         RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(group::sync_group(ctx, r).await),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(group::heartbeat(ctx, r)),
@@ -122,6 +131,17 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         }
     };
     Ok(Some(response))
+}
+
+/// Runs an admin request on the blocking pool. Such requests write znodes and create, delete
+/// or truncate logs (10,000 new partitions is a minute of file creation and fsyncs); on an
+/// async worker they would stall every connection whose task is queued behind it.
+async fn off_runtime<T: Send + 'static>(
+    ctx: &RequestContext,
+    f: impl FnOnce(&RequestContext) -> T + Send + 'static,
+) -> Result<T, String> {
+    let c = ctx.clone();
+    tokio::task::spawn_blocking(move || f(&c)).await.map_err(|e| format!("admin request failed: {e}"))
 }
 
 #[cfg(test)]

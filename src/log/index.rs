@@ -38,6 +38,33 @@ struct MmapIndex {
     created: bool,
 }
 
+/// Entries before the first all-zero slot of a preallocated index: slots 1.. are non-zero up
+/// to the end of the entries and zero after, so a binary search finds it in a few reads.
+fn count_used_entries(file: &File, entry_size: usize, slots: usize) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; entry_size];
+    let mut zero = |i: usize| -> io::Result<bool> {
+        file.read_exact_at(&mut buf, (i * entry_size) as u64)?;
+        Ok(buf.iter().all(|&b| b == 0))
+    };
+    if slots == 0 {
+        return Ok(0);
+    }
+    let (mut lo, mut hi) = (1usize, slots);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if zero(mid)? {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    if lo == 1 && zero(0)? {
+        return Ok(0);
+    }
+    Ok(lo)
+}
+
 fn preallocated_len(max_index_size: u32, entry_size: usize) -> u64 {
     let n = (max_index_size as usize / entry_size).max(2);
     (n * entry_size) as u64
@@ -50,7 +77,6 @@ impl MmapIndex {
         // segment, the log, as Kafka keeps.
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         let len = file.metadata()?.len();
-        drop(file);
         let misaligned = len % entry_size as u64 != 0;
         let mut idx = MmapIndex {
             path: path.to_path_buf(),
@@ -63,17 +89,20 @@ impl MmapIndex {
             created,
         };
         let whole = len - len % entry_size as u64;
-        idx.map(whole)?;
         // Only a preallocated file (the active segment's, left by a crash) has zeros behind its
-        // entries; a new one has none and a trimmed one is all entries. Reading nothing of the
-        // others keeps a broker with many partitions from paging in their indexes at start.
-        idx.entries = if created {
+        // entries; a new one has none and a trimmed one is all entries. The search reads the
+        // file rather than the mapping, so a broker opening many partitions after a crash
+        // does not page in (and keep resident) the regions around each probe.
+        let entries = if created {
             0
         } else if whole == preallocated_len(max_index_size, entry_size) {
-            idx.count_used_entries()
+            count_used_entries(&file, entry_size, (whole / entry_size as u64) as usize)?
         } else {
-            idx.capacity
+            (whole / entry_size as u64) as usize
         };
+        drop(file);
+        idx.map(whole)?;
+        idx.entries = entries.min(idx.capacity);
         let target = if preallocate {
             preallocated_len(max_index_size, entry_size).max((idx.entries * entry_size) as u64)
         } else {
@@ -83,34 +112,6 @@ impl MmapIndex {
             idx.resize(target)?;
         }
         Ok(idx)
-    }
-
-    /// Entries before the first all-zero slot; a crash leaves the zero-filled preallocation
-    /// behind the real entries. Found by binary search (slots 1.. are non-zero, then zero), so
-    /// opening touches a few pages of the index, not all of it.
-    fn count_used_entries(&self) -> usize {
-        let zero = |i: usize| self.entry(i).iter().all(|&b| b == 0);
-        if self.capacity == 0 || (self.capacity == 1 && zero(0)) {
-            return 0;
-        }
-        if self.capacity == 1 {
-            return 1;
-        }
-        // First zero slot in 1..capacity, or capacity if none.
-        let (mut lo, mut hi) = (1usize, self.capacity);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if zero(mid) {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        if lo == 1 && zero(0) {
-            0
-        } else {
-            lo
-        }
     }
 
     fn map(&mut self, len: u64) -> io::Result<()> {
