@@ -451,7 +451,7 @@ class ZooKeeper:
                 f"clientPortAddress={self.host}\n"
                 "maxClientCnxns=0\n"
                 "admin.enableServer=false\n"
-                "4lw.commands.whitelist=ruok,srvr,stat\n"
+                "4lw.commands.whitelist=ruok,srvr,stat,wchc\n"
                 "standaloneEnabled=true\n"
             )
             env = dict(os.environ)

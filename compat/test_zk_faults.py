@@ -131,3 +131,46 @@ def test_stalled_broker_is_fenced_and_rejoins(cluster):
                f"broker {victim} registered again in a new session", interval=0.2)
     wait_full_isr(c, topic, [1, 2, 3], timeout=90)
     assert c.brokers[victim].alive()
+
+
+def watches_by_session(zk) -> dict:
+    """{session id: [watched paths]} from ZooKeeper's `wchc`."""
+    from gregor_harness import zk_four_letter
+    out = zk_four_letter(zk.host, zk.port, b"wchc", timeout=10).decode()
+    sessions, current = {}, None
+    for line in out.splitlines():
+        if line.startswith("0x"):
+            current = int(line.strip(), 16)
+            sessions[current] = []
+        elif line.strip() and current is not None:
+            sessions[current].append(line.strip())
+    return sessions
+
+
+def test_watches_do_not_grow_with_topics(cluster, zookeeper):
+    """A broker's ZooKeeper watches are a fixed handful, whether the cluster has 10 topics or
+    1,000 (watching every topic or partition znode would cost each broker per topic)."""
+    c = cluster
+
+    def counts():
+        by_session = watches_by_session(zookeeper)
+        owners = session_owners(c)
+        assert sorted(owners) == [1, 2, 3]
+        return {i: len(by_session.get(owner, [])) for i, owner in owners.items()}
+
+    a = c.admin(1)
+    names = [f"w-{i:04d}" for i in range(1000)]
+    for f in a.create_topics([NewTopic(n, 1, 1) for n in names[:10]]).values():
+        f.result(timeout=120)
+    wait_until(lambda: len(c.kz.get_children("/brokers/topics")) >= 10, 60, "10 topics")
+    with_10 = counts()
+    assert all(n > 0 for n in with_10.values()), f"wchc shows no watches for some broker: {with_10}"
+    for i in range(10, 1000, 100):
+        for f in a.create_topics([NewTopic(n, 1, 1) for n in names[i:i + 100]]).values():
+            f.result(timeout=300)
+    wait_until(lambda: len(c.kz.get_children("/brokers/topics")) >= 1000, 300, "1,000 topics")
+    # Every broker has taken in the new topics (so any per-topic watch would exist by now).
+    wait_until(lambda: all(len(c.metadata(i, timeout=30).topics) >= 1000 for i in (1, 2, 3)), 300,
+               "every broker's Metadata lists 1,000 topics", interval=1)
+    with_1000 = counts()
+    assert with_1000 == with_10, f"watches per broker grew with topics: {with_10} -> {with_1000}"
