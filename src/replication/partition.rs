@@ -583,3 +583,107 @@ fn first_record_at_or_after(batch: &[u8], ts: i64, min_offset: i64) -> Option<(i
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::simple_batch;
+
+    /// A partition of broker 1 over a fresh log in `dir`.
+    fn partition(dir: &std::path::Path) -> Partition {
+        let config = LogConfig { segment_bytes: 1 << 20, max_index_size: 4096, ..LogConfig::default() };
+        let log = Log::open(dir.join("t-0"), config, 0, 0, true).unwrap();
+        Partition::open("t", 0, 1, Arc::new(Mutex::new(log)), None)
+    }
+
+    fn append(p: &Partition, records: usize) -> ProduceResult {
+        let r = p.append(Bytes::from(simple_batch(records, 10, 1)), 1 << 20);
+        assert_eq!(r.error_code, 0);
+        r
+    }
+
+    #[test]
+    fn high_watermark_is_the_smallest_isr_end_and_never_moves_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path());
+        p.become_leader(3, &[1, 2, 3], &[1, 2, 3]);
+        append(&p, 5);
+        // No follower has fetched: nothing is committed.
+        assert!(!p.maybe_advance_high_watermark());
+        assert_eq!(p.high_watermark(), 0);
+        p.follower_fetch(2, 5, 3, 3, 1 << 20);
+        assert_eq!(p.high_watermark(), 0, "follower 3 has not fetched yet");
+        let (_, _, moved) = p.follower_fetch(3, 4, 3, 3, 1 << 20);
+        assert!(moved);
+        assert_eq!(p.high_watermark(), 4);
+        // A follower reporting less (it truncated) does not pull the high watermark back.
+        p.follower_fetch(3, 2, 3, 3, 1 << 20);
+        assert_eq!(p.high_watermark(), 4);
+        // Dropping the slow follower from the ISR lets the rest commit.
+        p.set_isr(vec![1, 2]);
+        assert_eq!(p.high_watermark(), 5);
+    }
+
+    #[test]
+    fn a_follower_rejoins_the_isr_only_when_caught_up_to_the_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path());
+        p.become_leader(0, &[1, 2, 3], &[1, 2]);
+        append(&p, 10);
+        p.follower_fetch(2, 10, 0, 0, 1 << 20);
+        assert_eq!(p.high_watermark(), 10);
+        let (_, expand, _) = p.follower_fetch(3, 6, 0, 0, 1 << 20);
+        assert_eq!(expand, None, "below the high watermark");
+        let (_, expand, _) = p.follower_fetch(3, 10, 0, 0, 1 << 20);
+        assert_eq!(expand, Some(vec![1, 2, 3]));
+        // An ISR member is never proposed again.
+        p.set_isr(vec![1, 2, 3]);
+        let (_, expand, _) = p.follower_fetch(3, 10, 0, 0, 1 << 20);
+        assert_eq!(expand, None);
+    }
+
+    #[test]
+    fn lagging_followers_are_proposed_for_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path());
+        p.become_leader(0, &[1, 2, 3], &[1, 2, 3]);
+        p.follower_fetch(2, 0, -1, 0, 1 << 20);
+        p.follower_fetch(3, 0, -1, 0, 1 << 20);
+        append(&p, 4);
+        // Both were caught up a moment ago: within a generous lag nobody is dropped.
+        assert_eq!(p.isr_to_shrink(Duration::from_secs(60)), None);
+        p.follower_fetch(2, 4, 0, 0, 1 << 20);
+        // With no lag allowed, the one still behind the log end goes, the caught-up one stays.
+        assert_eq!(p.isr_to_shrink(Duration::ZERO), Some(vec![1, 2]));
+        // A follower never shrinks anything.
+        p.become_follower(2, 1, &[1, 2, 3], &[2, 3]);
+        assert_eq!(p.isr_to_shrink(Duration::ZERO), None);
+    }
+
+    #[test]
+    fn follower_fetches_are_fenced_and_told_where_logs_diverge() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path());
+        p.become_leader(2, &[1, 2], &[1, 2]);
+        append(&p, 3);
+        let (r, _, _) = p.follower_fetch(2, 0, -1, 1, 1 << 20);
+        assert_eq!(r.error_code, FENCED_LEADER_EPOCH);
+        let (r, _, _) = p.follower_fetch(2, 0, -1, 5, 1 << 20);
+        assert_eq!(r.error_code, UNKNOWN_LEADER_EPOCH);
+        // The follower led at epoch 1 (before any epoch this leader knows) and wrote 7
+        // records: it must cut back to where epoch 2 begins here.
+        let (r, _, _) = p.follower_fetch(2, 7, 1, 2, 1 << 20);
+        assert_eq!((r.error_code, r.diverging), (0, Some((1, 0))));
+        // Same epoch, but further than this leader's log goes in it.
+        let (r, _, _) = p.follower_fetch(2, 9, 2, 2, 1 << 20);
+        assert_eq!(r.diverging, Some((2, 3)));
+        // In agreement: records, no divergence.
+        let (r, _, _) = p.follower_fetch(2, 0, -1, 2, 1 << 20);
+        assert_eq!(r.diverging, None);
+        assert!(!r.records.is_empty());
+        // Not the leader any more: the follower must look elsewhere.
+        p.become_follower(2, 3, &[1, 2], &[1, 2]);
+        let (r, _, _) = p.follower_fetch(2, 0, -1, 3, 1 << 20);
+        assert_eq!(r.error_code, NOT_LEADER_OR_FOLLOWER);
+    }
+}
