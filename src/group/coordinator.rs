@@ -9,10 +9,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
+// Tokio's clock, so tests can run the session and rebalance timeouts under paused time.
+use tokio::time::Instant;
 
 /// Kafka's error codes used by the coordinator.
 pub mod codes {
@@ -911,5 +913,152 @@ pub fn subscribed_topics(member: &Member, protocol: Option<&str>) -> Vec<String>
     match decoded {
         Ok(Ok(s)) => s.topics.into_iter().map(|t| t.to_string()).collect(),
         _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Records what the coordinator asked of its storage.
+    #[derive(Default)]
+    struct Recorder {
+        left: Mutex<Vec<String>>,
+        groups_stored: Mutex<Vec<(GroupState, i32)>>,
+    }
+
+    impl GroupStore for Recorder {
+        fn store_offsets(&self, _: &str, _: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+            Ok(())
+        }
+        fn store_group(&self, group: &Group) -> Result<(), i16> {
+            self.groups_stored.lock().unwrap().push((group.state, group.generation));
+            Ok(())
+        }
+        fn topic_partition_exists(&self, _: &str, _: i32) -> bool {
+            true
+        }
+        fn member_joined(&self, _: &str, _: &Member) {}
+        fn member_left(&self, _: &str, member_id: &str) {
+            self.left.lock().unwrap().push(member_id.to_string());
+        }
+        fn owners_changed(&self, _: &str, _: &[(String, i32, String)]) {}
+    }
+
+    fn coordinator(initial_delay_ms: u64) -> Arc<GroupCoordinator> {
+        Arc::new(GroupCoordinator::new(CoordinatorConfig {
+            initial_rebalance_delay: Duration::from_millis(initial_delay_ms),
+            min_session_timeout_ms: 6000,
+            max_session_timeout_ms: 300000,
+        }))
+    }
+
+    fn join_req(member_id: &str) -> JoinRequest {
+        JoinRequest {
+            group_id: "g".into(),
+            member_id: member_id.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10000,
+            rebalance_timeout_ms: 30000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+            require_known_member_id: false,
+        }
+    }
+
+    fn state(c: &GroupCoordinator) -> (GroupState, i32, usize) {
+        c.with_group("g", |g| (g.state, g.generation, g.members.len())).unwrap()
+    }
+
+    /// Joins and completes the sync as leader: a Stable group of one.
+    async fn stable_single(c: &Arc<GroupCoordinator>, store: &Arc<Recorder>) -> JoinResult {
+        let j = c.join(&**store, join_req("")).await;
+        assert_eq!(j.error_code, NONE);
+        assert_eq!(j.leader, j.member_id);
+        let s = c.sync(&**store, "g", j.generation_id, &j.member_id, None, vec![(j.member_id.clone(), "a".into())]);
+        assert_eq!(s.await.assignment, Bytes::from_static(b"a"));
+        j
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_member_expires_after_its_session_timeout() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let j = stable_single(&c, &store).await;
+        assert_eq!(state(&c), (GroupState::Stable, 1, 1));
+        tokio::time::advance(Duration::from_millis(9000)).await;
+        assert_eq!(c.heartbeat("g", j.generation_id, &j.member_id, None), NONE);
+        // Heartbeats keep it: 9 s more since the last one is still inside 10 s.
+        tokio::time::advance(Duration::from_millis(9000)).await;
+        c.tick(&*store);
+        assert_eq!(state(&c).2, 1);
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        c.tick(&*store);
+        assert_eq!(state(&c), (GroupState::Empty, 2, 0));
+        assert_eq!(*store.left.lock().unwrap(), vec![j.member_id.clone()]);
+        assert_eq!(c.heartbeat("g", j.generation_id, &j.member_id, None), UNKNOWN_MEMBER_ID);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_member_starts_a_rebalance_that_drops_whoever_does_not_rejoin() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let first = stable_single(&c, &store).await;
+        let (c2, s2) = (c.clone(), store.clone());
+        let second = tokio::spawn(async move { c2.join(&*s2, join_req("")).await });
+        tokio::task::yield_now().await;
+        assert_eq!(state(&c).0, GroupState::PreparingRebalance);
+        assert_eq!(c.heartbeat("g", first.generation_id, &first.member_id, None), REBALANCE_IN_PROGRESS);
+        // The first member keeps heartbeating but never rejoins: the join phase ends at the
+        // rebalance timeout (30 s), not at its session timeout.
+        for _ in 0..29 {
+            tokio::time::advance(Duration::from_millis(1000)).await;
+            assert_eq!(c.heartbeat("g", first.generation_id, &first.member_id, None), REBALANCE_IN_PROGRESS);
+            c.tick(&*store);
+        }
+        assert_eq!(state(&c), (GroupState::PreparingRebalance, 1, 2));
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        c.tick(&*store);
+        let j = second.await.unwrap();
+        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        assert_eq!(j.leader, j.member_id, "the only member left leads");
+        assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
+        assert_eq!(*store.left.lock().unwrap(), vec![first.member_id.clone()]);
+        assert_eq!(c.heartbeat("g", 1, &j.member_id, None), ILLEGAL_GENERATION);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_initial_delay_gathers_members_before_the_first_generation() {
+        let (c, store) = (coordinator(3000), Arc::new(Recorder::default()));
+        let (c1, s1) = (c.clone(), store.clone());
+        let a = tokio::spawn(async move { c1.join(&*s1, join_req("")).await });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(2000)).await;
+        let (c2, s2) = (c.clone(), store.clone());
+        let b = tokio::spawn(async move { c2.join(&*s2, join_req("")).await });
+        tokio::task::yield_now().await;
+        // The second join pushed the deadline to 3 s after it: nothing completes at 3 s.
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        c.tick(&*store);
+        assert_eq!(state(&c), (GroupState::PreparingRebalance, 0, 2));
+        tokio::time::advance(Duration::from_millis(1501)).await;
+        c.tick(&*store);
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        assert_eq!((a.generation_id, b.generation_id), (1, 1));
+        assert_eq!(a.leader, b.leader);
+        let leader = if a.leader == a.member_id { &a } else { &b };
+        assert_eq!(leader.members.len(), 2, "the leader sees every member's metadata");
+        assert_eq!(state(&c), (GroupState::CompletingRebalance, 1, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_leave_empties_the_group_and_records_it() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let j = stable_single(&c, &store).await;
+        assert_eq!(c.leave(&*store, "g", &[("nobody".into(), None)]), Ok(vec![UNKNOWN_MEMBER_ID]));
+        assert_eq!(c.leave(&*store, "g", &[(j.member_id.clone(), None)]), Ok(vec![NONE]));
+        assert_eq!(state(&c), (GroupState::Empty, 2, 0));
+        assert_eq!(store.groups_stored.lock().unwrap().last(), Some(&(GroupState::Empty, 2)));
     }
 }
