@@ -536,7 +536,17 @@ def test_consumer_group_across_brokers(cluster: Cluster):
         # while it is a member, the group shows up under /consumers/<group>/ids
         wait_until(lambda: c.exists(f"/consumers/{group}/ids") and c.kz.get_children(f"/consumers/{group}/ids"),
                    WAIT, f"/consumers/{group}/ids to list the member", interval=0.2)
-        cons.commit(asynchronous=False)
+        committed = cons.commit(asynchronous=False)
     finally:
         cons.close()
     assert got == sent
+    assert all(tp.error is None for tp in committed), committed
+    assert {tp.partition: tp.offset for tp in committed} == {p: 20 for p in range(6)}, committed
+    # the coordinator kept them: a new member of the group, on another broker, reads them back
+    fresh = Consumer({"bootstrap.servers": c.brokers[3].bootstrap, "group.id": group})
+    try:
+        back = fresh.committed([TopicPartition(name, p) for p in range(6)], timeout=WAIT)
+    finally:
+        fresh.close()
+    assert all(tp.error is None for tp in back), back
+    assert {tp.partition: tp.offset for tp in back} == {p: 20 for p in range(6)}, back

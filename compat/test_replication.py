@@ -607,11 +607,29 @@ def test_consumer_offsets_survive_coordinator_kill(cluster_factory):
     second, failed = produce_sync(c.bootstrap(), topic, range(300, 600))
     assert not failed, failed
 
+    before = c.partition_state("__consumer_offsets", cp)
     c.brokers[coord].kill()
     s = wait_until(lambda: (lambda s: s if s["leader"] in c.live_ids() else None)(
         c.partition_state("__consumer_offsets", cp)), c.failover_timeout + WAIT,
         f"a new leader for __consumer_offsets-{cp}", interval=0.1)
     wait_dead_handled(c, topic, [coord], "coordinator killed")
+    # the election is a real one: a new epoch, a leader from the old ISR
+    assert s["leader_epoch"] > before["leader_epoch"], f"__consumer_offsets-{cp}: {before} -> {s}"
+    assert s["leader"] in before["isr"], f"__consumer_offsets-{cp}: leader {s['leader']} not in old ISR {before}"
+    # and the group follows it: FindCoordinator (via DescribeGroups) names the new leader
+    survivor = c.live_ids()[0]
+    admin2 = c.admin(survivor)
+
+    def coordinator():
+        try:
+            return admin2.describe_consumer_groups([group])[group].result(timeout=10).coordinator.id
+        except Exception:  # noqa: BLE001 - COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR while it moves
+            return None
+
+    new_coord = wait_until(lambda: (lambda x: x if x is not None and x != coord else None)(coordinator()),
+                           WAIT, f"the coordinator of {group} to move off broker {coord}", interval=0.5)
+    assert new_coord == c.partition_state("__consumer_offsets", cp)["leader"], (
+        f"coordinator {new_coord}, leader of __consumer_offsets-{cp} {c.partition_state('__consumer_offsets', cp)}")
 
     cons = Consumer(dict(conf, **{"bootstrap.servers": c.bootstrap()}))
     got = {}
@@ -640,4 +658,3 @@ def test_consumer_offsets_survive_coordinator_kill(cluster_factory):
         cons.close()
     assert not extra, f"re-delivered after failover (already committed): {extra[:10]} ({len(extra)} in all)"
     assert got == second
-    assert s["leader"] != coord

@@ -43,6 +43,21 @@ class Sentinel:
     def _content(self, c):
         return [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in kp.fetch_all(c, self.topic, 0)]
 
+    def expect_appended(self, start: int, values) -> None:
+        """The test wrote `values` at offsets start, start+1, ...: the records before are
+        unchanged and exactly these follow them.  Later check()s compare with the result."""
+        values = list(values)
+        with self.conn() as c:
+            now = self._content(c)
+        n = len(self.content)
+        assert start == self.latest, f"appended at {start}, log end was {self.latest}"
+        assert now[:n] == self.content, "records stored before the test changed"
+        tail = [(o, v) for (o, _k, v, _h, _t) in now[n:]]
+        want = list(zip(range(start, start + len(values)), values))
+        assert tail == want, f"after the known content: {tail[:5]}... ({len(tail)}), expected {want[:5]}... ({len(want)})"
+        self.content = now
+        self.latest = start + len(values)
+
     def check(self):
         assert self.broker.alive(), f"broker process died (exit {self.broker.proc.returncode})"
         with self.conn() as c:
@@ -224,10 +239,7 @@ def test_pipelined_requests_answered_in_order(sentinel):
     assert decoded[2]["topics"][0]["partitions"][0]["offset"] == 20
     assert decoded[3]["responses"][0]["partitions"][0]["base_offset"] == 20
     assert decoded[7]["topics"][0]["partitions"][0]["offset"] == 21
-    sentinel.latest = 21
-    with sentinel.conn() as c:
-        sentinel.content = sentinel._content(c)
-    assert sentinel.content[-1][2] == b"piped"
+    sentinel.expect_appended(20, [b"piped"])
     sentinel.check()
 
 
@@ -269,9 +281,7 @@ def test_pipelined_read_your_writes(sentinel):
                 problems.append(f"iteration {i}: produced at {base}; pipelined ListOffsets latest={lo['offset']}, "
                                 f"Fetch@{base} error={f['error_code']} hw={f['high_watermark']} values={vals}")
     assert not problems, f"{len(problems)}/30 pipelined reads missed the preceding write:\n" + "\n".join(problems[:10])
-    sentinel.latest = 50
-    with sentinel.conn() as c:
-        sentinel.content = sentinel._content(c)
+    sentinel.expect_appended(20, [b"ryw-%d" % i for i in range(30)])
     sentinel.check()
 
 
@@ -295,7 +305,5 @@ def test_pipelined_produces_appended_in_request_order(sentinel):
     assert values == expected and bases == list(range(20, 20 + n)), (
         f"pipelined produces appended out of request order: {len(inversions)} inversions, first "
         f"{inversions[:3]}; base offsets in response order: {bases[:12]}...")
-    sentinel.latest = 20 + n
-    with sentinel.conn() as c:
-        sentinel.content = sentinel._content(c)
+    sentinel.expect_appended(20, expected)
     sentinel.check()
