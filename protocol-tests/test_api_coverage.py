@@ -1,0 +1,62 @@
+"""Every API the broker advertises has a wire-level test here, at its lowest and highest
+advertised version.  A newly advertised API (or a wider version range) fails this test until
+a test for it is added and listed in COVERAGE."""
+import importlib
+
+import kproto as kp
+import kproto_groups as kg
+
+# api key -> (module, test function) that exercise it at the min and max advertised version
+COVERAGE = {
+    kp.PRODUCE: ("test_apis", "test_api_at_version"),
+    kp.FETCH: ("test_apis", "test_api_at_version"),
+    kp.LIST_OFFSETS: ("test_apis", "test_api_at_version"),
+    kp.METADATA: ("test_apis", "test_api_at_version"),
+    kp.API_VERSIONS: ("test_apis", "test_api_at_version"),
+    kp.CREATE_TOPICS: ("test_apis", "test_api_at_version"),
+    kp.DELETE_TOPICS: ("test_apis", "test_api_at_version"),
+    kp.DELETE_RECORDS: ("test_apis", "test_api_at_version"),
+    kp.INIT_PRODUCER_ID: ("test_apis", "test_api_at_version"),
+    kp.DESCRIBE_CONFIGS: ("test_apis", "test_api_at_version"),
+    kp.CREATE_PARTITIONS: ("test_apis", "test_api_at_version"),
+    kp.INCREMENTAL_ALTER_CONFIGS: ("test_apis", "test_api_at_version"),
+    kp.DESCRIBE_CLUSTER: ("test_apis", "test_api_at_version"),
+    kg.FIND_COORDINATOR: ("test_group_apis", "test_find_coordinator_names_this_broker"),
+    kg.JOIN_GROUP: ("test_group_apis", "test_consumer_group_life"),
+    kg.SYNC_GROUP: ("test_group_apis", "test_consumer_group_life"),
+    kg.HEARTBEAT: ("test_group_apis", "test_consumer_group_life"),
+    kg.LEAVE_GROUP: ("test_group_apis", "test_consumer_group_life"),
+    kg.OFFSET_COMMIT: ("test_group_apis", "test_consumer_group_life"),
+    kg.OFFSET_FETCH: ("test_group_apis", "test_consumer_group_life"),
+    kg.DESCRIBE_GROUPS: ("test_group_apis", "test_consumer_group_life"),
+    kg.LIST_GROUPS: ("test_group_apis", "test_consumer_group_life"),
+    kg.DELETE_GROUPS: ("test_group_apis", "test_consumer_group_life"),
+    kg.OFFSET_DELETE: ("test_group_apis", "test_consumer_group_life"),
+    kg.OFFSET_FOR_LEADER_EPOCH: ("test_group_apis", "test_offset_for_leader_epoch"),
+}
+
+
+def encoder_range(api):
+    return kp.ENCODER_RANGES.get(api) or kg.ENCODER_RANGES.get(api)
+
+
+def test_every_advertised_api_has_a_wire_test(broker):
+    with kp.Conn(broker.host, broker.port) as c:
+        av = c.api_versions(3)
+    assert av["error_code"] == 0
+    problems = []
+    for api, (lo, hi) in sorted(av["api_keys"].items()):
+        name = kp.API_NAMES.get(api, f"key {api}")
+        if api not in COVERAGE:
+            problems.append(f"{name} (key {api}) v{lo}-{hi} is advertised but has no wire-level test")
+            continue
+        mod, fn = COVERAGE[api]
+        test = getattr(importlib.import_module(mod), fn, None)
+        if test is None:
+            problems.append(f"{name}: {mod}.{fn} does not exist")
+        if mod == "test_apis" and api not in importlib.import_module(mod).CHECKS:
+            problems.append(f"{name}: no per-API check in test_apis.CHECKS")
+        rng = encoder_range(api)
+        if rng is None or lo < rng[0] or hi > rng[1]:
+            problems.append(f"{name}: advertised v{lo}-{hi}, the test encoders know {rng}")
+    assert not problems, "\n".join(problems)
