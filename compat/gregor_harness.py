@@ -76,8 +76,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class WaitAborted(Exception):
+    """Raised by a wait_until() condition to stop waiting at once (e.g. the process exited)."""
+
+
 def wait_until(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
-    """Poll cond() until it returns a truthy value; raise TimeoutError otherwise."""
+    """Poll cond() until it returns a truthy value; raise TimeoutError otherwise.  An exception
+    from cond() counts as "not yet", except WaitAborted, which is raised at once."""
     deadline = time.monotonic() + timeout
     last_exc = None
     while True:
@@ -85,6 +90,8 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str, interval: 
             v = cond()
             if v:
                 return v
+        except WaitAborted:
+            raise
         except Exception as e:  # noqa: BLE001 - the condition may raise while not ready
             last_exc = e
         if time.monotonic() >= deadline:
@@ -135,7 +142,11 @@ def api_versions_probe(host: str, port: int, timeout: float = 2.0) -> Dict[int, 
 # Broker
 # ---------------------------------------------------------------------------
 
-class BrokerStartError(RuntimeError):
+class BrokerStartError(RuntimeError, WaitAborted):
+    pass
+
+
+class ZooKeeperExited(RuntimeError, WaitAborted):
     pass
 
 
@@ -468,7 +479,7 @@ class ZooKeeper:
 
             def ready():
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"zookeeper exited with {self.proc.returncode}")
+                    raise ZooKeeperExited(f"zookeeper exited with {self.proc.returncode}")
                 # ruok answers imok before the server is serving; srvr tells the mode
                 if zk_four_letter(self.host, self.port, b"ruok") != b"imok":
                     return False

@@ -307,3 +307,38 @@ def test_pipelined_produces_appended_in_request_order(sentinel):
         f"{inversions[:3]}; base offsets in response order: {bases[:12]}...")
     sentinel.expect_appended(20, expected)
     sentinel.check()
+
+
+# A small frame whose array length claims 2^31 elements: decoding must not reserve memory for
+# what the frame claims (it once made the allocator abort the whole broker; see
+# vendor/kafka-protocol/README.gregor.md).  Answer or close, and stay up; the process guard
+# also fails the test on "memory allocation of ... failed" in the broker's log.
+HUGE = 0x7FFFFFFF
+ALLOC_CASES = {
+    "metadata-v1": (kp.METADATA, 1, struct.pack(">i", HUGE)),
+    "metadata-v9-compact": (kp.METADATA, 9, kp.uvarint(HUGE + 1)),
+    "produce-v8-topics": (kp.PRODUCE, 8, struct.pack(">hhii", -1, -1, 30000, HUGE)),
+    "create-topics-v5-compact": (kp.CREATE_TOPICS, 5, kp.uvarint(HUGE + 1)),
+    "delete-topics-v4-compact": (kp.DELETE_TOPICS, 4, kp.uvarint(HUGE + 1)),
+    "list-offsets-v1-partitions": (kp.LIST_OFFSETS, 1, struct.pack(">ii", -1, 1) + struct.pack(">h", 1) + b"t"
+                                   + struct.pack(">i", HUGE)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ALLOC_CASES))
+def test_array_length_claiming_2g_elements(sentinel, case):
+    api, v, body = ALLOC_CASES[case]
+    s = raw_conn(sentinel.broker)
+    s.sendall(kp.encode_request(api, v, 77, body))
+    s.settimeout(30)
+    try:
+        head = s.recv(4)
+        if head:  # an answer instead of a close: a whole frame with our correlation id
+            (size,) = struct.unpack(">i", head + kp.recv_exact(s, 4 - len(head)))
+            payload = kp.recv_exact(s, size)
+            assert struct.unpack(">i", payload[:4])[0] == 77, payload[:16]
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        s.close()
+    sentinel.check()

@@ -53,3 +53,69 @@ def test_auto_create_disabled(broker_factory):
         assert md["topics"][0]["error_code"] == kp.UNKNOWN_TOPIC_OR_PARTITION
         p = kp.produce(c, name, 0, kp.build_batch([kp.Record(b"x")]))
         assert p["error_code"] == kp.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# -- the shipped example files, end to end --------------------------------------------------
+
+import pytest  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gregor_harness  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+BROKER_RESOURCE = 4
+STATIC_BROKER_CONFIG = 4
+
+
+def broker_config(b, names):
+    with kp.Conn(b.host, b.port) as c:
+        r = c.call(kp.DESCRIBE_CONFIGS, 4, kp.describe_configs_request(4, [(BROKER_RESOURCE, str(b.broker_id), names)]))
+        res = kp.decode_describe_configs(r, 4)["results"][0]
+    assert res["error_code"] == 0, res
+    return {e["name"]: (e["value"], e["config_source"]) for e in res["configs"]}
+
+
+@pytest.mark.parametrize("name", ["server.properties", "gregor.toml"])
+def test_shipped_config_file_loads(broker_factory, name):
+    """config/<name> as shipped (the harness overrides only listeners, log.dirs and broker.id):
+    the broker starts and serves the file's values, e.g. offsets.topic.replication.factor=1
+    (Kafka's default is 3) as a static broker config."""
+    b = broker_factory(config_file=REPO / "config" / name)
+    got = broker_config(b, ["offsets.topic.replication.factor", "num.partitions"])
+    assert got["offsets.topic.replication.factor"] == ("1", STATIC_BROKER_CONFIG), got
+    assert got["num.partitions"][0] == "1", got
+    assert auto_create_partitions(b) == 1
+
+
+def test_server_properties_value_reaches_the_broker(broker_factory):
+    b = broker_factory(config_file=REPO / "config" / "server.properties")
+    assert broker_config(b, ["group.initial.rebalance.delay.ms"])["group.initial.rebalance.delay.ms"] == \
+        ("0", STATIC_BROKER_CONFIG)  # Kafka's default is 3000
+
+
+@pytest.mark.parametrize("how,key,value", [
+    ("override", "num.partitions", "lots"),
+    ("override", "auto.create.topics.enable", "maybe"),
+    ("override", "log.retention.hours", "1.5x"),
+    ("properties", "num.partitions", "lots"),
+    ("toml", "num.partitions", '"many"'),
+])
+def test_bad_config_value_exits_naming_the_key(broker_factory, tmp_path, how, key, value):
+    """A bad value ends the binary at startup with a non-zero exit and a message naming the key
+    (not a panic: the process guard would fail the test on one)."""
+    kw = {}
+    if how == "override":
+        kw["overrides"] = {key: value}
+    elif how == "properties":
+        f = tmp_path / "server.properties"
+        f.write_text(f"{key}={value}\n")
+        kw["config_file"] = f
+    else:
+        f = tmp_path / "gregor.toml"
+        f.write_text(f'"{key}" = {value}\n')
+        kw["config_file"] = f
+    with pytest.raises(gregor_harness.BrokerStartError) as e:
+        broker_factory(**kw)
+    msg = str(e.value)
+    assert "exited with code" in msg and "exited with code 0" not in msg, msg
+    assert key in msg.split("during startup", 1)[-1], f"the error does not name {key}:\n{msg}"
