@@ -441,7 +441,56 @@ def encode_record(rec: Record, offset_delta: int, ts_delta: int) -> bytes:
     return varint(len(body)) + bytes(body)
 
 
-CODEC_NONE, CODEC_GZIP = 0, 1
+CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
+_XERIAL = b"\x82SNAPPY\x00"
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """Record-batch payload compression as Kafka's Java producer writes it (snappy: xerial
+    framing; lz4: LZ4 frame; zstd: a zstd frame).  snappy/lz4/zstd need python-snappy, lz4,
+    zstandard (installed by scripts/test); imported only when used."""
+    if codec == CODEC_NONE:
+        return data
+    if codec == CODEC_GZIP:
+        return gzip.compress(data)
+    if codec == CODEC_SNAPPY:
+        import snappy
+        out = bytearray(_XERIAL + struct.pack(">ii", 1, 1))
+        for i in range(0, len(data), 32 * 1024):
+            block = snappy.compress(data[i:i + 32 * 1024])
+            out += struct.pack(">i", len(block)) + block
+        return bytes(out)
+    if codec == CODEC_LZ4:
+        import lz4.frame
+        return lz4.frame.compress(data)
+    if codec == CODEC_ZSTD:
+        import zstandard
+        return zstandard.ZstdCompressor().compress(data)
+    raise ValueError(f"codec {codec}")
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    if codec == CODEC_NONE:
+        return data
+    if codec == CODEC_GZIP:
+        return gzip.decompress(data)
+    if codec == CODEC_SNAPPY:
+        import snappy
+        if not data.startswith(_XERIAL):
+            return snappy.decompress(data)
+        out, o = bytearray(), 16
+        while o < len(data):
+            (n,) = struct.unpack(">i", data[o:o + 4])
+            out += snappy.decompress(data[o + 4:o + 4 + n])
+            o += 4 + n
+        return bytes(out)
+    if codec == CODEC_LZ4:
+        import lz4.frame
+        return lz4.frame.decompress(data)
+    if codec == CODEC_ZSTD:
+        import zstandard
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    raise DecodeError(f"codec {codec} not supported by the raw decoder")
 
 
 def build_batch(records: List[Record], base_timestamp: Optional[int] = None, codec: int = CODEC_NONE,
@@ -457,11 +506,7 @@ def build_batch(records: List[Record], base_timestamp: Optional[int] = None, cod
         ts = rec.timestamp if rec.timestamp is not None else base_timestamp
         max_ts = max(max_ts, ts)
         recs += encode_record(rec, i, ts - base_timestamp)
-    payload = bytes(recs)
-    if codec == CODEC_GZIP:
-        payload = gzip.compress(payload)
-    elif codec != CODEC_NONE:
-        raise ValueError("only none/gzip supported by the raw builder")
+    payload = compress(codec, bytes(recs))
     attributes = codec | (0x10 if transactional else 0)
     after_crc = (struct.pack(">hiqqqhii", attributes, len(records) - 1, base_timestamp, max_ts,
                              producer_id, producer_epoch, base_sequence, len(records)) + payload)
@@ -509,11 +554,7 @@ def decode_batches(data: Optional[bytes]) -> List[Batch]:
         (attrs, lod, bts, mts, pid, pep, bseq, n) = struct.unpack(">hiqqqhii", raw[21:61])
         crc_ok = crc32c(raw[21:]) == crc
         payload = raw[61:]
-        codec = attrs & 7
-        if codec == CODEC_GZIP:
-            payload = gzip.decompress(payload)
-        elif codec != 0:
-            raise DecodeError(f"codec {codec} not supported by the raw decoder")
+        payload = decompress(attrs & 7, payload)
         rr = R(payload)
         recs = []
         for _ in range(n):
