@@ -24,6 +24,9 @@ const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
+/// A leader's proposed ISR for one of its partitions.
+type IsrChange = (Arc<Partition>, Vec<i32>);
+
 pub struct Broker {
     pub config: BrokerConfig,
     pub cache: MetadataCache,
@@ -43,6 +46,9 @@ pub struct Broker {
     loading_offsets: std::sync::Mutex<std::collections::HashSet<i32>>,
     /// Serializes topic creation, deletion and partition changes (the controller's event queue).
     pub admin_lock: std::sync::Mutex<()>,
+    /// ISR changes proposed by this broker's leaders, waiting to be written (latest wins).
+    pending_isr: std::sync::Mutex<std::collections::HashMap<(String, i32), IsrChange>>,
+    isr_queued: tokio::sync::Notify,
 }
 
 fn now_ms() -> i64 {
@@ -122,6 +128,8 @@ impl Broker {
             shutting_down: AtomicBool::new(false),
             loading_offsets: std::sync::Mutex::new(Default::default()),
             admin_lock: std::sync::Mutex::new(()),
+            pending_isr: std::sync::Mutex::new(Default::default()),
+            isr_queued: tokio::sync::Notify::new(),
         });
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
@@ -245,42 +253,83 @@ impl Broker {
         }
     }
 
-    /// Records a leader's ISR change in its partition state znode (a compare-and-set, as Kafka
-    /// did before AlterPartition), then applies it. Skipped if leadership moved meanwhile.
-    pub fn record_isr_change(&self, partition: &Partition, isr: Vec<i32>) {
-        let (_, epoch) = partition.role();
+    /// Queues a leader's ISR change. The data plane never waits on ZooKeeper: a follower's
+    /// fetch that brings it back into the ISR is answered at once, and the change is
+    /// recorded by [`Broker::spawn_isr_writer`] with others queued meanwhile.
+    pub fn record_isr_change(&self, partition: &Arc<Partition>, isr: Vec<i32>) {
         if !self.store.is_zookeeper() {
             partition.set_isr(isr);
             return;
         }
-        let path = zk_data::partition_state_path(&partition.topic, partition.index);
-        let current = match self.store.get_versioned(&path) {
-            Ok(Some((data, version))) => zk_data::parse_partition_state(&data).map(|s| (s, version)),
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(%path, error = %e, "cannot read partition state");
-                return;
+        let key = (partition.topic.clone(), partition.index);
+        self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (partition.clone(), isr));
+        self.isr_queued.notify_one();
+    }
+
+    /// Writes queued ISR changes to the partition state znodes (compare-and-set, as Kafka
+    /// did before AlterPartition), pipelined, then applies each one that was written. A
+    /// change is skipped if leadership moved meanwhile, or if it would add a broker that has
+    /// left `/brokers/ids` (one in controlled shutdown must not rejoin just because it is
+    /// caught up, KIP-841); one that lost a race is dropped, and the leader proposes it again.
+    pub fn spawn_isr_writer(self: &Arc<Self>) {
+        let b = self.clone();
+        tokio::spawn(async move {
+            loop {
+                b.isr_queued.notified().await;
+                let batch: Vec<IsrChange> = {
+                    let mut q = b.pending_isr.lock().unwrap_or_else(|p| p.into_inner());
+                    q.drain().map(|(_, v)| v).collect()
+                };
+                if batch.is_empty() {
+                    continue;
+                }
+                let b2 = b.clone();
+                let r = tokio::task::spawn_blocking(move || b2.write_isr_changes(batch)).await;
+                if let Ok(Err(e)) = r {
+                    tracing::warn!(error = %e, "cannot record ISR changes; the leaders will propose them again");
+                }
             }
-        };
-        let Some((mut state, version)) = current else { return };
-        if state.leader != self.config.broker_id || state.leader_epoch != epoch || state.isr == isr {
-            return;
-        }
-        // Only registered brokers may join: one in controlled shutdown has left /brokers/ids
-        // and must not be re-added just because it is still caught up (KIP-841).
+        });
+    }
+
+    fn write_isr_changes(&self, batch: Vec<IsrChange>) -> Result<(), StoreError> {
+        let me = self.config.broker_id;
         let live: Vec<i32> = self.cache.snapshot().brokers.iter().map(|b| b.id).collect();
-        if isr.iter().any(|r| !state.isr.contains(r) && !live.contains(r)) {
-            return;
-        }
-        tracing::info!(topic = %partition.topic, partition = partition.index, from = ?state.isr, to = ?isr, "ISR change");
-        state.isr = isr.clone();
-        match self.store.set_if_version(&path, &zk_data::partition_state_json(&state), version) {
-            Ok(()) => {
-                partition.set_isr(isr);
-                self.replicas.notify_changed();
+        for chunk in batch.chunks(1000) {
+            let paths: Vec<String> =
+                chunk.iter().map(|(p, _)| zk_data::partition_state_path(&p.topic, p.index)).collect();
+            let current = self.store.get_many_versioned(&paths)?;
+            let mut writes = Vec::new();
+            let mut applied = Vec::new();
+            for (((partition, isr), path), cur) in chunk.iter().zip(paths).zip(current) {
+                let Some((mut state, version)) =
+                    cur.and_then(|(d, v)| zk_data::parse_partition_state(&d).map(|s| (s, v)))
+                else {
+                    continue;
+                };
+                let (_, epoch) = partition.role();
+                if state.leader != me || state.leader_epoch != epoch || state.isr == *isr {
+                    continue;
+                }
+                if isr.iter().any(|r| !state.isr.contains(r) && !live.contains(r)) {
+                    continue;
+                }
+                tracing::info!(topic = %partition.topic, partition = partition.index, from = ?state.isr, to = ?isr, "ISR change");
+                state.isr = isr.clone();
+                writes.push((path, zk_data::partition_state_json(&state), Some(version)));
+                applied.push((partition, isr));
             }
-            Err(e) => tracing::info!(%path, error = %e, "ISR change lost a race; will retry"),
+            for (result, (partition, isr)) in self.store.write_many(&writes)?.into_iter().zip(applied) {
+                match result {
+                    Ok(()) => partition.set_isr(isr.clone()),
+                    Err(e) => {
+                        tracing::info!(topic = %partition.topic, partition = partition.index, error = %e, "ISR change lost a race; will retry")
+                    }
+                }
+            }
         }
+        self.replicas.notify_changed();
+        Ok(())
     }
 
     /// Drops followers that stopped keeping up (checked every replica.lag.time.max.ms / 2).
@@ -293,8 +342,7 @@ impl Broker {
                 tick.tick().await;
                 for p in b.replicas.all_partitions() {
                     if let Some(isr) = p.isr_to_shrink(lag) {
-                        let (b2, p2) = (b.clone(), p.clone());
-                        let _ = tokio::task::spawn_blocking(move || b2.record_isr_change(&p2, isr)).await;
+                        b.record_isr_change(&p, isr);
                     }
                 }
             }

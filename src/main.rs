@@ -65,6 +65,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     broker.spawn_log_tasks();
     broker.spawn_group_timer();
     broker.spawn_isr_expiry();
+    broker.spawn_isr_writer();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker = TaskTracker::new();

@@ -125,12 +125,28 @@ pub fn next_state(
 }
 
 /// How the controller decides one partition's next state from its current one.
+#[derive(Clone, Copy)]
 enum Decision {
     /// Leader and ISR for the brokers now alive (`next_state`).
     Membership { unclean: bool },
     /// Leadership back to the preferred replica.
     Preferred,
 }
+
+/// A partition the controller's image says must change, to be decided again from ZooKeeper.
+struct Candidate<'a> {
+    topic: &'a str,
+    partition: i32,
+    replicas: &'a [i32],
+    decision: Decision,
+    /// Its leader is gone: it is unavailable until this change is written.
+    leaderless: bool,
+}
+
+/// Partition-state changes in flight at once. ZooKeeper commits a pipeline of writes in a few
+/// fsyncs, where one write after another costs an fsync each (10,000 of them after a broker
+/// of a large cluster dies).
+const STATE_CHANGE_BATCH: usize = 1000;
 
 impl Broker {
     /// The controller's share of a pass, decided from its image of the cluster (the metadata
@@ -162,90 +178,101 @@ impl Broker {
             }
             _ => snapshot.topics.values().collect(),
         };
+        let epoch = self.controller_epoch();
+        let mut candidates = Vec::new();
         for topic in topics {
             let unclean =
                 topic.configs.get("unclean.leader.election.enable").map(|v| v == "true").unwrap_or(unclean_default);
             for p in &topic.partitions {
                 let current = cached_state(p);
-                if next_state(&p.replicas, current.as_ref(), live, unclean, self.controller_epoch()).is_some()
-                    && !self.change_partition_state(
-                        &topic.name,
-                        p.index,
-                        &p.replicas,
-                        live,
-                        Decision::Membership { unclean },
-                    )?
-                {
-                    return Ok(());
+                if next_state(&p.replicas, current.as_ref(), live, unclean, epoch).is_some() {
+                    candidates.push(Candidate {
+                        topic: &topic.name,
+                        partition: p.index,
+                        replicas: &p.replicas,
+                        decision: Decision::Membership { unclean },
+                        leaderless: !live.contains(&p.leader),
+                    });
                 }
             }
         }
-        Ok(())
+        self.change_partition_states(candidates, live)
     }
 
     /// Preferred leader election over every partition (auto.leader.rebalance.enable's timer).
     pub fn preferred_elections(&self) -> Result<(), StoreError> {
         let snapshot = self.cache.snapshot();
         let live: BTreeSet<i32> = snapshot.brokers.iter().map(|b| b.id).collect();
+        let epoch = self.controller_epoch();
+        let mut candidates = Vec::new();
         for topic in snapshot.topics.values() {
             for p in &topic.partitions {
                 let Some(current) = cached_state(p) else { continue };
-                if preferred_leader_state(&p.replicas, &current, &live, self.controller_epoch()).is_some()
-                    && !self.change_partition_state(&topic.name, p.index, &p.replicas, &live, Decision::Preferred)?
-                {
+                if preferred_leader_state(&p.replicas, &current, &live, epoch).is_some() {
+                    candidates.push(Candidate {
+                        topic: &topic.name,
+                        partition: p.index,
+                        replicas: &p.replicas,
+                        decision: Decision::Preferred,
+                        leaderless: false,
+                    });
+                }
+            }
+        }
+        self.change_partition_states(candidates, &live)
+    }
+
+    /// Reads the candidates' states with their versions, decides again from what ZooKeeper
+    /// holds (the image may be a moment behind), and writes each result if its znode did not
+    /// change meanwhile; leaderless partitions first. A write that lost a race is decided
+    /// again when its watch event arrives. Stops early if a newer controller has written:
+    /// this one is stale and must not act.
+    fn change_partition_states(
+        &self,
+        mut candidates: Vec<Candidate<'_>>,
+        live: &BTreeSet<i32>,
+    ) -> Result<(), StoreError> {
+        candidates.sort_by_key(|c| !c.leaderless);
+        let epoch = self.controller_epoch();
+        for chunk in candidates.chunks(STATE_CHANGE_BATCH) {
+            let paths: Vec<String> =
+                chunk.iter().map(|c| zk_data::partition_state_path(c.topic, c.partition)).collect();
+            let current = self.store.get_many_versioned(&paths)?;
+            let mut writes = Vec::new();
+            for ((cand, path), cur) in chunk.iter().zip(paths).zip(current) {
+                let parsed = cur.as_ref().and_then(|(d, v)| zk_data::parse_partition_state(d).map(|s| (s, *v)));
+                if cur.is_some() && parsed.is_none() {
+                    tracing::warn!(%path, "partition state gregor does not understand; skipped");
+                    continue;
+                }
+                if parsed.as_ref().is_some_and(|(s, _)| s.controller_epoch > epoch) {
+                    tracing::warn!(
+                        topic = cand.topic,
+                        partition = cand.partition,
+                        "partition state from a newer controller epoch; stepping back"
+                    );
                     return Ok(());
+                }
+                let state = parsed.as_ref().map(|(s, _)| s);
+                let next = match cand.decision {
+                    Decision::Membership { unclean } => next_state(cand.replicas, state, live, unclean, epoch),
+                    Decision::Preferred => state.and_then(|s| preferred_leader_state(cand.replicas, s, live, epoch)),
+                };
+                let Some(next) = next else { continue };
+                tracing::info!(topic = cand.topic, partition = cand.partition, leader = next.leader, isr = ?next.isr, epoch = next.leader_epoch, "partition state change");
+                writes.push((path, zk_data::partition_state_json(&next), parsed.map(|(_, v)| v)));
+            }
+            for (result, (path, _, _)) in self.store.write_many(&writes)?.into_iter().zip(&writes) {
+                match result {
+                    Ok(()) => {}
+                    Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => {
+                        tracing::info!(%path, "partition state changed meanwhile; deciding again at the next event")
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
         Ok(())
-    }
-
-    /// Reads one partition state with its version, decides again from what ZooKeeper holds
-    /// (the image may be a moment behind), and writes the result if the znode did not change
-    /// meanwhile. Returns false if a newer controller has written here: this one is stale and
-    /// must stop acting.
-    fn change_partition_state(
-        &self,
-        topic: &str,
-        partition: i32,
-        replicas: &[i32],
-        live: &BTreeSet<i32>,
-        decision: Decision,
-    ) -> Result<bool, StoreError> {
-        let epoch = self.controller_epoch();
-        let path = zk_data::partition_state_path(topic, partition);
-        let current = self.store.get_versioned(&path)?;
-        let parsed = current.as_ref().and_then(|(d, v)| zk_data::parse_partition_state(d).map(|s| (s, *v)));
-        if current.is_some() && parsed.is_none() {
-            tracing::warn!(%path, "partition state gregor does not understand; skipped");
-            return Ok(true);
-        }
-        if parsed.as_ref().is_some_and(|(s, _)| s.controller_epoch > epoch) {
-            tracing::warn!(%topic, partition, "partition state from a newer controller epoch; stepping back");
-            return Ok(false);
-        }
-        let state = parsed.as_ref().map(|(s, _)| s);
-        let next = match decision {
-            Decision::Membership { unclean } => next_state(replicas, state, live, unclean, epoch),
-            Decision::Preferred => state.and_then(|s| preferred_leader_state(replicas, s, live, epoch)),
-        };
-        let Some(next) = next else { return Ok(true) };
-        tracing::info!(%topic, partition, leader = next.leader, isr = ?next.isr, epoch = next.leader_epoch, "partition state change");
-        let json = zk_data::partition_state_json(&next);
-        let written = match parsed {
-            Some((_, version)) => self.store.set_if_version(&path, &json, version),
-            None => self.store.create(&path, &json, false),
-        };
-        match written {
-            Ok(()) => {}
-            // Someone (a leader changing its ISR) wrote first; its write comes back as a watch
-            // event and this partition is decided again then.
-            Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => {
-                tracing::info!(%path, "partition state changed meanwhile; deciding again at the next event")
-            }
-            Err(e) => return Err(e),
-        }
-        Ok(true)
     }
 }
 

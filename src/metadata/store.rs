@@ -73,6 +73,32 @@ impl ZnodeStore {
         }
     }
 
+    /// Many reads at once (pipelined in ZooKeeper mode).
+    pub fn get_many_versioned(&self, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => Ok(paths.iter().map(|p| s.get(p).map(|d| (d, 0))).collect()),
+            ZnodeStore::ZooKeeper(z) => z.get_many_versioned(paths),
+        }
+    }
+
+    /// Many writes at once (pipelined in ZooKeeper mode): `Some(version)` compare-and-sets an
+    /// existing node, `None` creates one. One result per write, in order.
+    pub fn write_many(
+        &self,
+        writes: &[(String, String, Option<i32>)],
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => Ok(writes
+                .iter()
+                .map(|(p, d, version)| match version {
+                    Some(_) => s.set(p, d),
+                    None => s.create(p, d, false),
+                })
+                .collect()),
+            ZnodeStore::ZooKeeper(z) => z.write_many(writes),
+        }
+    }
+
     /// A compare-and-set on the node's version (the embedded store has one writer, so it
     /// always succeeds).
     pub fn set_if_version(&self, path: &str, data: &str, version: i32) -> Result<(), StoreError> {

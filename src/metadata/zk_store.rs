@@ -233,6 +233,88 @@ impl ZkStore {
         self.call(move |c| async move { c.set_data(&p, &d, version).await.map(|stat| stat.version) })
     }
 
+    /// Reads many nodes with their versions, all requests in flight at once (ZooKeeper
+    /// answers a pipeline far faster than one round trip after another).
+    pub fn get_many_versioned(&self, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
+        let paths = paths.to_vec();
+        let answers = self.call(move |c| async move {
+            let mut set = tokio::task::JoinSet::new();
+            let n = paths.len();
+            for (i, p) in paths.into_iter().enumerate() {
+                let c = c.clone();
+                set.spawn(async move { (i, c.get_data(&p).await) });
+            }
+            let mut out: Vec<Option<ReadAnswer>> = (0..n).map(|_| None).collect();
+            while let Some(joined) = set.join_next().await {
+                if let Ok((i, r)) = joined {
+                    out[i] = Some(r);
+                }
+            }
+            out
+        })?;
+        answers
+            .into_iter()
+            .map(|a| match a {
+                Some(Ok((data, stat))) => Ok(Some((String::from_utf8_lossy(&data).into_owned(), stat.version))),
+                Some(Err(zk::Error::NoNode)) => Ok(None),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(StoreError::ZooKeeper("a pipelined read was lost".into())),
+            })
+            .collect()
+    }
+
+    /// Writes many nodes at once: `Some(version)` is a compare-and-set on an existing node,
+    /// `None` creates one. One result per write, in order.
+    pub fn write_many(
+        &self,
+        writes: &[(String, String, Option<i32>)],
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let writes = writes.to_vec();
+        let answers = self.call(move |c| async move {
+            let mut set = tokio::task::JoinSet::new();
+            let n = writes.len();
+            for (i, (p, d, version)) in writes.into_iter().enumerate() {
+                let c = c.clone();
+                set.spawn(async move {
+                    let r = match version {
+                        Some(v) => c.set_data(&p, d.as_bytes(), Some(v)).await.map(|_| ()),
+                        None => {
+                            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                            match c.create(&p, d.as_bytes(), &options).await {
+                                Err(zk::Error::NoNode) => {
+                                    // Parents first, as a single create does.
+                                    if let Some(i) = p.rfind('/').filter(|i| *i > 0) {
+                                        let _ = c.mkdir(&p[..i], &options).await;
+                                    }
+                                    c.create(&p, d.as_bytes(), &options).await.map(|_| ())
+                                }
+                                other => other.map(|_| ()),
+                            }
+                        }
+                    };
+                    (i, p, r)
+                });
+            }
+            let mut out: Vec<Option<(String, Result<(), zk::Error>)>> = (0..n).map(|_| None).collect();
+            while let Some(joined) = set.join_next().await {
+                if let Ok((i, p, r)) = joined {
+                    out[i] = Some((p, r));
+                }
+            }
+            out
+        })?;
+        Ok(answers
+            .into_iter()
+            .map(|a| match a {
+                Some((_, Ok(()))) => Ok(()),
+                Some((p, Err(zk::Error::BadVersion))) => Err(StoreError::BadVersion(p)),
+                Some((p, Err(zk::Error::NodeExists))) => Err(StoreError::NodeExists(p)),
+                Some((_, Err(e))) => Err(e.into()),
+                None => Err(StoreError::ZooKeeper("a pipelined write was lost".into())),
+            })
+            .collect())
+    }
+
     /// Creates or overwrites; a concurrent creator just means overwriting instead.
     pub fn set(&self, path: &str, data: &str) -> Result<(), StoreError> {
         loop {
@@ -334,6 +416,9 @@ async fn open_session(spec: &SessionSpec, deadline: Option<tokio::time::Instant>
         None => Ok(client),
     }
 }
+
+/// One pipelined read's answer: data and stat, or the error.
+type ReadAnswer = Result<(Vec<u8>, zk::Stat), zk::Error>;
 
 /// Where watch events go: the changed path into `dirty`, then a bump of `changes`.
 #[derive(Clone)]
