@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from cluster_harness import Cluster
@@ -174,3 +175,56 @@ def test_watches_do_not_grow_with_topics(cluster, zookeeper):
                "every broker's Metadata lists 1,000 topics", interval=1)
     with_1000 = counts()
     assert with_1000 == with_10, f"watches per broker grew with topics: {with_10} -> {with_1000}"
+
+
+def test_restarted_broker_with_3000_partitions_rejoins_every_isr(cluster):
+    """kill -9 of a broker hosting 3,000 replicas (300 topics x 10, replication factor 3), then
+    its restart: it must be back in every ISR, and lose nothing acknowledged before the kill."""
+    c = cluster
+    a = c.admin(1)
+    names = [f"many-{i:03d}" for i in range(300)]
+    for i in range(0, len(names), 100):
+        for f in a.create_topics([NewTopic(n, 10, 3) for n in names[i:i + 100]]).values():
+            f.result(timeout=300)
+
+    def isr_counts():
+        md = c.metadata(1, timeout=60)
+        parts = [pm for t, tm in md.topics.items() if t.startswith("many-") for pm in tm.partitions.values()]
+        return len(parts), {i: sum(1 for pm in parts if i in pm.isrs) for i in (1, 2, 3)}
+
+    wait_until(lambda: isr_counts() == (3000, {1: 3000, 2: 3000, 3: 3000}), 300,
+               "3,000 partitions with full ISRs", interval=1)
+    # One acknowledged record in each of a few partitions, so the victim has data to catch up on.
+    p = Producer({"bootstrap.servers": c.bootstrap(), "acks": "all", "log_level": 2})
+    acked = {}
+    for n in names[:20]:
+        p.produce(n, b"before", partition=0,
+                  on_delivery=lambda err, msg: err is None and acked.setdefault(msg.topic(), msg.offset()))
+    assert p.flush(60) == 0
+    assert len(acked) == 20
+
+    victim = next(i for i in (1, 2, 3) if i != c.controller())
+    c.brokers[victim].kill()
+    wait_until(lambda: isr_counts()[1][victim] == 0, c.failover_timeout + 60,
+               f"broker {victim} out of every ISR", interval=1)
+    c.brokers[victim].start(timeout=300)
+    wait_until(lambda: isr_counts()[1][victim] == 3000, 300, f"broker {victim} back in all 3,000 ISRs", interval=1)
+    for n, off in acked.items():
+        got = read_one(c.bootstrap(), n, off)
+        assert got == b"before", f"{n}@{off}: {got!r}"
+
+
+def read_one(bootstrap: str, topic: str, offset: int):
+    from confluent_kafka import Consumer, TopicPartition
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                     "enable.auto.commit": False, "log_level": 2})
+    try:
+        cons.assign([TopicPartition(topic, 0, offset)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = cons.poll(1.0)
+            if m is not None and m.error() is None:
+                return m.value()
+        return None
+    finally:
+        cons.close()
