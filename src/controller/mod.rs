@@ -134,12 +134,32 @@ impl Broker {
             return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
         }
         let id = zk_data::new_kafka_uuid();
-        if !req.configs.is_empty() {
-            self.store.set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&req.configs))?;
-        } else {
-            self.store.set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&BTreeMap::new()))?;
+        // Config before topic, as Kafka writes them (a broker that sees the topic finds its
+        // config); one session's requests apply in order, so the two go out together.
+        let config_path = zk_data::topic_config_path(&req.name);
+        let config_json = zk_data::topic_config_json(&req.configs);
+        let writes = [
+            (config_path.clone(), config_json.clone(), None),
+            (zk_data::topic_path(&req.name), zk_data::topic_json(&req.assignment, id), None),
+        ];
+        let mut results = self.store.write_many(&writes)?.into_iter();
+        match results.next() {
+            Some(Ok(())) => {}
+            // Left by an earlier topic of this name.
+            Some(Err(crate::metadata::StoreError::NodeExists(_))) => self.store.set(&config_path, &config_json)?,
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
         }
-        self.store.create(&zk_data::topic_path(&req.name), &zk_data::topic_json(&req.assignment, id), false)?;
+        match results.next() {
+            Some(Ok(())) | None => {}
+            Some(Err(crate::metadata::StoreError::NodeExists(_))) => {
+                return Err(ApiError::new(
+                    ErrorCode::TopicAlreadyExists,
+                    format!("Topic '{}' already exists.", req.name),
+                ))
+            }
+            Some(Err(e)) => return Err(e.into()),
+        }
         let info = self.write_partition_states(&req.name, id, &req.assignment, req.configs)?;
         tracing::info!(topic = %req.name, partitions = req.num_partitions, "created topic");
         Ok(info)

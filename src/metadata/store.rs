@@ -116,11 +116,24 @@ impl ZnodeStore {
     }
 
     /// Creates or overwrites several nodes: one journal write standalone; in ZooKeeper mode,
-    /// one write each.
+    /// pipelined.
     pub fn set_many(&self, entries: &[(&str, &str)]) -> Result<(), StoreError> {
         match self {
             ZnodeStore::Embedded(s) => s.set_many(entries),
-            ZnodeStore::ZooKeeper(z) => entries.iter().try_for_each(|(path, data)| z.set(path, data)),
+            ZnodeStore::ZooKeeper(z) => {
+                // Pipelined creates (the usual case: new partitions), then overwrites of any
+                // that existed.
+                let writes: Vec<(String, String, Option<i32>)> =
+                    entries.iter().map(|(p, d)| (p.to_string(), d.to_string(), None)).collect();
+                for (result, (path, data)) in z.write_many(&writes)?.into_iter().zip(entries) {
+                    match result {
+                        Ok(()) => {}
+                        Err(StoreError::NodeExists(_)) => z.set(path, data)?,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
