@@ -376,3 +376,34 @@ impl Broker {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_paths_are_sorted_into_what_must_be_read_again() {
+        let paths: Vec<String> = [
+            "/brokers/ids/2",
+            "/brokers/topics/a",
+            "/brokers/topics/a/partitions/0/state",
+            "/brokers/topics/b/partitions/3/state",
+            "/brokers/topics/b/partitions/4/state",
+            "/brokers/topics/b/partitions",
+            "/config/topics/c",
+            "/admin/delete_topics/d",
+            "/config/changes/config_change_0000000001",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let c = Changes::from_paths(&paths);
+        assert!(c.brokers && c.admin && !c.controller);
+        assert_eq!(c.topics.iter().map(String::as_str).collect::<Vec<_>>(), ["a", "c"]);
+        // Topic a is read whole, so its partition event adds nothing; b's two states are read.
+        assert_eq!(c.partitions.len(), 1);
+        assert_eq!(c.partitions["b"].iter().copied().collect::<Vec<_>>(), [3, 4]);
+        let only_controller = Changes::from_paths(&["/controller".to_string()]);
+        assert!(only_controller.controller && !only_controller.brokers && only_controller.topics.is_empty());
+    }
+}
