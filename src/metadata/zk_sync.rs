@@ -74,19 +74,25 @@ impl Changes {
     }
 }
 
-fn read_partition(
-    store: &super::store::ZnodeStore,
-    topic: &str,
-    p: i32,
-    replicas: &[i32],
-) -> Result<PartitionInfo, StoreError> {
-    let state =
-        store.try_get(&zk_data::partition_state_path(topic, p))?.and_then(|d| zk_data::parse_partition_state(&d));
+fn partition_info(data: Option<&(String, i32)>, p: i32, replicas: &[i32]) -> PartitionInfo {
+    let state = data.and_then(|(d, _)| zk_data::parse_partition_state(d));
     let (leader, leader_epoch, isr) = match state {
         Some(s) => (s.leader, s.leader_epoch, s.isr),
         None => (-1, -1, vec![]),
     };
-    Ok(PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.to_vec(), isr })
+    PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.to_vec(), isr }
+}
+
+/// Reads issued together, so a pass over many znodes costs a few pipelined round trips rather
+/// than one per znode (ZooKeeper answers each session's requests in order).
+const READ_BATCH: usize = 2000;
+
+fn read_many(store: &super::store::ZnodeStore, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
+    let mut out = Vec::with_capacity(paths.len());
+    for chunk in paths.chunks(READ_BATCH) {
+        out.extend(store.get_many_versioned(chunk)?);
+    }
+    Ok(out)
 }
 
 impl Broker {
@@ -127,25 +133,37 @@ impl Broker {
         let scope = match changes {
             None => {
                 topics.clear();
-                for name in store.try_children(zk_data::BROKER_TOPICS)? {
-                    if let Some(info) = self.read_topic(&name)? {
-                        topics.insert(name, info);
+                let names = store.try_children(zk_data::BROKER_TOPICS)?;
+                for (name, info) in names.iter().zip(self.read_topics(&names)?) {
+                    if let Some(info) = info {
+                        topics.insert(name.clone(), info);
                     }
                 }
                 None
             }
             Some(c) => {
-                for name in &c.topics {
-                    match self.read_topic(name)? {
+                let names: Vec<String> = c.topics.iter().cloned().collect();
+                for (name, info) in names.iter().zip(self.read_topics(&names)?) {
+                    match info {
                         Some(info) => topics.insert(name.clone(), info),
                         None => topics.remove(name),
                     };
                 }
+                let wanted: Vec<(&String, i32)> = c
+                    .partitions
+                    .iter()
+                    .filter(|(name, _)| topics.contains_key(*name))
+                    .flat_map(|(name, parts)| parts.iter().map(move |&p| (name, p)))
+                    .collect();
+                let paths: Vec<String> = wanted.iter().map(|(t, p)| zk_data::partition_state_path(t, *p)).collect();
+                let mut states: BTreeMap<(&String, i32), Option<(String, i32)>> =
+                    wanted.iter().copied().zip(read_many(store, &paths)?).collect();
                 for (name, parts) in &c.partitions {
                     let Some(old) = topics.get(name) else { continue };
                     let mut next = (**old).clone();
                     for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
-                        *p = read_partition(store, name, p.index, &p.replicas)?;
+                        let data = states.remove(&(name, p.index)).flatten();
+                        *p = partition_info(data.as_ref(), p.index, &p.replicas);
                     }
                     topics.insert(name.clone(), Arc::new(next));
                 }
@@ -181,33 +199,58 @@ impl Broker {
         Ok(brokers)
     }
 
-    /// One topic from its znodes; None if it does not exist (or cannot be understood).
-    fn read_topic(&self, name: &str) -> Result<Option<Arc<TopicInfo>>, StoreError> {
+    /// Topics from their znodes (None for one that does not exist or cannot be understood):
+    /// topic and config znodes of all of them in one pipeline, then every partition state.
+    fn read_topics(&self, names: &[String]) -> Result<Vec<Option<Arc<TopicInfo>>>, StoreError> {
         let store = &self.store;
-        let Some(data) = store.try_get(&zk_data::topic_path(name))? else { return Ok(None) };
-        let Some((assignment, id)) = zk_data::parse_topic_json(&data) else {
-            tracing::warn!(topic = %name, "topic znode gregor does not understand; skipped");
-            return Ok(None);
-        };
-        let id = match id {
-            Some(id) => id,
-            // A topic written by hand (as old tools did) gets its id from the controller.
-            None if self.is_controller() => {
-                let id = zk_data::new_kafka_uuid();
-                store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, id))?;
-                id
-            }
-            None => return Ok(None),
-        };
-        let configs = store
-            .try_get(&zk_data::topic_config_path(name))?
-            .map(|d| zk_data::parse_topic_config(&d))
-            .unwrap_or_default();
-        let mut partitions = Vec::with_capacity(assignment.len());
-        for (&p, replicas) in &assignment {
-            partitions.push(read_partition(store, name, p, replicas)?);
+        let heads: Vec<String> =
+            names.iter().flat_map(|n| [zk_data::topic_path(n), zk_data::topic_config_path(n)]).collect();
+        let heads = read_many(store, &heads)?;
+        let mut parsed = Vec::with_capacity(names.len());
+        for (name, pair) in names.iter().zip(heads.chunks(2)) {
+            let (topic, config) = (pair.first().cloned().flatten(), pair.get(1).cloned().flatten());
+            let Some((data, _)) = topic else {
+                parsed.push(None);
+                continue;
+            };
+            let Some((assignment, id)) = zk_data::parse_topic_json(&data) else {
+                tracing::warn!(topic = %name, "topic znode gregor does not understand; skipped");
+                parsed.push(None);
+                continue;
+            };
+            let id = match id {
+                Some(id) => id,
+                // A topic written by hand (as old tools did) gets its id from the controller.
+                None if self.is_controller() => {
+                    let id = zk_data::new_kafka_uuid();
+                    store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, id))?;
+                    id
+                }
+                None => {
+                    parsed.push(None);
+                    continue;
+                }
+            };
+            let configs = config.map(|(d, _)| zk_data::parse_topic_config(&d)).unwrap_or_default();
+            parsed.push(Some((name, assignment, id, configs)));
         }
-        Ok(Some(Arc::new(TopicInfo { name: name.to_string(), id, partitions, configs })))
+        let state_paths: Vec<String> = parsed
+            .iter()
+            .flatten()
+            .flat_map(|(name, assignment, _, _)| assignment.keys().map(|&p| zk_data::partition_state_path(name, p)))
+            .collect();
+        let mut states = read_many(store, &state_paths)?.into_iter();
+        Ok(parsed
+            .into_iter()
+            .map(|t| {
+                let (name, assignment, id, configs) = t?;
+                let partitions = assignment
+                    .iter()
+                    .map(|(&p, replicas)| partition_info(states.next().flatten().as_ref(), p, replicas))
+                    .collect();
+                Some(Arc::new(TopicInfo { name: name.clone(), id, partitions, configs }))
+            })
+            .collect())
     }
 
     /// Makes this broker leader or follower of each partition it hosts as the states say,
