@@ -124,9 +124,16 @@ impl ReplicaManager {
     }
 
     /// Writes every hosted partition's high watermark to `replication-offset-checkpoint`.
+    /// Also makes the leader-epoch checkpoints written since the last call durable.
     pub fn checkpoint_high_watermarks(&self) -> Result<(), LogError> {
+        let partitions = self.all_partitions();
+        for p in &partitions {
+            if let Err(e) = p.sync_epoch_checkpoint() {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot sync leader epoch checkpoint");
+            }
+        }
         let hws: Vec<(TopicPartition, i64)> =
-            self.all_partitions().iter().map(|p| ((p.topic.clone(), p.index), p.high_watermark())).collect();
+            partitions.iter().map(|p| ((p.topic.clone(), p.index), p.high_watermark())).collect();
         self.logs.write_high_watermarks(&hws)
     }
 }

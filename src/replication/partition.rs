@@ -538,6 +538,16 @@ impl Partition {
     pub fn set_config(&self, config: LogConfig) {
         self.lock_log().set_config(config);
     }
+
+    /// Makes the leader-epoch checkpoint durable if it changed since the last call; the
+    /// fsync runs without the cache's lock, which follower fetches take.
+    pub fn sync_epoch_checkpoint(&self) -> std::io::Result<()> {
+        let path = lock(&self.epochs).take_unsynced();
+        match path {
+            Some(p) => super::leader_epoch::sync_checkpoint(&p),
+            None => Ok(()),
+        }
+    }
 }
 
 /// How many of the newest segments are re-read for producer state when a partition opens.
