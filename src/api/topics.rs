@@ -19,10 +19,18 @@ use super::error::{ApiError, ErrorCode};
 use super::RequestContext;
 use crate::controller::TopicRequest;
 
+/// What CreateTopics reports for a created (or validated) topic.
+type Created = (i32, i16, BTreeMap<String, String>, Option<uuid::Uuid>);
+
 pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse {
     let broker = &ctx.broker;
     let mut r = CreateTopicsResponse::default();
     let mut seen = std::collections::HashSet::new();
+    // Each topic's answer: decided while planning (an error, or validate_only), or by the
+    // one batch that creates every planned topic.
+    let mut answers: Vec<(CreatableTopicResult, Option<Result<Created, ApiError>>)> = Vec::new();
+    let mut planned: Vec<usize> = Vec::new();
+    let mut to_create: Vec<TopicRequest> = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
         let mut out = CreatableTopicResult::default();
@@ -30,9 +38,8 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
         out.num_partitions = -1;
         out.replication_factor = -1;
         if !seen.insert(name.clone()) {
-            out.error_code = ErrorCode::InvalidRequest.code();
-            out.error_message = Some(StrBytes::from_string(format!("Duplicate topic name {name} in request")));
-            r.topics.push(out);
+            let e = ApiError::new(ErrorCode::InvalidRequest, format!("Duplicate topic name {name} in request"));
+            answers.push((out, Some(Err(e))));
             continue;
         }
         let configs: BTreeMap<String, String> =
@@ -40,11 +47,11 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
         let assignment: BTreeMap<i32, Vec<i32>> =
             t.assignments.iter().map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect())).collect();
         if !assignment.is_empty() && (t.num_partitions != -1 || t.replication_factor != -1) {
-            out.error_code = ErrorCode::InvalidRequest.code();
-            out.error_message = Some(StrBytes::from_static_str(
+            let e = ApiError::new(
+                ErrorCode::InvalidRequest,
                 "Both numPartitions or replicationFactor and replicasAssignments were set.",
-            ));
-            r.topics.push(out);
+            );
+            answers.push((out, Some(Err(e))));
             continue;
         }
         let plan = broker.check_controller().and_then(|_| {
@@ -56,16 +63,25 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
                 configs,
             })
         });
-        let result = match plan {
-            Ok(plan) if req.validate_only => Ok((plan.num_partitions, plan.replication_factor, plan.configs, None)),
-            Ok(plan) => {
-                let (np, rf) = (plan.num_partitions, plan.replication_factor);
-                broker.create_topic(plan).map(|info| (np, rf, info.configs.clone(), Some(info.id)))
+        match plan {
+            Ok(plan) if req.validate_only => {
+                answers.push((out, Some(Ok((plan.num_partitions, plan.replication_factor, plan.configs, None)))))
             }
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok((np, rf, configs, id)) => {
+            Ok(plan) => {
+                planned.push(answers.len());
+                answers.push((out, None));
+                to_create.push(plan);
+            }
+            Err(e) => answers.push((out, Some(Err(e)))),
+        }
+    }
+    let shapes: Vec<(i32, i16)> = to_create.iter().map(|p| (p.num_partitions, p.replication_factor)).collect();
+    for ((i, (np, rf)), result) in planned.into_iter().zip(shapes).zip(broker.create_topics(to_create)) {
+        answers[i].1 = Some(result.map(|info| (np, rf, info.configs.clone(), Some(info.id))));
+    }
+    for (mut out, answer) in answers {
+        match answer {
+            Some(Ok((np, rf, configs, id))) => {
                 out.num_partitions = np;
                 out.replication_factor = rf;
                 out.topic_id = id.unwrap_or_default();
@@ -82,10 +98,11 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
                         .collect(),
                 );
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 out.error_code = e.code;
                 out.error_message = Some(StrBytes::from_string(e.message));
             }
+            None => out.error_code = ErrorCode::UnknownServerError.code(),
         }
         r.topics.push(out);
     }

@@ -128,41 +128,86 @@ impl Broker {
 
     /// Creates a planned topic: znodes first, then the cache, then the local logs.
     pub fn create_topic(&self, req: TopicRequest) -> Result<Arc<TopicInfo>, ApiError> {
+        self.create_topics(vec![req]).pop().unwrap_or_else(|| Err(ApiError::new(ErrorCode::UnknownServerError, "")))
+    }
+
+    /// Creates planned topics together, one result each in order. The znode writes of all of
+    /// them are pipelined (config before topic znode for each, as Kafka writes them, so a
+    /// broker that sees a topic finds its config; one session's requests apply in order),
+    /// then every new partition state at once: a request for 100 topics costs a few round
+    /// trips to ZooKeeper, not a few hundred.
+    pub fn create_topics(&self, reqs: Vec<TopicRequest>) -> Vec<Result<Arc<TopicInfo>, ApiError>> {
         let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
-        // Checked again under the lock: two requests may have planned the same topic.
-        if self.cache.topic(&req.name).is_some() {
-            return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
-        }
-        let id = zk_data::new_kafka_uuid();
-        // Config before topic, as Kafka writes them (a broker that sees the topic finds its
-        // config); one session's requests apply in order, so the two go out together.
-        let config_path = zk_data::topic_config_path(&req.name);
-        let config_json = zk_data::topic_config_json(&req.configs);
-        let writes = [
-            (config_path.clone(), config_json.clone(), None),
-            (zk_data::topic_path(&req.name), zk_data::topic_json(&req.assignment, id), None),
-        ];
-        let mut results = self.store.write_many(&writes)?.into_iter();
-        match results.next() {
-            Some(Ok(())) => {}
-            // Left by an earlier topic of this name.
-            Some(Err(crate::metadata::StoreError::NodeExists(_))) => self.store.set(&config_path, &config_json)?,
-            Some(Err(e)) => return Err(e.into()),
-            None => {}
-        }
-        match results.next() {
-            Some(Ok(())) | None => {}
-            Some(Err(crate::metadata::StoreError::NodeExists(_))) => {
-                return Err(ApiError::new(
-                    ErrorCode::TopicAlreadyExists,
-                    format!("Topic '{}' already exists.", req.name),
-                ))
+        let exists =
+            |name: &str| ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{name}' already exists."));
+        let mut results: Vec<Option<Result<Arc<TopicInfo>, ApiError>>> = Vec::with_capacity(reqs.len());
+        let mut heads = Vec::new();
+        let mut ids = Vec::with_capacity(reqs.len());
+        for req in &reqs {
+            // Checked again under the lock: two requests may have planned the same topic.
+            let id = zk_data::new_kafka_uuid();
+            ids.push(id);
+            if self.cache.topic(&req.name).is_some() {
+                results.push(Some(Err(exists(&req.name))));
+                continue;
             }
-            Some(Err(e)) => return Err(e.into()),
+            results.push(None);
+            heads.push((zk_data::topic_config_path(&req.name), zk_data::topic_config_json(&req.configs), None));
+            heads.push((zk_data::topic_path(&req.name), zk_data::topic_json(&req.assignment, id), None));
         }
-        let info = self.write_partition_states(&req.name, id, &req.assignment, req.configs)?;
-        tracing::info!(topic = %req.name, partitions = req.num_partitions, "created topic");
-        Ok(info)
+        let written = match self.store.write_many(&heads) {
+            Ok(w) => w,
+            Err(e) => {
+                let e = ApiError::from(e);
+                return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect();
+            }
+        };
+        let mut written = written.into_iter();
+        let mut states = Vec::new();
+        let mut created = Vec::new();
+        for (i, req) in reqs.iter().enumerate() {
+            if results[i].is_some() {
+                continue;
+            }
+            let (config, topic) = (written.next(), written.next());
+            let outcome = match (config, topic) {
+                (_, Some(Err(crate::metadata::StoreError::NodeExists(_)))) => Err(exists(&req.name)),
+                (_, Some(Err(e))) | (Some(Err(e)), _) if !matches!(e, crate::metadata::StoreError::NodeExists(_)) => {
+                    Err(ApiError::from(e))
+                }
+                (Some(Err(_)), _) => {
+                    // A config left by an earlier topic of this name: overwrite it.
+                    self.store
+                        .set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&req.configs))
+                        .map_err(ApiError::from)
+                }
+                _ => Ok(()),
+            };
+            match outcome {
+                Ok(()) => {
+                    let (writes, partitions) = self.initial_states(&req.name, &req.assignment);
+                    states.extend(writes);
+                    created.push((i, partitions));
+                }
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        let entries: Vec<(&str, &str)> = states.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
+        let states_written = self.store.set_many(&entries).map_err(ApiError::from);
+        for (i, partitions) in created {
+            let req = &reqs[i];
+            let r = states_written
+                .clone()
+                .and_then(|()| self.publish_topic(&req.name, ids[i], partitions, req.configs.clone()));
+            if r.is_ok() {
+                tracing::info!(topic = %req.name, partitions = req.num_partitions, "created topic");
+            }
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ApiError::new(ErrorCode::UnknownServerError, ""))))
+            .collect()
     }
 
     /// Auto-creation from any broker: the controller creates the topic outright; another
@@ -203,6 +248,19 @@ impl Broker {
         assignment: &BTreeMap<i32, Vec<i32>>,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<TopicInfo>, ApiError> {
+        let (writes, partitions) = self.initial_states(name, assignment);
+        let entries: Vec<(&str, &str)> = writes.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
+        self.store.set_many(&entries)?;
+        self.publish_topic(name, id, partitions, configs)
+    }
+
+    /// First states of the partitions of `assignment` not yet in the cache (leader: the first
+    /// live replica), as znode writes, and the topic's partitions with them.
+    fn initial_states(
+        &self,
+        name: &str,
+        assignment: &BTreeMap<i32, Vec<i32>>,
+    ) -> (Vec<(String, String)>, Vec<PartitionInfo>) {
         let existing = self.cache.topic(name);
         let mut partitions: Vec<PartitionInfo> = existing.map(|t| t.partitions.clone()).unwrap_or_default();
         let live = self.live_broker_ids();
@@ -219,9 +277,18 @@ impl Broker {
             writes.push((zk_data::partition_state_path(name, p), zk_data::partition_state_json(&state)));
             partitions.push(PartitionInfo { index: p, leader, leader_epoch: 0, replicas: replicas.clone(), isr });
         }
-        let entries: Vec<(&str, &str)> = writes.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
-        self.store.set_many(&entries)?;
         partitions.sort_by_key(|p| p.index);
+        (writes, partitions)
+    }
+
+    /// Puts a topic whose znodes are written into the cache and, standalone, opens its logs.
+    fn publish_topic(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: Vec<PartitionInfo>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<TopicInfo>, ApiError> {
         let info = Arc::new(TopicInfo { name: name.to_string(), id, partitions, configs });
         self.cache.update(|c| {
             c.topics.insert(name.to_string(), info.clone());
