@@ -277,12 +277,18 @@ mod tests {
     }
 
     #[test]
-    fn garbage_does_not_panic() {
+    fn garbage_is_refused_without_panicking() {
         for n in 0..80 {
+            // Starts 0x00 0x25: no schema version Kafka wrote, and no valid batch header.
             let junk: Vec<u8> = (0..n).map(|i| (i * 37 % 251) as u8).collect();
-            let _ = batch_records(&junk);
-            let _ = OffsetsKey::decode(&junk);
-            let _ = OffsetValue::decode(&junk);
+            assert!(batch_records(&junk).is_empty(), "{n} bytes of junk read as records");
+            assert_eq!(OffsetsKey::decode(&junk), None, "{n} bytes of junk read as a key");
+            assert_eq!(OffsetValue::decode(&junk), None, "{n} bytes of junk read as a value");
+        }
+        // A valid key cut short anywhere is refused too.
+        let k = OffsetsKey::Offset { group: "g".into(), topic: "t".into(), partition: 1 }.encode();
+        for cut in 0..k.len() {
+            assert_eq!(OffsetsKey::decode(&k[..cut]), None, "key cut at {cut}");
         }
     }
 }

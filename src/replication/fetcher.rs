@@ -222,13 +222,15 @@ fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
             }
             let result = match pd.error_code {
                 0 if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 => {
-                    let (local_epoch, local_end) = p.end_offset_for_epoch(pd.diverging_epoch.epoch);
-                    let mut target = pd.diverging_epoch.end_offset.min(p.log_end_offset());
-                    if local_epoch == pd.diverging_epoch.epoch {
-                        target = target.min(local_end);
-                    }
+                    let local = p.end_offset_for_epoch(pd.diverging_epoch.epoch);
+                    let target = truncation_offset(
+                        (pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset),
+                        local,
+                        p.log_end_offset(),
+                        pd.log_start_offset,
+                    );
                     tracing::info!(%topic, partition = pd.partition_index, target, "log diverged from leader; truncating");
-                    p.truncate_to(target.max(pd.log_start_offset).max(0))
+                    p.truncate_to(target)
                 }
                 0 => p.append_as_follower(pd.records.as_deref().unwrap_or(&[]), pd.high_watermark),
                 OFFSET_OUT_OF_RANGE => {
@@ -252,4 +254,37 @@ fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
         }
     }
     healthy
+}
+
+/// Where a follower cuts its log when the leader reports a diverging epoch (KIP-595): at the
+/// leader's end of that epoch, or earlier where this log's own end of it is earlier, never
+/// past this log's end nor below the leader's log start.
+fn truncation_offset(leader: (i32, i64), local: (i32, i64), log_end: i64, leader_log_start: i64) -> i64 {
+    let (epoch, leader_end) = leader;
+    let (local_epoch, local_end) = local;
+    let mut target = leader_end.min(log_end);
+    if local_epoch == epoch {
+        target = target.min(local_end);
+    }
+    target.max(leader_log_start).max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncation_offset;
+
+    #[test]
+    fn divergence_truncates_to_where_the_logs_agree() {
+        // The leader's epoch 3 ended at 40; this log has 55 records, its epoch 3 ends at 50.
+        assert_eq!(truncation_offset((3, 40), (3, 50), 55, 0), 40);
+        // This log's epoch 3 ends first: keep only what both hold.
+        assert_eq!(truncation_offset((3, 40), (3, 30), 55, 0), 30);
+        // This log knows an older epoch only: the leader's end governs, bounded by our end.
+        assert_eq!(truncation_offset((3, 40), (2, 20), 35, 0), 35);
+        // A deposed leader with records in an epoch the new leader never had (its first
+        // epoch starts at 0): everything goes.
+        assert_eq!(truncation_offset((1, 0), (1, 7), 7, 0), 0);
+        // Never below the leader's log start.
+        assert_eq!(truncation_offset((1, 0), (1, 7), 7, 5), 5);
+    }
 }
