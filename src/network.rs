@@ -220,3 +220,35 @@ fn encode_response(key: ApiKey, version: i16, correlation_id: i32, body: &Respon
     buf[..4].copy_from_slice(&len.to_be_bytes());
     Ok(buf.freeze())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn frame_of(bytes: &[u8], max: usize) -> Result<Bytes, FrameError> {
+        let mut rd = bytes;
+        read_frame(&mut rd, max).await
+    }
+
+    #[tokio::test]
+    async fn frames_are_read_whole_and_bounded() {
+        let mut wire = 5i32.to_be_bytes().to_vec();
+        wire.extend_from_slice(b"hello");
+        assert_eq!(&frame_of(&wire, 5).await.unwrap()[..], b"hello");
+        // One byte over the limit, or a negative size: refused before anything is allocated.
+        assert!(matches!(frame_of(&wire, 4).await, Err(FrameError::TooLarge(5, 4))));
+        assert!(matches!(frame_of(&(-1i32).to_be_bytes(), 100).await, Err(FrameError::TooLarge(-1, 100))));
+        // A clean close between frames, and one in the middle of a frame, are told apart.
+        assert!(matches!(frame_of(&[], 100).await, Err(FrameError::Closed)));
+        assert!(matches!(frame_of(&wire[..7], 100).await, Err(FrameError::Io(_))));
+    }
+
+    #[test]
+    fn responses_carry_their_length_and_correlation_id() {
+        let body = ResponseKind::ApiVersions(Default::default());
+        let bytes = encode_response(ApiKey::ApiVersions, 0, 42, &body).unwrap();
+        let len = i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        assert_eq!(len, bytes.len() - 4);
+        assert_eq!(i32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]), 42);
+    }
+}
