@@ -101,10 +101,22 @@ impl Connection {
             .in_current_span(),
         );
         let max = self.broker.config.socket_request_max_bytes;
+        let mut stopping = false;
         loop {
-            let frame = tokio::select! {
-                f = read_frame(&mut rd, max) => f,
-                _ = shutdown.changed() => break,
+            let frame = if stopping {
+                // Shutting down: answer the requests already received whole, then close.
+                if !holds_whole_frame(rd.buffer()) {
+                    break;
+                }
+                read_frame(&mut rd, max).await
+            } else {
+                tokio::select! {
+                    f = read_frame(&mut rd, max) => f,
+                    _ = shutdown.changed() => {
+                        stopping = true;
+                        continue;
+                    }
+                }
             };
             let result = match frame {
                 Ok(f) => self.process(f).await,
@@ -180,6 +192,17 @@ impl Connection {
     }
 }
 
+/// Whether `buf` starts with a complete size-prefixed frame (reading it cannot wait).
+fn holds_whole_frame(buf: &[u8]) -> bool {
+    match buf.get(..4) {
+        Some(b) => {
+            let size = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            size >= 0 && buf.len() - 4 >= size as usize
+        }
+        None => false,
+    }
+}
+
 async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<Bytes, FrameError> {
     let size = match rd.read_i32().await {
         Ok(n) => n,
@@ -241,6 +264,16 @@ mod tests {
         // A clean close between frames, and one in the middle of a frame, are told apart.
         assert!(matches!(frame_of(&[], 100).await, Err(FrameError::Closed)));
         assert!(matches!(frame_of(&wire[..7], 100).await, Err(FrameError::Io(_))));
+    }
+
+    #[test]
+    fn whole_frames_are_recognised_in_a_buffer() {
+        let mut wire = 3i32.to_be_bytes().to_vec();
+        assert!(!holds_whole_frame(&wire[..2]));
+        assert!(!holds_whole_frame(&wire));
+        wire.extend_from_slice(b"abc");
+        assert!(holds_whole_frame(&wire));
+        assert!(!holds_whole_frame(&(-5i32).to_be_bytes()));
     }
 
     #[test]
