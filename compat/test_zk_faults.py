@@ -228,3 +228,14 @@ def read_one(bootstrap: str, topic: str, offset: int):
         return None
     finally:
         cons.close()
+
+
+def test_unreachable_zookeeper_at_start_is_a_clear_exit(tmp_path):
+    """No ZooKeeper at zookeeper.connect: the broker retries, then exits non-zero naming what it
+    could not reach; no panic (the harness helper fails on one)."""
+    from cluster_harness import free_port, run_broker_expect_failure
+    dead = f"127.0.0.1:{free_port()}"
+    r = run_broker_expect_failure(1, dead, 6000, str(tmp_path), timeout=120)
+    out = (r.stdout + r.stderr).decode(errors="replace")
+    assert r.returncode != 0
+    assert f"cannot connect to ZooKeeper at {dead}" in out, out[-2000:]

@@ -137,7 +137,15 @@ impl ZkStore {
                 let client = open_session(&spec, Some(deadline)).await?;
                 start_watches(&client, &w).await?;
                 Ok::<_, StoreError>(client)
-            })??
+            })
+        };
+        let first = match first {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) | Err(e) => {
+                // Dropping a runtime inside the caller's async context would panic.
+                runtime.shutdown_background();
+                return Err(e);
+            }
         };
         let client = Arc::new(RwLock::new(first.clone()));
         let ephemerals = Arc::new(Mutex::new(BTreeMap::new()));
@@ -386,7 +394,9 @@ impl ZkStore {
 /// Opens a session and applies the chroot, creating it if missing. Without a deadline it
 /// retries until ZooKeeper answers, logging each failure once per attempt.
 async fn open_session(spec: &SessionSpec, deadline: Option<tokio::time::Instant>) -> Result<zk::Client, StoreError> {
+    let mut attempts = 0u32;
     let client = loop {
+        attempts += 1;
         let attempt = zk::Client::connector()
             .with_session_timeout(spec.session_timeout)
             .with_connection_timeout(spec.connection_timeout.min(Duration::from_secs(5)))
@@ -395,7 +405,12 @@ async fn open_session(spec: &SessionSpec, deadline: Option<tokio::time::Instant>
         match attempt {
             Ok(c) => break c,
             Err(e) if deadline.is_none_or(|d| tokio::time::Instant::now() < d) => {
-                tracing::warn!(zookeeper = %spec.hosts, error = %e, "cannot reach ZooKeeper yet; retrying");
+                // One line when it starts failing, not one per attempt.
+                if attempts == 1 {
+                    tracing::warn!(zookeeper = %spec.hosts, error = %e, "cannot reach ZooKeeper; retrying every 500 ms");
+                } else {
+                    tracing::debug!(zookeeper = %spec.hosts, error = %e, attempts, "ZooKeeper still unreachable");
+                }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => {
