@@ -1,6 +1,8 @@
 """Helpers shared by the client suites: deterministic record sets and checks."""
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
@@ -135,3 +137,48 @@ def kill9_during_produce(broker, acked_count, running, stop, before: int = 1000,
     stop()
     assert acked_count() >= at_kill
     return at_kill
+
+
+class PacedProducer(threading.Thread):
+    """Sends recs in order, paced (a short sleep every `chunk` records) so that the run lasts,
+    until halted; then `finish()` flushes. Subclasses send one record with `send(r)` and
+    record every acknowledgement: acked[seq] = (partition, offset), errors = [(seq, error)]."""
+
+    def __init__(self, p, topic, recs, join_timeout: float, chunk=20, pause=0.005):
+        super().__init__(daemon=True)
+        self.p, self.topic, self.recs, self.chunk, self.pause = p, topic, recs, chunk, pause
+        self.join_timeout = join_timeout
+        self.acked, self.errors = {}, []
+        self.halt = threading.Event()
+        self.exc = None
+
+    def send(self, r) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    def check_finished(self) -> None:
+        """Further checks once the thread is done (e.g. nothing left undelivered)."""
+
+    def run(self):
+        try:
+            for r in self.recs:
+                if self.halt.is_set():
+                    break
+                self.send(r)
+                if r.seq % self.chunk == 0:
+                    time.sleep(self.pause)
+            self.finish()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.exc = e
+
+    def running(self):
+        return self.is_alive() and not self.halt.is_set()
+
+    def stop(self):
+        self.halt.set()
+        self.join(self.join_timeout)
+        assert not self.is_alive(), "producer thread did not finish"
+        assert self.exc is None, f"producer thread failed: {self.exc!r}"
+        self.check_finished()

@@ -3,12 +3,11 @@
 Consumers use assign() with explicit offsets and never subscribe/commit: consumer
 groups are not implemented yet.  librdkafka requires a group.id even then.
 """
-import threading
 import time
 
 import pytest
 
-from common import (BASE_TS, CODECS, Got, check_acked_survived, kill9_during_produce, make_records, uniq,
+from common import (BASE_TS, CODECS, Got, PacedProducer, check_acked_survived, kill9_during_produce, make_records, uniq,
                     verify_records, wait_until)
 
 ck = pytest.importorskip("confluent_kafka")
@@ -258,17 +257,12 @@ def test_restart_sigterm_keeps_data(broker):
     verify_records(more, consume_all(broker, t, len(more)), acked=acked, check_order=False)
 
 
-class BackgroundProducer(threading.Thread):
-    """Produces recs in order (paced, so the run lasts) until halted, then flushes; every
-    delivery report is recorded: acked[seq] = (partition, offset)."""
+class BackgroundProducer(PacedProducer):
+    """confluent-kafka: every delivery report is recorded."""
 
     def __init__(self, p, topic, recs, chunk=20, pause=0.005):
-        super().__init__(daemon=True)
-        self.p, self.topic, self.recs, self.chunk, self.pause = p, topic, recs, chunk, pause
-        self.acked, self.errors = {}, []
-        self.halt = threading.Event()
+        super().__init__(p, topic, recs, WAIT * 3, chunk, pause)
         self.flushed = None
-        self.exc = None
 
     def _cb(self, err, msg, seq):
         if err is not None:
@@ -276,33 +270,20 @@ class BackgroundProducer(threading.Thread):
         else:
             self.acked[seq] = (msg.partition(), msg.offset())
 
-    def run(self):
-        try:
-            for r in self.recs:
-                if self.halt.is_set():
-                    break
-                while True:
-                    try:
-                        self.p.produce(self.topic, key=r.key, value=r.value, headers=list(r.headers),
-                                       timestamp=r.ts, on_delivery=lambda e, m, seq=r.seq: self._cb(e, m, seq))
-                        break
-                    except BufferError:
-                        self.p.poll(0.05)
-                self.p.poll(0)
-                if r.seq % self.chunk == 0:
-                    time.sleep(self.pause)
-            self.flushed = self.p.flush(WAIT * 2)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            self.exc = e
+    def send(self, r):
+        while True:
+            try:
+                self.p.produce(self.topic, key=r.key, value=r.value, headers=list(r.headers),
+                               timestamp=r.ts, on_delivery=lambda e, m, seq=r.seq: self._cb(e, m, seq))
+                break
+            except BufferError:
+                self.p.poll(0.05)
+        self.p.poll(0)
 
-    def running(self):
-        return self.is_alive() and not self.halt.is_set()
+    def finish(self):
+        self.flushed = self.p.flush(WAIT * 2)
 
-    def stop(self):
-        self.halt.set()
-        self.join(WAIT * 3)
-        assert not self.is_alive(), "producer thread did not finish"
-        assert self.exc is None, f"producer thread failed: {self.exc!r}"
+    def check_finished(self):
         assert self.flushed == 0, f"{self.flushed} messages still undelivered"
 
 

@@ -1,10 +1,9 @@
 """kafka-python against gregor. Consumers: KafkaConsumer(group_id=None) + assign()."""
-import threading
 import time
 
 import pytest
 
-from common import (BASE_TS, CODECS, Got, check_acked_survived, kill9_during_produce, make_records, uniq,
+from common import (BASE_TS, CODECS, Got, PacedProducer, check_acked_survived, kill9_during_produce, make_records, uniq,
                     verify_records, wait_until)
 
 kafka = pytest.importorskip("kafka")
@@ -226,40 +225,20 @@ def test_auto_create_on_produce(broker):
     verify_records(recs, consume_all(broker, t, len(recs)), acked=acked)
 
 
-class BackgroundProducer(threading.Thread):
-    """Sends recs in order (paced) until halted, then flushes and closes; acked[seq] =
-    (partition, offset) from each future's callback."""
+class BackgroundProducer(PacedProducer):
+    """kafka-python: acked[seq] from each future's callback."""
 
     def __init__(self, p, topic, recs, chunk=20, pause=0.005):
-        super().__init__(daemon=True)
-        self.p, self.topic, self.recs, self.chunk, self.pause = p, topic, recs, chunk, pause
-        self.acked, self.errors = {}, []
-        self.halt = threading.Event()
-        self.exc = None
+        super().__init__(p, topic, recs, WAIT * 4, chunk, pause)
 
-    def run(self):
-        try:
-            for r in self.recs:
-                if self.halt.is_set():
-                    break
-                f = self.p.send(self.topic, key=r.key, value=r.value, headers=list(r.headers), timestamp_ms=r.ts)
-                f.add_callback(lambda md, seq=r.seq: self.acked.__setitem__(seq, (md.partition, md.offset)))
-                f.add_errback(lambda e, seq=r.seq: self.errors.append((seq, e)))
-                if r.seq % self.chunk == 0:
-                    time.sleep(self.pause)
-            self.p.flush(timeout=WAIT * 2)
-            self.p.close(timeout=WAIT)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            self.exc = e
+    def send(self, r):
+        f = self.p.send(self.topic, key=r.key, value=r.value, headers=list(r.headers), timestamp_ms=r.ts)
+        f.add_callback(lambda md, seq=r.seq: self.acked.__setitem__(seq, (md.partition, md.offset)))
+        f.add_errback(lambda e, seq=r.seq: self.errors.append((seq, e)))
 
-    def running(self):
-        return self.is_alive() and not self.halt.is_set()
-
-    def stop(self):
-        self.halt.set()
-        self.join(WAIT * 4)
-        assert not self.is_alive(), "producer thread did not finish"
-        assert self.exc is None, f"producer thread failed: {self.exc!r}"
+    def finish(self):
+        self.p.flush(timeout=WAIT * 2)
+        self.p.close(timeout=WAIT)
 
 
 def stored_count(broker, topic):
