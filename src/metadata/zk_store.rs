@@ -241,25 +241,10 @@ impl ZkStore {
         self.call(move |c| async move { c.set_data(&p, &d, version).await.map(|stat| stat.version) })
     }
 
-    /// Reads many nodes with their versions, all requests in flight at once (ZooKeeper
-    /// answers a pipeline far faster than one round trip after another).
+    /// Reads many nodes with their versions, pipelined.
     pub fn get_many_versioned(&self, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
         let paths = paths.to_vec();
-        let answers = self.call(move |c| async move {
-            let mut set = tokio::task::JoinSet::new();
-            let n = paths.len();
-            for (i, p) in paths.into_iter().enumerate() {
-                let c = c.clone();
-                set.spawn(async move { (i, c.get_data(&p).await) });
-            }
-            let mut out: Vec<Option<ReadAnswer>> = (0..n).map(|_| None).collect();
-            while let Some(joined) = set.join_next().await {
-                if let Ok((i, r)) = joined {
-                    out[i] = Some(r);
-                }
-            }
-            out
-        })?;
+        let answers = self.call(move |c| pipelined(c, paths, |c, p: String| async move { c.get_data(&p).await }))?;
         answers
             .into_iter()
             .map(|a| match a {
@@ -278,38 +263,27 @@ impl ZkStore {
         writes: &[(String, String, Option<i32>)],
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let writes = writes.to_vec();
-        let answers = self.call(move |c| async move {
-            let mut set = tokio::task::JoinSet::new();
-            let n = writes.len();
-            for (i, (p, d, version)) in writes.into_iter().enumerate() {
-                let c = c.clone();
-                set.spawn(async move {
-                    let r = match version {
-                        Some(v) => c.set_data(&p, d.as_bytes(), Some(v)).await.map(|_| ()),
-                        None => {
-                            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                            match c.create(&p, d.as_bytes(), &options).await {
-                                Err(zk::Error::NoNode) => {
-                                    // Parents first, as a single create does.
-                                    if let Some(i) = p.rfind('/').filter(|i| *i > 0) {
-                                        let _ = c.mkdir(&p[..i], &options).await;
-                                    }
-                                    c.create(&p, d.as_bytes(), &options).await.map(|_| ())
+        let answers = self.call(move |c| {
+            pipelined(c, writes, |c, (p, d, version): (String, String, Option<i32>)| async move {
+                let r = match version {
+                    Some(v) => c.set_data(&p, d.as_bytes(), Some(v)).await.map(|_| ()),
+                    None => {
+                        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                        match c.create(&p, d.as_bytes(), &options).await {
+                            Err(zk::Error::NoNode) => {
+                                // Parents first, as a single create does; if that fails, the
+                                // create after it says why.
+                                if let Some(i) = p.rfind('/').filter(|i| *i > 0) {
+                                    let _ = c.mkdir(&p[..i], &options).await;
                                 }
-                                other => other.map(|_| ()),
+                                c.create(&p, d.as_bytes(), &options).await.map(|_| ())
                             }
+                            other => other.map(|_| ()),
                         }
-                    };
-                    (i, p, r)
-                });
-            }
-            let mut out: Vec<Option<(String, Result<(), zk::Error>)>> = (0..n).map(|_| None).collect();
-            while let Some(joined) = set.join_next().await {
-                if let Ok((i, p, r)) = joined {
-                    out[i] = Some((p, r));
-                }
-            }
-            out
+                    }
+                };
+                (p, r)
+            })
         })?;
         Ok(answers
             .into_iter()
@@ -432,8 +406,30 @@ async fn open_session(spec: &SessionSpec, deadline: Option<tokio::time::Instant>
     }
 }
 
-/// One pipelined read's answer: data and stat, or the error.
-type ReadAnswer = Result<(Vec<u8>, zk::Stat), zk::Error>;
+/// Runs `op` on every item with all the requests in flight at once (ZooKeeper answers a
+/// pipeline far faster than one round trip after another, and applies one session's requests
+/// in order). Answers come back in item order; None for one whose task was lost.
+async fn pipelined<T, R, F, Fut>(client: zk::Client, items: Vec<T>, op: F) -> Vec<Option<R>>
+where
+    T: Send + 'static,
+    R: Send + 'static,
+    F: Fn(zk::Client, T) -> Fut,
+    Fut: Future<Output = R> + Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let n = items.len();
+    for (i, item) in items.into_iter().enumerate() {
+        let answer = op(client.clone(), item);
+        set.spawn(async move { (i, answer.await) });
+    }
+    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    while let Some(joined) = set.join_next().await {
+        if let Ok((i, r)) = joined {
+            out[i] = Some(r);
+        }
+    }
+    out
+}
 
 /// Where watch events go: the changed path into `dirty`, then a bump of `changes`.
 #[derive(Clone)]
