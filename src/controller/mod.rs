@@ -4,6 +4,7 @@
 //! then applied to the local replicas.
 
 pub mod election;
+pub mod messages;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
