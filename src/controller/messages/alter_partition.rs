@@ -390,6 +390,33 @@ mod tests {
     }
 
     #[test]
+    fn unknown_tagged_fields_in_nested_structs_are_skipped() {
+        let unknown = |f: &mut Frame| {
+            // One field: tag 9, two bytes.
+            f.varint(1).varint(9).varint(2).i16(0x5555);
+        };
+        let mut f = Frame::new(true);
+        f.i32(3).i64(4).arr(1).uuid(TOPIC_ID).arr(1);
+        f.i32(0).i32(1).arr(1).i32(3).i64(5);
+        unknown(&mut f);
+        f.i8(0).i32(6);
+        unknown(&mut f);
+        unknown(&mut f);
+        unknown(&mut f);
+        let decoded = AlterPartitionRequest::decode(&mut Bytes::from(f.bytes), 3).unwrap();
+        assert_eq!(
+            decoded.topics[0].partitions[0],
+            AlterPartitionPartitionData {
+                partition_index: 0,
+                leader_epoch: 1,
+                new_isr_with_epochs: vec![BrokerState { broker_id: 3, broker_epoch: 5 }],
+                leader_recovery_state: 0,
+                partition_epoch: 6,
+            }
+        );
+    }
+
+    #[test]
     fn large_request_round_trips() {
         let mut req = request(3);
         req.topics[0].partitions = (0..1000)
