@@ -119,3 +119,65 @@ def test_bad_config_value_exits_naming_the_key(broker_factory, tmp_path, how, ke
     msg = str(e.value)
     assert "exited with code" in msg and "exited with code 0" not in msg, msg
     assert key in msg.split("during startup", 1)[-1], f"the error does not name {key}:\n{msg}"
+
+
+# -- security settings gregor cannot honour yet are refused, not served as PLAINTEXT ----------
+
+import socket  # noqa: E402
+
+
+def refused_at_start(broker_factory, tmp_path, overrides):
+    """Starts the binary with `overrides` while this test holds the listener port, and returns
+    the startup error. A broker that tried to bind would fail with "cannot listen" instead of
+    the refusal, and one that touched log.dirs would have created it."""
+    port = gregor_harness.free_port()
+    data = tmp_path / "never-created"
+    cfg = {k: v.format(port=port) for k, v in overrides.items()}
+    cfg["log.dirs"] = str(data)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        with pytest.raises(gregor_harness.BrokerStartError) as e:
+            broker_factory(cfg, port=port)
+    msg = str(e.value)
+    assert "exited with code" in msg and "exited with code 0" not in msg, msg
+    assert "cannot listen" not in msg, f"the broker tried to bind before refusing:\n{msg}"
+    assert not data.exists(), f"the broker created {data} before refusing"
+    return msg.split("during startup", 1)[-1], port
+
+
+def test_secured_listener_is_refused_at_start(broker_factory, tmp_path):
+    out, port = refused_at_start(broker_factory, tmp_path, {
+        "listeners": "SASL_SSL://127.0.0.1:{port}",
+        "advertised.listeners": "SASL_SSL://127.0.0.1:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "ssl.keystore.location": "/nonexistent/keystore.jks",
+        "sasl.enabled.mechanisms": "PLAIN",
+    })
+    assert f"listener SASL_SSL (SASL_SSL://127.0.0.1:{port}) uses security protocol SASL_SSL" in out, out
+    assert "only PLAINTEXT listeners can be served" in out, out
+
+
+def test_authorizer_is_refused_at_start(broker_factory, tmp_path):
+    out, _ = refused_at_start(broker_factory, tmp_path, {
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+    })
+    assert "authorizer.class.name: kafka.security.authorizer.AclAuthorizer cannot be honoured" in out, out
+
+
+def test_custom_plaintext_listener_names_are_served(broker_factory):
+    """The docker-compose shape: INTERNAL and EXTERNAL, both mapped to PLAINTEXT. Each listener
+    answers, and Metadata advertises the listener the client came in on."""
+    internal, external = gregor_harness.free_port(), gregor_harness.free_port()
+    listeners = f"INTERNAL://127.0.0.1:{internal},EXTERNAL://127.0.0.1:{external}"
+    b = broker_factory({
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+    }, port=internal)
+    for port in (internal, external):
+        assert kp.API_VERSIONS in gregor_harness.api_versions_probe(b.host, port)
+        with kp.Conn(b.host, port) as c:
+            assert [br["port"] for br in kp.metadata(c, [])["brokers"]] == [port]

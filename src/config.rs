@@ -20,11 +20,30 @@ pub enum ConfigError {
     Invalid { key: String, value: String, reason: String },
     #[error("--override expects key=value, got {0:?}")]
     Override(String),
+    /// A setting gregor cannot honour, where ignoring it would serve with less security than
+    /// the configuration asks for.
+    #[error("{key}: {reason}")]
+    Unsupported { key: String, reason: String },
 }
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key: key.to_string(), value: value.to_string(), reason: reason.into() }
 }
+
+fn unsupported(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Unsupported { key: key.to_string(), reason: reason.into() }
+}
+
+/// Kafka's `SecurityProtocol` names.
+const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+/// The only protocol gregor can serve until TLS and SASL exist.
+const PLAINTEXT: &str = "PLAINTEXT";
+/// Kafka's default `listener.security.protocol.map`: each protocol name maps to itself.
+const DEFAULT_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
+/// Keys that only an authorizer reads.
+const AUTHORIZER_ONLY_KEYS: &[&str] = &["super.users", "allow.everyone.if.no.acl.found"];
+/// Keys outside [`DEFAULTS`] that [`check_security`] reads, so they are not "unknown".
+const SECURITY_KEYS: &[&str] = &["authorizer.class.name", "control.plane.listener.name"];
 
 /// One `NAME://host:port` entry of `listeners` / `advertised.listeners`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,12 +51,25 @@ pub struct Endpoint {
     pub listener_name: String,
     pub host: String,
     pub port: u16,
+    /// From `listener.security.protocol.map` once [`BrokerConfig::from_map`] resolved it; until
+    /// then what Kafka's default map gives (the upper-cased name), e.g. for the endpoints of other
+    /// brokers read from ZooKeeper, where only host and port are used.
+    security_protocol: String,
 }
 
 impl Endpoint {
     pub fn security_protocol(&self) -> &str {
-        // Without listener.security.protocol.map every name must be a protocol name.
-        &self.listener_name
+        &self.security_protocol
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "{}://[{}]:{}", self.listener_name, self.host, self.port)
+        } else {
+            write!(f, "{}://{}:{}", self.listener_name, self.host, self.port)
+        }
     }
 }
 
@@ -178,7 +210,12 @@ impl BrokerConfig {
 
     pub fn from_map(given: BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
         for key in given.keys() {
-            if !DEFAULTS.iter().any(|(k, _)| k == key) && !is_passthrough_key(key) {
+            if AUTHORIZER_ONLY_KEYS.contains(&key.as_str()) {
+                tracing::warn!(key = %key, "has no effect without authorizer.class.name; ignored");
+            } else if !DEFAULTS.iter().any(|(k, _)| k == key)
+                && !SECURITY_KEYS.contains(&key.as_str())
+                && !is_passthrough_key(key)
+            {
                 tracing::warn!(key = %key, "unknown configuration key; ignored");
             }
         }
@@ -193,21 +230,36 @@ impl BrokerConfig {
         }
         let get = |k: &str| values.get(k).map(String::as_str).unwrap_or("");
 
-        let listeners = parse_endpoints("listeners", get("listeners"))?;
+        let protocols = parse_protocol_map(
+            values.get("listener.security.protocol.map").map_or(DEFAULT_PROTOCOL_MAP, String::as_str),
+        )?;
+        let mut listeners = parse_endpoints("listeners", get("listeners"))?;
         if listeners.is_empty() {
             return Err(invalid("listeners", get("listeners"), "at least one listener is required"));
         }
+        resolve_protocols("listeners", &mut listeners, &protocols)?;
         let advertised_listeners = if get("advertised.listeners").is_empty() {
             listeners.clone()
         } else {
-            parse_endpoints("advertised.listeners", get("advertised.listeners"))?
+            let mut eps = parse_endpoints("advertised.listeners", get("advertised.listeners"))?;
+            resolve_protocols("advertised.listeners", &mut eps, &protocols)?;
+            eps
         };
+        check_security(&values, &listeners, &advertised_listeners)?;
+        let tls_sasl_keys = tls_sasl_keys(&values);
+        if !tls_sasl_keys.is_empty() {
+            // Names only: values such as sasl.jaas.config hold secrets.
+            tracing::warn!(
+                keys = %tls_sasl_keys.join(","),
+                "SSL/SASL settings apply to SSL and SASL listeners only; with only PLAINTEXT listeners they have no effect"
+            );
+        }
         if let Some(ep) =
             advertised_listeners.iter().find(|e| e.host == "0.0.0.0" || e.host == "::" || e.host.is_empty())
         {
             return Err(invalid(
                 "advertised.listeners",
-                &format!("{}://{}:{}", ep.listener_name, ep.host, ep.port),
+                &ep.to_string(),
                 "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; set advertised.listeners to a \
                  routable address",
             ));
@@ -409,6 +461,137 @@ impl BrokerConfig {
     }
 }
 
+/// `listener.security.protocol.map` (`NAME:PROTOCOL,...`), keyed by upper-cased listener name
+/// because Kafka normalises listener names that way.
+fn parse_protocol_map(value: &str) -> Result<BTreeMap<String, &'static str>, ConfigError> {
+    const KEY: &str = "listener.security.protocol.map";
+    let mut out = BTreeMap::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, protocol) =
+            item.split_once(':').ok_or_else(|| invalid(KEY, value, format!("expected NAME:PROTOCOL, got {item:?}")))?;
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(invalid(KEY, value, format!("empty listener name in {item:?}")));
+        }
+        let protocol = security_protocol(KEY, value, protocol)?;
+        if out.insert(name.to_ascii_uppercase(), protocol).is_some() {
+            return Err(invalid(KEY, value, format!("listener name {name} appears twice")));
+        }
+    }
+    Ok(out)
+}
+
+fn security_protocol(key: &str, value: &str, name: &str) -> Result<&'static str, ConfigError> {
+    let upper = name.trim().to_ascii_uppercase();
+    SECURITY_PROTOCOLS.iter().copied().find(|p| *p == upper).ok_or_else(|| {
+        invalid(
+            key,
+            value,
+            format!("unknown security protocol {:?}; expected one of {}", name.trim(), SECURITY_PROTOCOLS.join(", ")),
+        )
+    })
+}
+
+fn resolve_protocols(
+    key: &str,
+    endpoints: &mut [Endpoint],
+    protocols: &BTreeMap<String, &'static str>,
+) -> Result<(), ConfigError> {
+    for ep in endpoints {
+        let protocol = protocols.get(&ep.listener_name.to_ascii_uppercase()).ok_or_else(|| {
+            invalid(
+                key,
+                &ep.to_string(),
+                format!(
+                    "no security protocol defined for listener {} in listener.security.protocol.map",
+                    ep.listener_name
+                ),
+            )
+        })?;
+        ep.security_protocol = protocol.to_string();
+    }
+    Ok(())
+}
+
+/// Refuses every setting that asks for TLS, SASL or ACLs: gregor has none of them yet, and
+/// serving such a configuration would give clients more than it allows. Runs before anything
+/// binds a port or touches the data directories.
+fn check_security(
+    values: &BTreeMap<String, String>,
+    listeners: &[Endpoint],
+    advertised: &[Endpoint],
+) -> Result<(), ConfigError> {
+    let get = |k: &str| values.get(k).map(|v| v.trim()).unwrap_or("");
+    let not_plaintext = |key: &str, ep: &Endpoint| {
+        unsupported(
+            key,
+            format!(
+                "listener {} ({ep}) uses security protocol {}, which gregor does not support yet; only PLAINTEXT \
+                 listeners can be served",
+                ep.listener_name, ep.security_protocol
+            ),
+        )
+    };
+    let named = |eps: &[Endpoint], name: &str| -> Option<Endpoint> {
+        eps.iter().find(|e| e.listener_name.eq_ignore_ascii_case(name)).cloned()
+    };
+    let names = |eps: &[Endpoint]| eps.iter().map(|e| e.listener_name.as_str()).collect::<Vec<_>>().join(",");
+
+    let key = "security.inter.broker.protocol";
+    if !get(key).is_empty() {
+        let protocol = security_protocol(key, get(key), get(key))?;
+        if protocol != PLAINTEXT {
+            return Err(unsupported(
+                key,
+                format!("{protocol} between brokers is not supported yet; only PLAINTEXT can be used"),
+            ));
+        }
+    }
+    // Kafka looks the inter-broker listener up among the advertised ones (other brokers connect
+    // to it) and the control-plane listener among those it binds.
+    for (key, pool, pool_key) in [
+        ("inter.broker.listener.name", advertised, "advertised.listeners"),
+        ("control.plane.listener.name", listeners, "listeners"),
+    ] {
+        let name = get(key);
+        if name.is_empty() {
+            continue;
+        }
+        let ep = named(pool, name).ok_or_else(|| {
+            invalid(key, name, format!("must be a listener name defined in {pool_key} ({})", names(pool)))
+        })?;
+        if ep.security_protocol != PLAINTEXT {
+            return Err(not_plaintext(key, &ep));
+        }
+    }
+    for (key, eps) in [("listeners", listeners), ("advertised.listeners", advertised)] {
+        if let Some(ep) = eps.iter().find(|e| e.security_protocol != PLAINTEXT) {
+            return Err(not_plaintext(key, ep));
+        }
+    }
+    let key = "authorizer.class.name";
+    if !get(key).is_empty() {
+        return Err(unsupported(
+            key,
+            format!(
+                "{} cannot be honoured: gregor has no authorizer yet and would serve every client without ACL \
+                 checks; remove the key to run without authorization",
+                get(key)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The given keys that configure TLS or SASL, which only SSL/SASL listeners read.
+fn tls_sasl_keys(values: &BTreeMap<String, String>) -> Vec<&str> {
+    values
+        .keys()
+        .map(String::as_str)
+        .filter(|k| k.starts_with("ssl.") || k.starts_with("sasl.") || k.starts_with("listener.name."))
+        .collect()
+}
+
 /// Keys Kafka knows that gregor accepts without acting on them, so a stock server.properties
 /// does not produce a page of warnings.
 fn is_passthrough_key(key: &str) -> bool {
@@ -491,7 +674,8 @@ pub fn parse_endpoints(key: &str, value: &str) -> Result<Vec<Endpoint>, ConfigEr
         if out.iter().any(|e: &Endpoint| e.listener_name == name) {
             return Err(invalid(key, value, format!("listener name {name} appears twice")));
         }
-        out.push(Endpoint { listener_name: name.to_string(), host, port });
+        let security_protocol = name.to_ascii_uppercase();
+        out.push(Endpoint { listener_name: name.to_string(), host, port, security_protocol });
     }
     Ok(out)
 }
@@ -600,6 +784,124 @@ mod tests {
         assert!(err.contains("advertised.listeners"), "{err}");
         let c = load(&[("listeners", "PLAINTEXT://0.0.0.0:9092"), ("advertised.listeners", "PLAINTEXT://kafka:9092")]);
         assert_eq!(c.unwrap().advertised_listeners[0].host, "kafka");
+    }
+
+    fn refusal(pairs: &[(&str, &str)]) -> String {
+        match load(pairs) {
+            Ok(_) => panic!("{pairs:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const INTERNAL_EXTERNAL: &[(&str, &str)] = &[
+        ("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:19092"),
+        ("advertised.listeners", "INTERNAL://kafka:9092,EXTERNAL://localhost:19092"),
+        ("listener.security.protocol.map", "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"),
+        ("inter.broker.listener.name", "INTERNAL"),
+    ];
+
+    #[test]
+    fn custom_listener_names_map_to_plaintext() {
+        let c = load(INTERNAL_EXTERNAL).unwrap();
+        assert_eq!(c.listeners.len(), 2);
+        assert!(c.listeners.iter().chain(&c.advertised_listeners).all(|e| e.security_protocol() == "PLAINTEXT"));
+        assert_eq!(c.advertised_for("EXTERNAL").map(|e| e.port), Some(19092));
+        let c = load(&[("listeners", "PLAINTEXT://127.0.0.1:9092")]).unwrap();
+        assert_eq!(c.listeners[0].security_protocol(), "PLAINTEXT");
+        // Kafka normalises names and protocols to upper case.
+        let c = load(&[
+            ("listeners", "internal://127.0.0.1:9092"),
+            ("listener.security.protocol.map", "Internal:plaintext"),
+        ]);
+        assert_eq!(c.unwrap().listeners[0].security_protocol(), "PLAINTEXT");
+    }
+
+    #[test]
+    fn secured_listeners_are_refused() {
+        let err = refusal(&[("listeners", "SASL_SSL://127.0.0.1:29592")]);
+        assert_eq!(
+            err,
+            "listeners: listener SASL_SSL (SASL_SSL://127.0.0.1:29592) uses security protocol SASL_SSL, which gregor \
+             does not support yet; only PLAINTEXT listeners can be served"
+        );
+        for protocol in ["SSL", "SASL_PLAINTEXT", "SASL_SSL"] {
+            let err = refusal(&[
+                ("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:29592"),
+                ("listener.security.protocol.map", &format!("INTERNAL:PLAINTEXT,EXTERNAL:{protocol}")),
+            ]);
+            assert!(err.contains("listener EXTERNAL (EXTERNAL://127.0.0.1:29592)"), "{err}");
+            assert!(err.contains(&format!("security protocol {protocol}")), "{err}");
+        }
+        let err = refusal(&[
+            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+            ("advertised.listeners", "PLAINTEXT://kafka:9092,SSL://kafka:9093"),
+        ]);
+        assert!(err.starts_with("advertised.listeners: listener SSL (SSL://kafka:9093)"), "{err}");
+    }
+
+    #[test]
+    fn protocol_map_errors_name_the_key() {
+        let err = refusal(&[("listeners", "INTERNAL://127.0.0.1:9092")]);
+        assert!(
+            err.contains("listeners") && err.contains("no security protocol defined for listener INTERNAL"),
+            "{err}"
+        );
+        for bad in ["INTERNAL", "INTERNAL:TLS", ":PLAINTEXT", "INTERNAL:PLAINTEXT,INTERNAL:SSL"] {
+            let err = refusal(&[("listeners", "INTERNAL://127.0.0.1:9092"), ("listener.security.protocol.map", bad)]);
+            assert!(err.contains("listener.security.protocol.map"), "{bad}: {err}");
+        }
+        let err =
+            refusal(&[("listeners", "PLAINTEXT://127.0.0.1:9092"), ("advertised.listeners", "OTHER://kafka:9092")]);
+        assert!(err.contains("advertised.listeners") && err.contains("listener OTHER"), "{err}");
+    }
+
+    #[test]
+    fn secured_inter_broker_and_control_plane_are_refused() {
+        let err = refusal(&[("security.inter.broker.protocol", "SASL_SSL")]);
+        assert!(err.starts_with("security.inter.broker.protocol: SASL_SSL between brokers"), "{err}");
+        let err = refusal(&[("security.inter.broker.protocol", "KERBEROS")]);
+        assert!(err.contains("security.inter.broker.protocol") && err.contains("unknown security protocol"), "{err}");
+        assert!(load(&[("security.inter.broker.protocol", "PLAINTEXT")]).is_ok());
+
+        let with = |key: &'static str, value: &'static str| {
+            let mut pairs = INTERNAL_EXTERNAL.to_vec();
+            pairs.retain(|(k, _)| *k != key);
+            pairs.push((key, value));
+            pairs
+        };
+        let err = refusal(&with("inter.broker.listener.name", "REPLICATION"));
+        assert!(err.contains("inter.broker.listener.name") && err.contains("INTERNAL,EXTERNAL"), "{err}");
+        let err = refusal(&with("control.plane.listener.name", "CONTROL"));
+        assert!(err.contains("control.plane.listener.name"), "{err}");
+        assert!(load(&with("control.plane.listener.name", "INTERNAL")).is_ok());
+
+        let mut secured = with("listener.security.protocol.map", "INTERNAL:SASL_PLAINTEXT,EXTERNAL:PLAINTEXT");
+        let err = refusal(&secured);
+        assert!(err.starts_with("inter.broker.listener.name: listener INTERNAL (INTERNAL://kafka:9092)"), "{err}");
+        secured.retain(|(k, _)| *k != "inter.broker.listener.name");
+        secured.push(("control.plane.listener.name", "internal"));
+        let err = refusal(&secured);
+        assert!(err.starts_with("control.plane.listener.name: listener INTERNAL (INTERNAL://127.0.0.1:9092)"), "{err}");
+    }
+
+    #[test]
+    fn an_authorizer_is_refused_and_acl_only_keys_are_not() {
+        let err = refusal(&[("authorizer.class.name", "kafka.security.authorizer.AclAuthorizer")]);
+        assert!(err.starts_with("authorizer.class.name: kafka.security.authorizer.AclAuthorizer cannot be"), "{err}");
+        assert!(load(&[("authorizer.class.name", " ")]).is_ok());
+        assert!(load(&[("super.users", "User:admin"), ("allow.everyone.if.no.acl.found", "true")]).is_ok());
+    }
+
+    #[test]
+    fn ssl_and_sasl_keys_without_secured_listeners_are_accepted() {
+        let c = load(&[
+            ("ssl.client.auth", "required"),
+            ("ssl.keystore.location", "/etc/kafka/keystore.jks"),
+            ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-256"),
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+            ("listener.name.plaintext.plain.sasl.jaas.config", "x"),
+        ]);
+        assert_eq!(c.unwrap().listeners[0].security_protocol(), "PLAINTEXT");
     }
 
     #[test]
