@@ -4,11 +4,14 @@
 //! topics from the store, then the listeners. Shutdown reverses it and ends by writing the
 //! clean-shutdown marker so the next start skips recovery.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::error::ErrorCode;
 use crate::config::BrokerConfig;
+use crate::controller::channel::ControllerChannels;
+use crate::controller::propagate::Propagated;
 use crate::group::coordinator::CoordinatorConfig;
 use crate::group::GroupCoordinator;
 use crate::log::LogManager;
@@ -23,6 +26,10 @@ const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
+
+/// AlterPartition v2: the first that names topics by id.
+const ALTER_PARTITION_VERSION: i16 = 2;
+const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
 
 /// A leader's proposed ISR for one of its partitions.
 type IsrChange = (Arc<Partition>, Vec<i32>);
@@ -49,6 +56,19 @@ pub struct Broker {
     /// ISR changes proposed by this broker's leaders, waiting to be written (latest wins).
     pending_isr: std::sync::Mutex<std::collections::HashMap<(String, i32), IsrChange>>,
     isr_queued: tokio::sync::Notify,
+    /// The highest controller epoch any controller request carried: older ones are fenced.
+    known_controller_epoch: AtomicI32,
+    /// The czxid of this broker's registration, renewed with each ZooKeeper session.
+    broker_epoch: AtomicI64,
+    /// Controller only: its connections to the other brokers, and what it last told them.
+    pub channels: ControllerChannels,
+    pub propagated: std::sync::Mutex<Propagated>,
+    /// Controller only: brokers in controlled shutdown, which may neither lead nor join an ISR.
+    pub shutting_down_brokers: std::sync::Mutex<std::collections::BTreeSet<i32>>,
+    /// Serializes the application of LeaderAndIsr and StopReplica.
+    pub replica_state_lock: std::sync::Mutex<()>,
+    /// For the few places that hold `&Broker` and must start tasks that keep it.
+    self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
 }
 
 fn now_ms() -> i64 {
@@ -105,7 +125,14 @@ impl Broker {
         let me: Vec<BrokerInfo> = config
             .advertised_listeners
             .first()
-            .map(|e| BrokerInfo { id, host: e.host.clone(), port: e.port, rack: config.rack.clone() })
+            .map(|e| BrokerInfo {
+                id,
+                host: e.host.clone(),
+                port: e.port,
+                rack: config.rack.clone(),
+                epoch: -1,
+                endpoints: config.advertised_listeners.clone(),
+            })
             .into_iter()
             .collect();
         cache.update(|c| {
@@ -130,7 +157,15 @@ impl Broker {
             admin_lock: std::sync::Mutex::new(()),
             pending_isr: std::sync::Mutex::new(Default::default()),
             isr_queued: tokio::sync::Notify::new(),
+            known_controller_epoch: AtomicI32::new(0),
+            broker_epoch: AtomicI64::new(-1),
+            channels: ControllerChannels::default(),
+            propagated: std::sync::Mutex::new(Propagated::default()),
+            shutting_down_brokers: std::sync::Mutex::new(Default::default()),
+            replica_state_lock: std::sync::Mutex::new(()),
+            self_ref: std::sync::OnceLock::new(),
         });
+        let _ = broker.self_ref.set(Arc::downgrade(&broker));
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
@@ -143,6 +178,10 @@ impl Broker {
         }
         tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.store.is_zookeeper(), "broker started");
         Ok(broker)
+    }
+
+    pub fn arc(&self) -> Option<Arc<Broker>> {
+        self.self_ref.get().and_then(std::sync::Weak::upgrade)
     }
 
     pub fn is_controller(&self) -> bool {
@@ -173,6 +212,32 @@ impl Broker {
 
     pub fn resign_controller(&self) {
         self.is_controller.store(false, Ordering::Release);
+        self.channels.clear();
+    }
+
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(Ordering::Acquire)
+    }
+
+    /// Reads this broker's broker epoch (the czxid of its registration) after registering.
+    pub fn refresh_broker_epoch(&self) -> Result<(), StoreError> {
+        if let Some((_, czxid)) = self.store.get_with_czxid(&zk_data::broker_path(self.config.broker_id))? {
+            self.broker_epoch.store(czxid, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Fencing of a controller request, as Kafka checks it: an older controller epoch than
+    /// one already seen, or a broker epoch from before this broker's current registration.
+    pub fn check_controller_request(&self, controller_epoch: i32, broker_epoch: i64) -> Result<(), ErrorCode> {
+        if controller_epoch < self.known_controller_epoch.load(Ordering::Acquire) {
+            return Err(ErrorCode::StaleControllerEpoch);
+        }
+        if broker_epoch != -1 && broker_epoch < self.broker_epoch() {
+            return Err(ErrorCode::StaleBrokerEpoch);
+        }
+        self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
+        Ok(())
     }
 
     pub fn controller_epoch(&self) -> i32 {
@@ -203,6 +268,8 @@ impl Broker {
             }
         };
         self.controller_epoch.store(epoch, Ordering::Release);
+        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
+        self.reset_propagated();
         self.is_controller.store(true, Ordering::Release);
         self.cache.update(|c| c.controller_id = id);
         tracing::info!(broker_id = id, epoch, "became controller");
@@ -266,65 +333,123 @@ impl Broker {
         self.isr_queued.notify_one();
     }
 
-    /// Writes queued ISR changes to the partition state znodes (compare-and-set, as Kafka
-    /// did before AlterPartition), pipelined, then applies each one that was written. A
-    /// change is skipped if leadership moved meanwhile, or if it would add a broker that has
-    /// left `/brokers/ids` (one in controlled shutdown must not rejoin just because it is
-    /// caught up, KIP-841); one that lost a race is dropped, and the leader proposes it again.
+    /// Sends queued ISR changes to the controller in AlterPartition requests (the controller
+    /// alone writes partition state), then applies each one it accepted. A change is skipped
+    /// if leadership moved meanwhile; one the controller refused is dropped, and the leader
+    /// proposes it again if it still holds.
     pub fn spawn_isr_writer(self: &Arc<Self>) {
         let b = self.clone();
         tokio::spawn(async move {
+            let mut conn: Option<(i32, tokio::net::TcpStream)> = None;
+            let mut correlation_id = 0i32;
             loop {
                 b.isr_queued.notified().await;
-                let batch: Vec<IsrChange> = {
-                    let mut q = b.pending_isr.lock().unwrap_or_else(|p| p.into_inner());
-                    q.drain().map(|(_, v)| v).collect()
-                };
-                if batch.is_empty() {
-                    continue;
-                }
-                let b2 = b.clone();
-                let r = tokio::task::spawn_blocking(move || b2.write_isr_changes(batch)).await;
-                if let Ok(Err(e)) = r {
-                    tracing::warn!(error = %e, "cannot record ISR changes; the leaders will propose them again");
+                loop {
+                    let batch: Vec<IsrChange> = {
+                        let mut q = b.pending_isr.lock().unwrap_or_else(|p| p.into_inner());
+                        q.drain().map(|(_, v)| v).collect()
+                    };
+                    if batch.is_empty() {
+                        break;
+                    }
+                    correlation_id = correlation_id.wrapping_add(1);
+                    match b.alter_partition(batch, &mut conn, correlation_id).await {
+                        Ok(()) => {}
+                        Err(e) => {
+                            tracing::info!(error = %e, "cannot send ISR changes to the controller; the leaders will propose them again");
+                            conn = None;
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            break;
+                        }
+                    }
                 }
             }
         });
     }
 
-    fn write_isr_changes(&self, batch: Vec<IsrChange>) -> Result<(), StoreError> {
+    async fn alter_partition(
+        self: &Arc<Self>,
+        batch: Vec<IsrChange>,
+        conn: &mut Option<(i32, tokio::net::TcpStream)>,
+        correlation_id: i32,
+    ) -> anyhow::Result<()> {
+        use crate::controller::messages::{
+            AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionTopicData,
+            BrokerState,
+        };
         let me = self.config.broker_id;
-        let live: Vec<i32> = self.cache.snapshot().brokers.iter().map(|b| b.id).collect();
-        for chunk in batch.chunks(1000) {
-            let paths: Vec<String> =
-                chunk.iter().map(|(p, _)| zk_data::partition_state_path(&p.topic, p.index)).collect();
-            let current = self.store.get_many_versioned(&paths)?;
-            let mut writes = Vec::new();
-            let mut applied = Vec::new();
-            for (((partition, isr), path), cur) in chunk.iter().zip(paths).zip(current) {
-                let Some((mut state, version)) =
-                    cur.and_then(|(d, v)| zk_data::parse_partition_state(&d).map(|s| (s, v)))
-                else {
-                    continue;
-                };
-                let (_, epoch) = partition.role();
-                if state.leader != me || state.leader_epoch != epoch || state.isr == *isr {
-                    continue;
-                }
-                if isr.iter().any(|r| !state.isr.contains(r) && !live.contains(r)) {
-                    continue;
-                }
-                tracing::info!(topic = %partition.topic, partition = partition.index, from = ?state.isr, to = ?isr, "ISR change");
-                state.isr = isr.clone();
-                writes.push((path, zk_data::partition_state_json(&state), Some(version)));
-                applied.push((partition, isr));
+        let snapshot = self.cache.snapshot();
+        let mut topics: Vec<AlterPartitionTopicData> = Vec::new();
+        let mut sent: std::collections::HashMap<(uuid::Uuid, i32), (Arc<Partition>, i32)> = Default::default();
+        for (partition, isr) in batch {
+            let (role, epoch) = partition.role();
+            let Some(topic) = snapshot.topics.get(&partition.topic) else { continue };
+            if role != crate::replication::Role::Leader {
+                continue;
             }
-            for (result, (partition, isr)) in self.store.write_many(&writes)?.into_iter().zip(applied) {
-                match result {
-                    Ok(()) => partition.set_isr(isr.clone()),
-                    Err(e) => {
-                        tracing::info!(topic = %partition.topic, partition = partition.index, error = %e, "ISR change lost a race; will retry")
-                    }
+            let data = AlterPartitionPartitionData {
+                partition_index: partition.index,
+                leader_epoch: epoch,
+                new_isr_with_epochs: isr.iter().map(|&broker_id| BrokerState { broker_id, broker_epoch: -1 }).collect(),
+                leader_recovery_state: 0,
+                partition_epoch: partition.partition_epoch(),
+            };
+            match topics.iter_mut().find(|t| t.topic_id == topic.id) {
+                Some(t) => t.partitions.push(data),
+                None => topics.push(AlterPartitionTopicData {
+                    topic_name: topic.name.clone(),
+                    topic_id: topic.id,
+                    partitions: vec![data],
+                }),
+            }
+            sent.insert((topic.id, partition.index), (partition, epoch));
+        }
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let req = AlterPartitionRequest { broker_id: me, broker_epoch: self.broker_epoch(), topics };
+        let resp: AlterPartitionResponse = if self.is_controller() {
+            let b = self.clone();
+            tokio::task::spawn_blocking(move || b.handle_alter_partition(&req)).await?
+        } else {
+            let controller = snapshot.controller_id;
+            if conn.as_ref().is_none_or(|(id, _)| *id != controller) {
+                let target = snapshot
+                    .brokers
+                    .iter()
+                    .find(|b| b.id == controller)
+                    .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
+                let stream = tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await?;
+                let _ = stream.set_nodelay(true);
+                *conn = Some((controller, stream));
+            }
+            let Some((_, stream)) = conn.as_mut() else { anyhow::bail!("no connection to the controller") };
+            let client_id = format!("gregor-broker-{me}");
+            let max = self.config.socket_request_max_bytes;
+            let call = crate::controller::channel::round_trip(
+                stream,
+                correlation_id,
+                &client_id,
+                &req,
+                ALTER_PARTITION_VERSION,
+                max,
+            );
+            tokio::time::timeout(Duration::from_secs(30), call).await??
+        };
+        if resp.error_code != 0 {
+            anyhow::bail!("AlterPartition refused with error {}", resp.error_code);
+        }
+        for t in resp.topics {
+            for p in t.partitions {
+                let Some((partition, epoch)) = sent.get(&(t.topic_id, p.partition_index)) else { continue };
+                if p.error_code != 0 {
+                    tracing::info!(topic = %partition.topic, partition = p.partition_index, error = p.error_code, "ISR change refused by the controller");
+                    continue;
+                }
+                // Applied only if this broker still leads at the epoch it proposed for.
+                if partition.role() == (crate::replication::Role::Leader, *epoch) && p.leader_epoch == *epoch {
+                    partition.set_partition_epoch(p.partition_epoch);
+                    partition.set_isr(p.isr);
                 }
             }
         }
@@ -349,36 +474,74 @@ impl Broker {
         });
     }
 
-    /// Controlled shutdown through ZooKeeper: leave `/brokers/ids` first, so the controller
-    /// moves every leadership this broker holds to another ISR member, and keep serving until
-    /// it has (or `CONTROLLED_SHUTDOWN_TIMEOUT` passes). A rolling restart then costs clients
-    /// only retriable NOT_LEADER errors.
+    /// Controlled shutdown as Kafka does it: ask the controller (ControlledShutdown) to move
+    /// every leadership this broker holds to another ISR member and take it out of the ISRs,
+    /// keep serving until it has, and only then deregister. Retried as Kafka retries
+    /// (`controlled.shutdown.max.retries`); a rolling restart then costs clients only
+    /// retriable NOT_LEADER errors.
     pub async fn controlled_shutdown(self: &Arc<Self>) {
         let enabled = self.config.values.get("controlled.shutdown.enable").map(String::as_str) != Some("false");
         if !self.store.is_zookeeper() || !enabled {
             return;
         }
-        let me = self.config.broker_id;
-        let b = self.clone();
-        let left = tokio::task::spawn_blocking(move || b.store.delete_recursive(&zk_data::broker_path(me))).await;
-        if !matches!(left, Ok(Ok(()))) {
-            tracing::warn!("could not deregister; shutting down without moving leadership");
-            return;
-        }
+        let retries: u32 =
+            self.config.values.get("controlled.shutdown.max.retries").and_then(|v| v.parse().ok()).unwrap_or(3);
+        let backoff = Duration::from_millis(
+            self.config.values.get("controlled.shutdown.retry.backoff.ms").and_then(|v| v.parse().ok()).unwrap_or(5000),
+        );
+        // A departing broker must not look like a caught-up follower.
         self.shutting_down.store(true, Ordering::Release);
         self.fetchers.stop_all();
-        let movable = |b: &Broker| {
-            b.cache.snapshot().topics.values().any(|t| t.partitions.iter().any(|p| p.leader == me && p.isr.len() > 1))
-        };
         let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_TIMEOUT;
-        while movable(self) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        for attempt in 0..=retries {
+            match self.ask_controlled_shutdown().await {
+                Ok(0) => {
+                    tracing::info!("controlled shutdown: leadership moved to other replicas");
+                    return;
+                }
+                Ok(remaining) => tracing::info!(remaining, attempt, "controlled shutdown: partitions still led here"),
+                Err(e) => tracing::info!(error = %e, attempt, "controlled shutdown request failed"),
+            }
+            if tokio::time::Instant::now() + backoff > deadline {
+                break;
+            }
+            tokio::time::sleep(backoff.min(Duration::from_millis(500) * (attempt + 1))).await;
         }
-        if movable(self) {
-            tracing::warn!("controlled shutdown timed out with leaderships still here");
+        tracing::warn!("controlled shutdown did not complete; shutting down with leaderships still here");
+    }
+
+    /// One ControlledShutdown round trip; the number of partitions still led here.
+    async fn ask_controlled_shutdown(self: &Arc<Self>) -> anyhow::Result<usize> {
+        use crate::controller::messages::{ControlledShutdownRequest, ControlledShutdownResponse};
+        let me = self.config.broker_id;
+        let epoch = self.broker_epoch();
+        let snapshot = self.cache.snapshot();
+        let resp: ControlledShutdownResponse = if self.is_controller() {
+            let b = self.clone();
+            tokio::task::spawn_blocking(move || b.handle_controlled_shutdown(me, epoch)).await?
         } else {
-            tracing::info!("controlled shutdown: leadership moved to other replicas");
+            let target = snapshot
+                .brokers
+                .iter()
+                .find(|b| b.id == snapshot.controller_id)
+                .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
+            let mut stream = tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await?;
+            let req = ControlledShutdownRequest { broker_id: me, broker_epoch: epoch };
+            let client_id = format!("gregor-broker-{me}");
+            let call = crate::controller::channel::round_trip(
+                &mut stream,
+                1,
+                &client_id,
+                &req,
+                CONTROLLED_SHUTDOWN_VERSION,
+                self.config.socket_request_max_bytes,
+            );
+            tokio::time::timeout(Duration::from_secs(30), call).await??
+        };
+        if resp.error_code != 0 {
+            anyhow::bail!("controller answered error {}", resp.error_code);
         }
+        Ok(resp.remaining_partitions.len())
     }
 
     pub fn shutdown(&self) {

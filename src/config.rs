@@ -58,6 +58,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// Another broker's endpoint, as the controller passed it on.
+    pub fn of_broker(listener_name: String, host: String, port: u16, security_protocol: &str) -> Endpoint {
+        Endpoint { listener_name, host, port, security_protocol: security_protocol.to_string() }
+    }
+
     pub fn security_protocol(&self) -> &str {
         &self.security_protocol
     }

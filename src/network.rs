@@ -39,6 +39,8 @@ enum FrameError {
     UnsupportedVersion(ApiKey, i16),
     #[error("malformed {0:?} v{1} request: {2}")]
     Malformed(ApiKey, i16, String),
+    #[error("inter-broker request: {0}")]
+    InterBroker(String),
 }
 
 pub async fn serve_listener(
@@ -153,13 +155,16 @@ impl Connection {
         let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
         let version = i16::from_be_bytes([frame[2], frame[3]]);
         let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        if api::inter_broker::is_inter_broker(raw_key) && self.broker.store.is_zookeeper() {
+            return self.process_inter_broker(raw_key, version, frame).await.map(Some);
+        }
         let key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApi(raw_key))?;
         let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version));
         if !supported {
             if key == ApiKey::ApiVersions {
                 // Kafka answers an ApiVersions version it doesn't know in v0 form, with its
                 // own list, so the client can downgrade.
-                let body = ResponseKind::ApiVersions(api::api_versions_unsupported());
+                let body = ResponseKind::ApiVersions(api::api_versions_unsupported(self.broker.store.is_zookeeper()));
                 return encode_response(key, 0, correlation_id, &body).map(Some);
             }
             return Err(FrameError::UnsupportedVersion(key, version));
@@ -189,6 +194,32 @@ impl Connection {
             Ok(None) => Ok(None),
             Err(e) => Err(FrameError::Malformed(key, version, e)),
         }
+    }
+}
+
+impl Connection {
+    /// The controller's requests and the brokers' requests to it: codecs of our own, since
+    /// the protocol crate no longer has these APIs.
+    async fn process_inter_broker(&self, key: i16, version: i16, mut frame: Bytes) -> Result<Bytes, FrameError> {
+        use crate::controller::messages;
+        if !messages::is_supported(key, version) {
+            return Err(FrameError::InterBroker(format!("unsupported version {version} of API key {key}")));
+        }
+        let header = messages::decode_request_header(&mut frame)
+            .map_err(|e| FrameError::InterBroker(format!("malformed header: {e}")))?;
+        let span = tracing::debug_span!("request", api = key, version, correlation_id = header.correlation_id);
+        let body = api::inter_broker::handle(&self.broker, key, version, frame)
+            .instrument(span)
+            .await
+            .map_err(FrameError::InterBroker)?;
+        let mut buf = BytesMut::with_capacity(body.len() + 16);
+        buf.put_i32(0);
+        messages::encode_response_header(header.correlation_id, key, version, &mut buf)
+            .map_err(|e| FrameError::InterBroker(format!("cannot encode response header: {e}")))?;
+        buf.extend_from_slice(&body);
+        let len = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        Ok(buf.freeze())
     }
 }
 

@@ -5,12 +5,17 @@ use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
 use super::{RequestContext, SUPPORTED_APIS};
 
-pub fn supported_list() -> Vec<ApiVersion> {
-    SUPPORTED_APIS
-        .iter()
-        .map(|&(key, min, max)| {
+/// The client APIs and, in a ZooKeeper cluster, the inter-broker ones, as a ZooKeeper-mode
+/// Kafka lists both. Standalone there is no other broker to talk to.
+pub fn supported_list(cluster: bool) -> Vec<ApiVersion> {
+    let inter_broker = crate::controller::messages::INTER_BROKER_APIS.iter().copied().filter(|_| cluster);
+    let mut all: Vec<(i16, i16, i16)> =
+        SUPPORTED_APIS.iter().map(|&(key, min, max)| (key as i16, min, max)).chain(inter_broker).collect();
+    all.sort_by_key(|(key, _, _)| *key);
+    all.into_iter()
+        .map(|(key, min, max)| {
             let mut v = ApiVersion::default();
-            v.api_key = key as i16;
+            v.api_key = key;
             v.min_version = min;
             v.max_version = max;
             v
@@ -36,17 +41,17 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
         r.error_code = 42; // INVALID_REQUEST
         return r;
     }
-    r.api_keys = supported_list();
+    r.api_keys = supported_list(ctx.broker.store.is_zookeeper());
     r.finalized_features_epoch = -1;
     r
 }
 
 /// The answer to an ApiVersions version we don't know: error 35 and our list, in v0 layout,
 /// so the client can retry with a version we support (as Kafka does).
-pub fn unsupported_version_response() -> ApiVersionsResponse {
+pub fn unsupported_version_response(cluster: bool) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
     r.error_code = 35;
-    r.api_keys = supported_list();
+    r.api_keys = supported_list(cluster);
     r
 }
 

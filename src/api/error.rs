@@ -13,6 +13,8 @@ pub enum ErrorCode {
     UnknownTopicOrPartition = 3,
     LeaderNotAvailable = 5,
     NotLeaderOrFollower = 6,
+    BrokerNotAvailable = 8,
+    StaleControllerEpoch = 11,
     MessageTooLarge = 10,
     InvalidTopicException = 17,
     NotEnoughReplicas = 19,
@@ -25,11 +27,16 @@ pub enum ErrorCode {
     InvalidConfig = 40,
     NotController = 41,
     InvalidRequest = 42,
+    OperationNotAttempted = 55,
     KafkaStorageError = 56,
     TopicDeletionDisabled = 73,
+    FencedLeaderEpoch = 74,
+    StaleBrokerEpoch = 77,
+    InvalidUpdateVersion = 95,
     TransactionalIdAuthorizationFailed = 53,
     UnknownTopicId = 100,
     InconsistentTopicId = 103,
+    IneligibleReplica = 107,
 }
 
 impl ErrorCode {

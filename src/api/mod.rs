@@ -7,6 +7,7 @@ mod api_versions;
 mod configs;
 mod fetch;
 mod group;
+pub mod inter_broker;
 mod metadata;
 mod produce;
 mod producer_id;

@@ -3,8 +3,11 @@
 //! every change is written to the store first (the durable truth), then to the metadata cache,
 //! then applied to the local replicas.
 
+pub mod channel;
 pub mod election;
 pub mod messages;
+pub mod propagate;
+pub mod requests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -205,6 +208,10 @@ impl Broker {
             }
             results[i] = Some(r);
         }
+        let created: std::collections::BTreeSet<String> =
+            reqs.iter().zip(&results).filter(|(_, r)| matches!(r, Some(Ok(_)))).map(|(q, _)| q.name.clone()).collect();
+        // Leaders are told now, not when the watch event for these writes comes back.
+        self.propagate(Some(&created));
         results
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(ApiError::new(ErrorCode::UnknownServerError, ""))))
@@ -252,7 +259,9 @@ impl Broker {
         let (writes, partitions) = self.initial_states(name, assignment);
         let entries: Vec<(&str, &str)> = writes.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
         self.store.set_many(&entries)?;
-        self.publish_topic(name, id, partitions, configs)
+        let info = self.publish_topic(name, id, partitions, configs)?;
+        self.propagate(Some(&std::collections::BTreeSet::from([name.to_string()])));
+        Ok(info)
     }
 
     /// First states of the partitions of `assignment` not yet in the cache (leader: the first
@@ -276,7 +285,14 @@ impl Broker {
             let state =
                 PartitionState { leader, leader_epoch: 0, isr: isr.clone(), controller_epoch: self.controller_epoch() };
             writes.push((zk_data::partition_state_path(name, p), zk_data::partition_state_json(&state)));
-            partitions.push(PartitionInfo { index: p, leader, leader_epoch: 0, replicas: replicas.clone(), isr });
+            partitions.push(PartitionInfo {
+                index: p,
+                leader,
+                leader_epoch: 0,
+                replicas: replicas.clone(),
+                isr,
+                partition_epoch: 0,
+            });
         }
         partitions.sort_by_key(|p| p.index);
         (writes, partitions)
@@ -446,6 +462,7 @@ impl Broker {
                     leader_epoch: state.leader_epoch,
                     replicas: replicas.clone(),
                     isr: state.isr,
+                    partition_epoch: 0,
                 });
             }
             let info = Arc::new(TopicInfo { name: name.clone(), id, partitions, configs });

@@ -13,6 +13,10 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// The czxid of its `/brokers/ids/<id>` znode (Kafka's broker epoch); -1 where unknown.
+    pub epoch: i64,
+    /// Every endpoint it registered, for the controller to pass on in UpdateMetadata.
+    pub endpoints: Vec<crate::config::Endpoint>,
 }
 
 #[derive(Debug, Clone)]
@@ -22,6 +26,8 @@ pub struct PartitionInfo {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// The version of the partition's state znode (Kafka's partition epoch).
+    pub partition_epoch: i32,
 }
 
 #[derive(Debug, Clone)]

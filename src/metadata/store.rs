@@ -73,6 +73,15 @@ impl ZnodeStore {
         }
     }
 
+    /// Data and the transaction id that created the node: for `/brokers/ids/<id>` that is
+    /// Kafka's broker epoch. The embedded store has no transaction ids and answers 0.
+    pub fn get_with_czxid(&self, path: &str) -> Result<Option<(String, i64)>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => Ok(s.get(path).map(|d| (d, 0))),
+            ZnodeStore::ZooKeeper(z) => z.get_with_czxid(path),
+        }
+    }
+
     /// Many reads at once (pipelined in ZooKeeper mode).
     pub fn get_many_versioned(&self, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
         match self {

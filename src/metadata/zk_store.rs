@@ -236,6 +236,15 @@ impl ZkStore {
         }
     }
 
+    pub fn get_with_czxid(&self, path: &str) -> Result<Option<(String, i64)>, StoreError> {
+        let p = path.to_string();
+        match self.call(move |c| async move { c.get_data(&p).await })? {
+            Ok((data, stat)) => Ok(Some((String::from_utf8_lossy(&data).into_owned(), stat.czxid))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn set_data(&self, path: &str, data: &str, version: Option<i32>) -> Result<Result<i32, zk::Error>, StoreError> {
         let (p, d) = (path.to_string(), data.as_bytes().to_vec());
         self.call(move |c| async move { c.set_data(&p, &d, version).await.map(|stat| stat.version) })

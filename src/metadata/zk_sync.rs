@@ -17,7 +17,7 @@ use crate::broker::Broker;
 
 /// Reads `/brokers/ids/<id>`: the endpoint for `listener` if the broker has one, else its
 /// first endpoint.
-fn parse_broker(id: i32, data: &str, listener: &str) -> Option<BrokerInfo> {
+fn parse_broker(id: i32, data: &str, listener: &str, epoch: i64) -> Option<BrokerInfo> {
     let v: Value = serde_json::from_str(data).ok()?;
     let endpoints = v.get("endpoints").and_then(Value::as_array).cloned().unwrap_or_default();
     let parsed: Vec<crate::config::Endpoint> = endpoints
@@ -32,6 +32,8 @@ fn parse_broker(id: i32, data: &str, listener: &str) -> Option<BrokerInfo> {
         host: ep.host.clone(),
         port: ep.port,
         rack: v.get("rack").and_then(Value::as_str).map(str::to_string),
+        epoch,
+        endpoints: parsed.clone(),
     })
 }
 
@@ -75,12 +77,29 @@ impl Changes {
 }
 
 fn partition_info(data: Option<&(String, i32)>, p: i32, replicas: &[i32]) -> PartitionInfo {
-    let state = data.and_then(|(d, _)| zk_data::parse_partition_state(d));
-    let (leader, leader_epoch, isr) = match state {
-        Some(s) => (s.leader, s.leader_epoch, s.isr),
-        None => (-1, -1, vec![]),
+    let state = data.and_then(|(d, v)| zk_data::parse_partition_state(d).map(|s| (s, *v)));
+    let (leader, leader_epoch, isr, partition_epoch) = match state {
+        Some((s, version)) => (s.leader, s.leader_epoch, s.isr, version),
+        None => (-1, -1, vec![], -1),
     };
-    PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.to_vec(), isr }
+    PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.to_vec(), isr, partition_epoch }
+}
+
+/// A topic this controller just created is read back from its topic znode, possibly before
+/// its partition states are written: the states it published stand until the znodes say
+/// otherwise, so the pass does not decide them a second time.
+fn keep_published_states(read: Arc<TopicInfo>, published: Option<&Arc<TopicInfo>>) -> Arc<TopicInfo> {
+    let Some(published) = published.filter(|p| p.id == read.id) else { return read };
+    if read.partitions.iter().all(|p| p.leader_epoch >= 0) {
+        return read;
+    }
+    let mut next = (*read).clone();
+    for p in next.partitions.iter_mut().filter(|p| p.leader_epoch < 0) {
+        if let Some(old) = published.partitions.iter().find(|o| o.index == p.index && o.leader_epoch >= 0) {
+            *p = old.clone();
+        }
+    }
+    Arc::new(next)
 }
 
 /// Reads issued together, so a pass over many znodes costs a few pipelined round trips rather
@@ -106,14 +125,12 @@ impl Broker {
     /// to the partitions that changed. Work is proportional to what changed.
     pub fn reconcile_changes(self: &Arc<Self>, changes: Option<&Changes>) -> Result<(), StoreError> {
         let store = &self.store;
-        let previous = self.cache.snapshot();
-        let brokers = match changes {
-            Some(c) if !c.brokers => None,
-            _ => Some(self.read_brokers()?),
-        };
-        let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
-
+        if changes.is_none() {
+            // A new session means a new registration, and with it a new broker epoch.
+            self.refresh_broker_epoch()?;
+        }
         let was_controller = self.is_controller();
+        let previous = self.cache.snapshot();
         let mut controller = (previous.controller_id >= 0).then_some(previous.controller_id);
         if changes.is_none_or(|c| c.controller || c.brokers) {
             let controller_of = |d: &str| {
@@ -127,6 +144,27 @@ impl Broker {
                 tracing::warn!("no longer the controller");
                 self.resign_controller();
             }
+        }
+        if !self.is_controller() {
+            // Everything else a broker knows comes from the controller's requests; of the
+            // tree it follows only who the controller is and the topic configs.
+            self.cache.update(|c| c.controller_id = controller.unwrap_or(-1));
+            if let Some(c) = changes {
+                self.reload_topic_configs(&c.topics);
+            }
+            return Ok(());
+        }
+        // A new controller starts from the whole tree, as Kafka's loads it when elected.
+        let changes = if was_controller { changes } else { None };
+        let brokers = match changes {
+            Some(c) if !c.brokers => None,
+            _ => Some(self.read_brokers()?),
+        };
+        let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
+        {
+            // A broker in controlled shutdown stays out of leadership and ISRs until it is gone.
+            let mut leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+            leaving.retain(|b| live.contains(b));
         }
 
         let mut topics = previous.topics.clone();
@@ -145,7 +183,10 @@ impl Broker {
                 let names: Vec<String> = c.topics.iter().cloned().collect();
                 for (name, info) in names.iter().zip(self.read_topics(&names)?) {
                     match info {
-                        Some(info) => topics.insert(name.clone(), info),
+                        Some(info) => {
+                            let info = keep_published_states(info, topics.get(name));
+                            topics.insert(name.clone(), info)
+                        }
                         None => topics.remove(name),
                     };
                 }
@@ -177,12 +218,67 @@ impl Broker {
             c.controller_id = controller.unwrap_or(-1);
             c.topics = topics.clone();
         });
-        if self.is_controller() {
-            // A new controller starts from the whole image, as Kafka's loads the whole tree.
-            self.controller_duties(&live, if was_controller { scope } else { None })?;
+        if let Some(c) = scope {
+            // Configs changed by others are applied to this broker's own logs here.
+            self.apply_topic_configs(&previous.topics, &topics, &c.topics);
         }
-        self.apply_leadership(&previous.topics, &topics, scope);
+        let eligible: BTreeSet<i32> = {
+            let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+            live.difference(&leaving).copied().collect()
+        };
+        self.controller_duties(&eligible, scope)?;
+        let touched: Option<BTreeSet<String>> =
+            scope.map(|c| c.topics.iter().chain(c.partitions.keys()).cloned().collect());
+        self.propagate(touched.as_ref());
         Ok(())
+    }
+
+    /// Non-controller: re-reads the configs of the named topics this broker knows.
+    fn reload_topic_configs(&self, names: &BTreeSet<String>) {
+        let before = self.cache.snapshot();
+        let known: Vec<String> = names.iter().filter(|n| before.topics.contains_key(*n)).cloned().collect();
+        if known.is_empty() {
+            return;
+        }
+        let configs = self.read_topic_configs(&known);
+        self.cache.update(|c| {
+            for (name, conf) in &configs {
+                if let Some(t) = c.topics.get(name) {
+                    let mut next = (**t).clone();
+                    next.configs = conf.clone();
+                    c.topics.insert(name.clone(), Arc::new(next));
+                }
+            }
+        });
+        let after = self.cache.snapshot();
+        self.apply_topic_configs(&before.topics, &after.topics, names);
+    }
+
+    /// Applies changed topic configs to the open logs of those topics.
+    fn apply_topic_configs(
+        &self,
+        before: &BTreeMap<String, Arc<TopicInfo>>,
+        now: &BTreeMap<String, Arc<TopicInfo>>,
+        names: &BTreeSet<String>,
+    ) {
+        for name in names {
+            let (Some(b), Some(t)) = (before.get(name), now.get(name)) else { continue };
+            if b.configs == t.configs {
+                continue;
+            }
+            let log_config = match self.config.log_config_for(&t.configs) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(topic = %name, error = %e, "invalid topic config; using broker defaults");
+                    self.config.log.clone()
+                }
+            };
+            for p in &t.partitions {
+                if let Some(part) = self.replicas.hosted(name, p.index) {
+                    part.set_config(log_config.clone());
+                }
+            }
+        }
     }
 
     fn read_brokers(&self) -> Result<Vec<BrokerInfo>, StoreError> {
@@ -190,8 +286,8 @@ impl Broker {
         let mut brokers = Vec::new();
         for child in self.store.try_children(zk_data::BROKER_IDS)? {
             let Ok(id) = child.parse::<i32>() else { continue };
-            let Some(data) = self.store.try_get(&zk_data::broker_path(id))? else { continue };
-            match parse_broker(id, &data, &listener) {
+            let Some((data, epoch)) = self.store.get_with_czxid(&zk_data::broker_path(id))? else { continue };
+            match parse_broker(id, &data, &listener, epoch) {
                 Some(b) => brokers.push(b),
                 None => tracing::warn!(broker = id, "broker registration gregor does not understand; skipped"),
             }
@@ -251,103 +347,6 @@ impl Broker {
                 Some(Arc::new(TopicInfo { name: name.clone(), id, partitions, configs }))
             })
             .collect())
-    }
-
-    /// Makes this broker leader or follower of each partition it hosts as the states say,
-    /// points the follower fetchers at the right leaders, deletes the logs of deleted topics,
-    /// and applies changed topic configs.
-    fn apply_leadership(
-        self: &Arc<Self>,
-        before: &BTreeMap<String, Arc<TopicInfo>>,
-        now: &BTreeMap<String, Arc<TopicInfo>>,
-        scope: Option<&Changes>,
-    ) {
-        let me = self.config.broker_id;
-        let touched: Vec<&Arc<TopicInfo>> = match scope {
-            None => now.values().collect(),
-            Some(c) => c.topics.iter().chain(c.partitions.keys()).filter_map(|t| now.get(t)).collect(),
-        };
-        for topic in touched {
-            let only = scope.and_then(|c| c.partitions.get(&topic.name));
-            let config_changed = before.get(&topic.name).is_some_and(|b| b.configs != topic.configs);
-            let log_config = match self.config.log_config_for(&topic.configs) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(topic = %topic.name, error = %e, "invalid topic config; using broker defaults");
-                    self.config.log.clone()
-                }
-            };
-            let id = zk_data::uuid_to_kafka(topic.id);
-            for p in topic.partitions.iter().filter(|p| only.is_none_or(|o| o.contains(&p.index))) {
-                let tp = (topic.name.clone(), p.index);
-                if !p.replicas.contains(&me) {
-                    self.fetchers.unfollow(&tp);
-                    // Reassigned away from this broker: its copy is no longer needed
-                    // (Kafka's StopReplica with delete).
-                    if self.replicas.hosted(&topic.name, p.index).is_some() {
-                        tracing::info!(topic = %topic.name, partition = p.index, "no longer a replica; deleting local log");
-                        if let Err(e) = self.replicas.remove_partition(&topic.name, p.index) {
-                            tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "cannot delete partition log");
-                        }
-                    }
-                    continue;
-                }
-                let part = match self.replicas.open_replica(&topic.name, p.index, &id, log_config.clone()) {
-                    Ok(part) => part,
-                    Err(e) => {
-                        tracing::error!(topic = %topic.name, partition = p.index, error = %e, "cannot open partition");
-                        continue;
-                    }
-                };
-                if config_changed {
-                    part.set_config(log_config.clone());
-                }
-                if p.leader == me {
-                    self.fetchers.unfollow(&tp);
-                    let offsets = topic.name == crate::group::OFFSETS_TOPIC;
-                    // Until its groups are loaded, a new coordinator answers
-                    // COORDINATOR_LOAD_IN_PROGRESS rather than "no offsets".
-                    if offsets {
-                        self.set_loading_offsets(p.index, true);
-                    }
-                    if part.become_leader(p.leader_epoch, &p.replicas, &p.isr) {
-                        tracing::info!(topic = %topic.name, partition = p.index, epoch = p.leader_epoch, "became leader");
-                        if offsets {
-                            self.load_groups(Some(p.index));
-                        }
-                    }
-                    if offsets {
-                        self.set_loading_offsets(p.index, false);
-                    }
-                } else {
-                    if part.become_follower(p.leader, p.leader_epoch, &p.replicas, &p.isr) {
-                        tracing::info!(topic = %topic.name, partition = p.index, leader = p.leader, epoch = p.leader_epoch, "following");
-                    }
-                    if p.leader >= 0 && !self.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
-                        self.fetchers.follow(self, p.leader, tp);
-                    } else {
-                        self.fetchers.unfollow(&tp);
-                    }
-                }
-            }
-        }
-        let deleted: Vec<Arc<crate::replication::Partition>> = match scope {
-            None => self.replicas.all_partitions().into_iter().filter(|p| !now.contains_key(&p.topic)).collect(),
-            Some(c) => c
-                .topics
-                .iter()
-                .filter(|t| !now.contains_key(*t))
-                .filter_map(|t| before.get(t))
-                .flat_map(|t| t.partitions.iter().filter_map(|p| self.replicas.hosted(&t.name, p.index)))
-                .collect(),
-        };
-        for part in deleted {
-            self.fetchers.unfollow(&(part.topic.clone(), part.index));
-            if let Err(e) = self.replicas.remove_partition(&part.topic, part.index) {
-                tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot delete partition log");
-            }
-        }
-        self.replicas.notify_changed();
     }
 
     /// Re-runs [`Broker::reconcile`] whenever ZooKeeper reports a change (ZooKeeper mode only).

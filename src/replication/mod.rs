@@ -6,6 +6,7 @@
 //! the ISR, acks=all answers only once the high watermark passes the write, and only the ISR
 //! may become leader (unless unclean election is enabled).
 
+pub mod control;
 pub mod fetcher;
 pub mod leader_epoch;
 pub mod partition;

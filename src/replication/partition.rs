@@ -5,7 +5,7 @@
 //! Lock order: producers, then log, then state, then epochs. None is held across an await.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,9 @@ pub struct Partition {
     producers: Mutex<ProducerStateManager>,
     epochs: Mutex<LeaderEpochCache>,
     high_watermark: AtomicI64,
+    /// The version of the partition's state znode the controller last told this broker
+    /// (Kafka's partition epoch): AlterPartition is a compare-and-set against it.
+    partition_epoch: AtomicI32,
     state: Mutex<ReplicaState>,
 }
 
@@ -117,6 +120,7 @@ impl Partition {
             producers: Mutex::new(producers),
             epochs: Mutex::new(epochs),
             high_watermark: AtomicI64::new(checkpointed_hw.unwrap_or(0).clamp(0, leo)),
+            partition_epoch: AtomicI32::new(-1),
             state: Mutex::new(ReplicaState {
                 role: Role::Follower { leader: -1 },
                 leader_epoch: -1,
@@ -130,6 +134,14 @@ impl Partition {
 
     fn lock_log(&self) -> MutexGuard<'_, Log> {
         lock(&self.log)
+    }
+
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch.load(Ordering::Acquire)
+    }
+
+    pub fn set_partition_epoch(&self, epoch: i32) {
+        self.partition_epoch.store(epoch, Ordering::Release);
     }
 
     pub fn log_end_offset(&self) -> i64 {

@@ -1,0 +1,140 @@
+//! The requests brokers send each other in ZooKeeper mode: LeaderAndIsr, UpdateMetadata and
+//! StopReplica from the controller, ControlledShutdown and AlterPartition to it. Their codecs
+//! are ours (`controller::messages`); this decodes, fences and dispatches them.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::error::ErrorCode;
+use crate::broker::Broker;
+use crate::controller::messages::{
+    self, AlterPartitionRequest, AlterPartitionResponse, ControlledShutdownRequest, ControlledShutdownResponse,
+    LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, Message, StopReplicaPartitionError,
+    StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
+};
+
+pub fn is_inter_broker(api_key: i16) -> bool {
+    messages::INTER_BROKER_APIS.iter().any(|(k, _, _)| *k == api_key)
+}
+
+/// Decodes, handles and encodes one request body. `Err` closes the connection with the reason
+/// (a malformed request; a stale one is answered with its error code instead).
+pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: Bytes) -> Result<BytesMut, String> {
+    let mut out = BytesMut::new();
+    let malformed = |e: messages::CodecError| format!("malformed inter-broker request (key {api_key} v{version}): {e}");
+    let encoded = match api_key {
+        messages::LEADER_AND_ISR => {
+            let req = LeaderAndIsrRequest::decode(&mut body, version).map_err(malformed)?;
+            leader_and_isr(broker, req).await.encode(&mut out, version)
+        }
+        messages::UPDATE_METADATA => {
+            let req = UpdateMetadataRequest::decode(&mut body, version).map_err(malformed)?;
+            update_metadata(broker, req).await.encode(&mut out, version)
+        }
+        messages::STOP_REPLICA => {
+            let req = StopReplicaRequest::decode(&mut body, version).map_err(malformed)?;
+            stop_replica(broker, req).await.encode(&mut out, version)
+        }
+        messages::CONTROLLED_SHUTDOWN => {
+            let req = ControlledShutdownRequest::decode(&mut body, version).map_err(malformed)?;
+            let b = broker.clone();
+            blocking(move || b.handle_controlled_shutdown(req.broker_id, req.broker_epoch))
+                .await
+                .unwrap_or_else(|e| ControlledShutdownResponse { error_code: e.code(), remaining_partitions: vec![] })
+                .encode(&mut out, version)
+        }
+        messages::ALTER_PARTITION => {
+            let req = AlterPartitionRequest::decode(&mut body, version).map_err(malformed)?;
+            let b = broker.clone();
+            blocking(move || b.handle_alter_partition(&req))
+                .await
+                .unwrap_or_else(|e| AlterPartitionResponse { error_code: e.code(), ..Default::default() })
+                .encode(&mut out, version)
+        }
+        other => return Err(format!("no handler for inter-broker API key {other}")),
+    };
+    encoded.map_err(|e| format!("cannot encode inter-broker response (key {api_key} v{version}): {e}"))?;
+    Ok(out)
+}
+
+/// Controller requests change logs and znodes: off the async workers, as admin requests are.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ErrorCode> {
+    tokio::task::spawn_blocking(f).await.map_err(|_| ErrorCode::UnknownServerError)
+}
+
+async fn leader_and_isr(broker: &Arc<Broker>, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse {
+    let refuse = |code: ErrorCode, req: &LeaderAndIsrRequest| LeaderAndIsrResponse {
+        error_code: code.code(),
+        partition_errors: req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| LeaderAndIsrPartitionError {
+                    topic_name: t.topic_name.clone(),
+                    topic_id: t.topic_id,
+                    partition_index: p.partition_index,
+                    error_code: code.code(),
+                })
+            })
+            .collect(),
+    };
+    if let Err(code) = broker.check_controller_request(req.controller_epoch, req.broker_epoch) {
+        tracing::warn!(controller = req.controller_id, epoch = req.controller_epoch, ?code, "LeaderAndIsr fenced");
+        return refuse(code, &req);
+    }
+    let b = broker.clone();
+    let req2 = req.clone();
+    match blocking(move || b.become_leader_or_follower(&req2)).await {
+        Ok(r) => r,
+        Err(code) => refuse(code, &req),
+    }
+}
+
+async fn update_metadata(broker: &Arc<Broker>, req: UpdateMetadataRequest) -> UpdateMetadataResponse {
+    if let Err(code) = broker.check_controller_request(req.controller_epoch, req.broker_epoch) {
+        tracing::warn!(controller = req.controller_id, epoch = req.controller_epoch, ?code, "UpdateMetadata fenced");
+        return UpdateMetadataResponse { error_code: code.code() };
+    }
+    if broker.is_controller() {
+        // The controller's image comes from ZooKeeper. Only a newer controller's word counts,
+        // and it means this one was replaced without noticing.
+        if req.controller_epoch <= broker.controller_epoch() {
+            return UpdateMetadataResponse { error_code: ErrorCode::StaleControllerEpoch.code() };
+        }
+        tracing::warn!(
+            controller = req.controller_id,
+            epoch = req.controller_epoch,
+            "a newer controller exists; resigning"
+        );
+        broker.resign_controller();
+    }
+    let b = broker.clone();
+    blocking(move || b.update_metadata(&req))
+        .await
+        .unwrap_or_else(|code| UpdateMetadataResponse { error_code: code.code() })
+}
+
+async fn stop_replica(broker: &Arc<Broker>, req: StopReplicaRequest) -> StopReplicaResponse {
+    let refuse = |code: ErrorCode, req: &StopReplicaRequest| StopReplicaResponse {
+        error_code: code.code(),
+        partition_errors: req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| StopReplicaPartitionError {
+                    topic_name: t.topic_name.clone(),
+                    partition_index: p.partition_index,
+                    error_code: code.code(),
+                })
+            })
+            .collect(),
+    };
+    if let Err(code) = broker.check_controller_request(req.controller_epoch, req.broker_epoch) {
+        tracing::warn!(controller = req.controller_id, epoch = req.controller_epoch, ?code, "StopReplica fenced");
+        return refuse(code, &req);
+    }
+    let b = broker.clone();
+    let req2 = req.clone();
+    blocking(move || b.stop_replicas(&req2)).await.unwrap_or_else(|code| refuse(code, &req))
+}

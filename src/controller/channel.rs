@@ -1,0 +1,254 @@
+//! The controller's connections to brokers (Kafka's `ControllerChannelManager`): one task per
+//! live broker, sending LeaderAndIsr, UpdateMetadata and StopReplica in the order the
+//! controller decided them. The queue is bounded; a broker that falls behind, or whose
+//! connection breaks, is sent the whole state again instead of what it missed, which is both
+//! simpler and never more than one request per kind.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Notify};
+
+use super::messages::{
+    self, InterBrokerHeader, LeaderAndIsrRequest, LeaderAndIsrResponse, Message, StopReplicaRequest,
+    StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
+};
+use crate::broker::Broker;
+
+/// The versions the controller sends: the newest ZooKeeper-mode ones that name topics by id
+/// as well as by name.
+pub const LEADER_AND_ISR_VERSION: i16 = 6;
+pub const UPDATE_METADATA_VERSION: i16 = 7;
+pub const STOP_REPLICA_VERSION: i16 = 3;
+
+/// Requests waiting for one broker before the controller gives up on increments and sends
+/// that broker the whole state once it catches up.
+const QUEUE_CAPACITY: usize = 64;
+const RETRY_BACKOFF: Duration = Duration::from_millis(300);
+/// A broker that does not answer a controller request in this time is reconnected.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub enum ControlRequest {
+    LeaderAndIsr(LeaderAndIsrRequest),
+    UpdateMetadata(UpdateMetadataRequest),
+    StopReplica(StopReplicaRequest),
+}
+
+struct BrokerChannel {
+    epoch: i64,
+    queue: mpsc::Sender<ControlRequest>,
+    /// Set when a request could not be queued: the task sends the whole state next.
+    resync: Arc<AtomicBool>,
+    wake: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for BrokerChannel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Channels to the live brokers other than this one, owned by the controller.
+#[derive(Default)]
+pub struct ControllerChannels {
+    channels: Mutex<HashMap<i32, BrokerChannel>>,
+}
+
+impl ControllerChannels {
+    /// Keeps exactly one channel per broker in `live` (id, broker epoch): a broker that
+    /// re-registered gets a new channel, one that left loses its own.
+    pub fn retain(&self, broker: &Arc<Broker>, live: &[(i32, i64)]) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.retain(|id, c| live.iter().any(|(l, e)| l == id && *e == c.epoch));
+        for &(id, epoch) in live {
+            if id == broker.config.broker_id || channels.contains_key(&id) {
+                continue;
+            }
+            let (queue, rx) = mpsc::channel(QUEUE_CAPACITY);
+            let resync = Arc::new(AtomicBool::new(false));
+            let wake = Arc::new(Notify::new());
+            let task = handle.spawn(run(Arc::downgrade(broker), id, rx, resync.clone(), wake.clone()));
+            channels.insert(id, BrokerChannel { epoch, queue, resync, wake, task });
+        }
+    }
+
+    /// Queues a request for a broker; if its queue is full the broker is marked for a full
+    /// resend instead.
+    pub fn send(&self, broker_id: i32, request: ControlRequest) {
+        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(c) = channels.get(&broker_id) else { return };
+        if c.queue.try_send(request).is_err() {
+            c.resync.store(true, Ordering::Release);
+            c.wake.notify_one();
+        }
+    }
+
+    pub fn clear(&self) {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+async fn run(
+    broker: Weak<Broker>,
+    target: i32,
+    mut rx: mpsc::Receiver<ControlRequest>,
+    resync: Arc<AtomicBool>,
+    wake: Arc<Notify>,
+) {
+    let mut conn: Option<TcpStream> = None;
+    let mut correlation_id = 0i32;
+    // A new channel starts with the whole state: the broker may have missed anything.
+    resync.store(true, Ordering::Release);
+    loop {
+        let batch: Vec<ControlRequest> = if resync.swap(false, Ordering::AcqRel) {
+            // Everything queued is contained in the whole state built now.
+            while rx.try_recv().is_ok() {}
+            let Some(b) = broker.upgrade() else { return };
+            if !b.is_controller() {
+                return;
+            }
+            b.full_state_for(target)
+        } else {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Some(r) => vec![r],
+                    None => return,
+                },
+                _ = wake.notified() => continue,
+            }
+        };
+        for request in batch {
+            loop {
+                let Some(b) = broker.upgrade() else { return };
+                if !b.is_controller() {
+                    return;
+                }
+                if conn.is_none() {
+                    conn = connect(&b, target).await;
+                }
+                let Some(stream) = conn.as_mut() else {
+                    drop(b);
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                    continue;
+                };
+                correlation_id = correlation_id.wrapping_add(1);
+                let client_id = format!("gregor-controller-{}", b.config.broker_id);
+                let max = b.config.socket_request_max_bytes;
+                drop(b);
+                let sent =
+                    tokio::time::timeout(REQUEST_TIMEOUT, exchange(stream, correlation_id, &client_id, &request, max))
+                        .await;
+                match sent {
+                    Ok(Ok(errors)) => {
+                        if let Some(e) = errors {
+                            tracing::warn!(broker = target, error = %e, "broker refused a controller request");
+                        }
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::info!(broker = target, error = %e, "controller request failed; reconnecting")
+                    }
+                    Err(_) => tracing::warn!(broker = target, "controller request timed out; reconnecting"),
+                }
+                // What was lost with the connection is unknown: send the whole state again.
+                conn = None;
+                resync.store(true, Ordering::Release);
+                tokio::time::sleep(RETRY_BACKOFF).await;
+                break;
+            }
+            if resync.load(Ordering::Acquire) {
+                break;
+            }
+        }
+    }
+}
+
+async fn connect(broker: &Broker, target: i32) -> Option<TcpStream> {
+    let snapshot = broker.cache.snapshot();
+    let b = snapshot.brokers.iter().find(|b| b.id == target)?;
+    match TcpStream::connect((b.host.as_str(), b.port)).await {
+        Ok(s) => {
+            let _ = s.set_nodelay(true);
+            Some(s)
+        }
+        Err(e) => {
+            tracing::debug!(broker = target, error = %e, "cannot connect to broker");
+            None
+        }
+    }
+}
+
+/// Sends one request and reads its answer. `Ok(Some(_))` is an answer that reports an error.
+async fn exchange(
+    stream: &mut TcpStream,
+    correlation_id: i32,
+    client_id: &str,
+    request: &ControlRequest,
+    max: usize,
+) -> anyhow::Result<Option<String>> {
+    Ok(match request {
+        ControlRequest::LeaderAndIsr(r) => {
+            let resp: LeaderAndIsrResponse =
+                round_trip(stream, correlation_id, client_id, r, LEADER_AND_ISR_VERSION, max).await?;
+            let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
+            (resp.error_code != 0 || failed > 0)
+                .then(|| format!("LeaderAndIsr: error {} and {failed} partition errors", resp.error_code))
+        }
+        ControlRequest::UpdateMetadata(r) => {
+            let resp: UpdateMetadataResponse =
+                round_trip(stream, correlation_id, client_id, r, UPDATE_METADATA_VERSION, max).await?;
+            (resp.error_code != 0).then(|| format!("UpdateMetadata: error {}", resp.error_code))
+        }
+        ControlRequest::StopReplica(r) => {
+            let resp: StopReplicaResponse =
+                round_trip(stream, correlation_id, client_id, r, STOP_REPLICA_VERSION, max).await?;
+            let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
+            (resp.error_code != 0 || failed > 0)
+                .then(|| format!("StopReplica: error {} and {failed} partition errors", resp.error_code))
+        }
+    })
+}
+
+/// One request and its response on an inter-broker connection.
+pub async fn round_trip<Req: Message, Resp: Message>(
+    stream: &mut TcpStream,
+    correlation_id: i32,
+    client_id: &str,
+    request: &Req,
+    version: i16,
+    max: usize,
+) -> anyhow::Result<Resp> {
+    let header = InterBrokerHeader {
+        api_key: Req::API_KEY,
+        api_version: version,
+        correlation_id,
+        client_id: Some(client_id.to_string()),
+    };
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    messages::encode_request_header(&header, &mut buf)?;
+    request.encode(&mut buf, version)?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    stream.write_all(&buf).await?;
+    let size = stream.read_i32().await?;
+    if size < 0 || size as usize > max {
+        anyhow::bail!("response of {size} bytes");
+    }
+    let mut body = vec![0u8; size as usize];
+    stream.read_exact(&mut body).await?;
+    let mut body = Bytes::from(body);
+    let got = messages::decode_response_header(Req::API_KEY, version, &mut body)?;
+    if got != correlation_id {
+        anyhow::bail!("correlation id {got} does not match {correlation_id}");
+    }
+    Ok(Resp::decode(&mut body, version)?)
+}
