@@ -153,11 +153,14 @@ def test_watches_do_not_grow_with_topics(cluster, zookeeper):
     1,000 (watching every topic or partition znode would cost each broker per topic)."""
     c = cluster
 
-    def counts():
+    def paths():
         by_session = watches_by_session(zookeeper)
         owners = session_owners(c)
         assert sorted(owners) == [1, 2, 3]
-        return {i: len(by_session.get(owner, [])) for i, owner in owners.items()}
+        return {i: by_session.get(owner, []) for i, owner in owners.items()}
+
+    def counts():
+        return {i: len(p) for i, p in paths().items()}
 
     a = c.admin(1)
     names = [f"w-{i:04d}" for i in range(1000)]
@@ -166,6 +169,15 @@ def test_watches_do_not_grow_with_topics(cluster, zookeeper):
     wait_until(lambda: len(c.kz.get_children("/brokers/topics")) >= 10, 60, "10 topics")
     with_10 = counts()
     assert all(n > 0 for n in with_10.values()), f"wchc shows no watches for some broker: {with_10}"
+    # Only the controller watches broker registrations, topics and admin requests; the others
+    # learn all of that from its requests.
+    controller = c.controller()
+    for broker, watched in paths().items():
+        controller_only = [p for p in watched if p.endswith(("/brokers", "/admin")) or "/brokers/" in p]
+        if broker == controller:
+            assert controller_only, f"controller {broker} watches {watched}"
+        else:
+            assert not controller_only, f"broker {broker} (not the controller) watches {watched}"
     for i in range(10, 1000, 100):
         for f in a.create_topics([NewTopic(n, 1, 1) for n in names[i:i + 100]]).values():
             f.result(timeout=300)

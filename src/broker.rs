@@ -213,6 +213,9 @@ impl Broker {
     pub fn resign_controller(&self) {
         self.is_controller.store(false, Ordering::Release);
         self.channels.clear();
+        if let ZnodeStore::ZooKeeper(zk) = &*self.store {
+            let _ = zk.set_controller_watches(false);
+        }
     }
 
     pub fn broker_epoch(&self) -> i64 {
@@ -253,6 +256,13 @@ impl Broker {
             Ok(()) => {}
             Err(StoreError::NodeExists(_)) => return Ok(false),
             Err(e) => return Err(e),
+        }
+        if let ZnodeStore::ZooKeeper(zk) = &*self.store {
+            // Before anything is read, so that no change goes unseen.
+            if let Err(e) = zk.set_controller_watches(true) {
+                let _ = self.store.delete_recursive(zk_data::CONTROLLER);
+                return Err(e);
+            }
         }
         let epoch = loop {
             let current = self.store.get_versioned(zk_data::CONTROLLER_EPOCH)?;

@@ -34,6 +34,10 @@ pub struct ZkStore {
     /// as Kafka re-registers a broker after its session expired. `/controller` is not among
     /// them: after a lost session the controller is elected anew.
     ephemerals: Arc<Mutex<BTreeMap<String, String>>>,
+    watches: Watches,
+    /// The controller's watches while this broker is controller: the session generation
+    /// they were set in, and the signal that removes them.
+    controller_watches: Mutex<Option<(u64, watch::Sender<bool>)>>,
 }
 
 /// The znodes that changed since the broker last looked, from the watch events. `full` means
@@ -92,7 +96,12 @@ where
 
 /// Paths whose changes matter to a broker: membership, topics, controller, admin requests,
 /// topic configs.
-const WATCHED: &[&str] = &["/brokers", "/controller", "/admin", "/config", "/isr_change_notification"];
+/// What every broker watches, whatever the size of the cluster: who the controller is, and
+/// topic and broker configs.
+const WATCHED: &[&str] = &["/controller", "/config"];
+/// What the controller watches besides (Kafka's controller: broker registrations, topics and
+/// their partition states, admin requests, ISR change notifications).
+const CONTROLLER_WATCHED: &[&str] = &["/brokers", "/admin", "/isr_change_notification"];
 
 impl Drop for ZkStore {
     fn drop(&mut self) {
@@ -135,7 +144,7 @@ impl ZkStore {
             run_on(&runtime, async move {
                 let deadline = tokio::time::Instant::now() + spec.connection_timeout;
                 let client = open_session(&spec, Some(deadline)).await?;
-                start_watches(&client, &w).await?;
+                start_watches(&client, &w, WATCHED, None).await?;
                 Ok::<_, StoreError>(client)
             })
         };
@@ -150,8 +159,39 @@ impl ZkStore {
         let client = Arc::new(RwLock::new(first.clone()));
         let ephemerals = Arc::new(Mutex::new(BTreeMap::new()));
         let (sessions_tx, sessions) = watch::channel(SessionEvent { generation: 1, live: true });
-        runtime.spawn(supervise(spec, first, client.clone(), ephemerals.clone(), watches, sessions_tx));
-        Ok(ZkStore { client, runtime: Some(runtime), changes, dirty, sessions, ephemerals })
+        runtime.spawn(supervise(spec, first, client.clone(), ephemerals.clone(), watches.clone(), sessions_tx));
+        Ok(ZkStore {
+            client,
+            runtime: Some(runtime),
+            changes,
+            dirty,
+            sessions,
+            ephemerals,
+            watches,
+            controller_watches: Mutex::new(None),
+        })
+    }
+
+    /// Adds the controller's watches in the current session (`on`), or removes them. A new
+    /// controller sets them before it reads the tree, so nothing changes unseen in between;
+    /// they end with the session, as a controller's term does.
+    pub fn set_controller_watches(&self, on: bool) -> Result<(), StoreError> {
+        let generation = self.sessions.borrow().generation;
+        let mut current = self.controller_watches.lock().unwrap_or_else(|p| p.into_inner());
+        if !on {
+            if let Some((_, stop)) = current.take() {
+                let _ = stop.send(true);
+            }
+            return Ok(());
+        }
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            return Ok(());
+        }
+        let (stop, stopped) = watch::channel(false);
+        let w = self.watches.clone();
+        self.call(move |c| async move { start_watches(&c, &w, CONTROLLER_WATCHED, Some(stopped)).await })??;
+        *current = Some((generation, stop));
+        Ok(())
     }
 
     /// Runs one client call on the client's runtime and waits for it.
@@ -462,15 +502,33 @@ impl Watches {
     }
 }
 
-/// Persistent recursive watches on [`WATCHED`], each event recording its path. They belong
-/// to the session and end with it.
-async fn start_watches(client: &zk::Client, w: &Watches) -> Result<(), StoreError> {
-    for path in WATCHED {
+/// Persistent recursive watches on `paths`, each event recording its path. They belong to
+/// the session and end with it, or when `stop` turns true.
+async fn start_watches(
+    client: &zk::Client,
+    w: &Watches,
+    paths: &[&str],
+    stop: Option<watch::Receiver<bool>>,
+) -> Result<(), StoreError> {
+    for path in paths {
         let mut watcher = client.watch(path, zk::AddWatchMode::PersistentRecursive).await?;
         let w = w.clone();
+        let mut stop = stop.clone();
         tokio::spawn(async move {
             loop {
-                let event = watcher.changed().await;
+                let stopped = async {
+                    match stop.as_mut() {
+                        Some(s) => {
+                            let _ = s.wait_for(|v| *v).await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
+                let event = tokio::select! {
+                    e = watcher.changed() => e,
+                    // Dropping the watcher removes the watch.
+                    _ = stopped => return,
+                };
                 if event.event_type == zk::EventType::Session {
                     if event.session_state.is_terminated() {
                         break;
@@ -544,7 +602,7 @@ async fn restore(
     ephemerals: &Mutex<BTreeMap<String, String>>,
     watches: &Watches,
 ) -> Result<(), StoreError> {
-    start_watches(client, watches).await?;
+    start_watches(client, watches, WATCHED, None).await?;
     let owned: Vec<(String, String)> =
         ephemerals.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
