@@ -115,6 +115,11 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
                     Err(_) if broker.cache.topic(&name).is_some() => {
                         broker.cache.topic(&name).map(|t| topic_response(&t)).unwrap_or_default()
                     }
+                    // Created a moment ago and not yet in this broker's image: the client
+                    // asks again, as it does for a topic still without a leader.
+                    Err(e) if e.code == ErrorCode::TopicAlreadyExists.code() => {
+                        error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable)
+                    }
                     Err(e) => {
                         tracing::warn!(topic = %name, error = %e, "auto-create failed");
                         error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable)

@@ -189,7 +189,9 @@ impl Broker {
             };
             match outcome {
                 Ok(()) => {
-                    let (writes, partitions) = self.initial_states(&req.name, &req.assignment);
+                    // A new topic: whatever a concurrent pass may have put in the image for
+                    // it (read from its half-written znodes) is not a state to keep.
+                    let (writes, partitions) = self.initial_states(&req.name, &req.assignment, None);
                     states.extend(writes);
                     created.push((i, partitions));
                 }
@@ -256,7 +258,8 @@ impl Broker {
         assignment: &BTreeMap<i32, Vec<i32>>,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<TopicInfo>, ApiError> {
-        let (writes, partitions) = self.initial_states(name, assignment);
+        let existing = self.cache.topic(name);
+        let (writes, partitions) = self.initial_states(name, assignment, existing.as_deref());
         let entries: Vec<(&str, &str)> = writes.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
         self.store.set_many(&entries)?;
         let info = self.publish_topic(name, id, partitions, configs)?;
@@ -264,14 +267,14 @@ impl Broker {
         Ok(info)
     }
 
-    /// First states of the partitions of `assignment` not yet in the cache (leader: the first
+    /// First states of the partitions of `assignment` not in `existing` (leader: the first
     /// live replica), as znode writes, and the topic's partitions with them.
     fn initial_states(
         &self,
         name: &str,
         assignment: &BTreeMap<i32, Vec<i32>>,
+        existing: Option<&TopicInfo>,
     ) -> (Vec<(String, String)>, Vec<PartitionInfo>) {
-        let existing = self.cache.topic(name);
         let mut partitions: Vec<PartitionInfo> = existing.map(|t| t.partitions.clone()).unwrap_or_default();
         let live = self.live_broker_ids();
         let existing: std::collections::HashSet<i32> = partitions.iter().map(|x| x.index).collect();

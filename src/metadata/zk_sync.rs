@@ -167,57 +167,78 @@ impl Broker {
             leaving.retain(|b| live.contains(b));
         }
 
-        let mut topics = previous.topics.clone();
+        // What this pass read, merged into the image at the end against what the image holds
+        // then: topics created and ISRs changed by this controller meanwhile must survive a
+        // pass that read the tree a moment before.
         let scope = match changes {
             None => {
-                topics.clear();
                 let names = store.try_children(zk_data::BROKER_TOPICS)?;
-                for (name, info) in names.iter().zip(self.read_topics(&names)?) {
-                    if let Some(info) = info {
-                        topics.insert(name.clone(), info);
+                let read: BTreeMap<String, Arc<TopicInfo>> =
+                    names.iter().zip(self.read_topics(&names)?).filter_map(|(n, t)| Some((n.clone(), t?))).collect();
+                self.cache.update(|c| {
+                    if let Some(b) = brokers {
+                        c.brokers = b;
                     }
-                }
+                    c.controller_id = controller.unwrap_or(-1);
+                    let published: Vec<(String, Arc<TopicInfo>)> = c
+                        .topics
+                        .iter()
+                        .filter(|(n, _)| !previous.topics.contains_key(*n) && !read.contains_key(*n))
+                        .map(|(n, t)| (n.clone(), t.clone()))
+                        .collect();
+                    let mut next = BTreeMap::new();
+                    for (name, info) in read {
+                        let info = keep_published_states(info, c.topics.get(&name));
+                        next.insert(name, info);
+                    }
+                    next.extend(published);
+                    c.topics = next;
+                });
                 None
             }
-            Some(c) => {
-                let names: Vec<String> = c.topics.iter().cloned().collect();
-                for (name, info) in names.iter().zip(self.read_topics(&names)?) {
-                    match info {
-                        Some(info) => {
-                            let info = keep_published_states(info, topics.get(name));
-                            topics.insert(name.clone(), info)
-                        }
-                        None => topics.remove(name),
-                    };
-                }
-                let wanted: Vec<(&String, i32)> = c
-                    .partitions
-                    .iter()
-                    .filter(|(name, _)| topics.contains_key(*name))
-                    .flat_map(|(name, parts)| parts.iter().map(move |&p| (name, p)))
-                    .collect();
+            Some(changed) => {
+                let names: Vec<String> = changed.topics.iter().cloned().collect();
+                let read = self.read_topics(&names)?;
+                let wanted: Vec<(&String, i32)> =
+                    changed.partitions.iter().flat_map(|(name, parts)| parts.iter().map(move |&p| (name, p))).collect();
                 let paths: Vec<String> = wanted.iter().map(|(t, p)| zk_data::partition_state_path(t, *p)).collect();
-                let mut states: BTreeMap<(&String, i32), Option<(String, i32)>> =
+                let states: BTreeMap<(&String, i32), Option<(String, i32)>> =
                     wanted.iter().copied().zip(read_many(store, &paths)?).collect();
-                for (name, parts) in &c.partitions {
-                    let Some(old) = topics.get(name) else { continue };
-                    let mut next = (**old).clone();
-                    for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
-                        let data = states.remove(&(name, p.index)).flatten();
-                        *p = partition_info(data.as_ref(), p.index, &p.replicas);
+                self.cache.update(|c| {
+                    if let Some(b) = brokers {
+                        c.brokers = b;
                     }
-                    topics.insert(name.clone(), Arc::new(next));
-                }
-                Some(c)
+                    c.controller_id = controller.unwrap_or(-1);
+                    for (name, info) in names.iter().zip(read) {
+                        match info {
+                            Some(info) => {
+                                let info = keep_published_states(info, c.topics.get(name));
+                                c.topics.insert(name.clone(), info);
+                            }
+                            None => {
+                                c.topics.remove(name);
+                            }
+                        }
+                    }
+                    for (name, parts) in &changed.partitions {
+                        let Some(old) = c.topics.get(name) else { continue };
+                        let mut next = (**old).clone();
+                        for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
+                            let Some(data) = states.get(&(name, p.index)) else { continue };
+                            let fresh = partition_info(data.as_ref(), p.index, &p.replicas);
+                            // A state this controller already wrote and applied is not undone
+                            // by a read from before it.
+                            if (fresh.leader_epoch, fresh.partition_epoch) >= (p.leader_epoch, p.partition_epoch) {
+                                *p = fresh;
+                            }
+                        }
+                        c.topics.insert(name.clone(), Arc::new(next));
+                    }
+                });
+                Some(changed)
             }
         };
-        self.cache.update(|c| {
-            if let Some(b) = brokers {
-                c.brokers = b;
-            }
-            c.controller_id = controller.unwrap_or(-1);
-            c.topics = topics.clone();
-        });
+        let topics = self.cache.snapshot().topics.clone();
         if let Some(c) = scope {
             // Configs changed by others are applied to this broker's own logs here.
             self.apply_topic_configs(&previous.topics, &topics, &c.topics);

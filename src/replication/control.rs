@@ -136,6 +136,7 @@ impl Broker {
                 }
             }
         }
+        self.fetchers.start_added();
         self.replicas.notify_changed();
         LeaderAndIsrResponse { error_code: 0, partition_errors: errors }
     }

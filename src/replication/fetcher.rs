@@ -31,6 +31,11 @@ const OFFSET_OUT_OF_RANGE: i16 = 1;
 struct Fetcher {
     partitions: Arc<Mutex<BTreeSet<TopicPartition>>>,
     wake: Arc<Notify>,
+    /// Partitions were added since the fetch in flight was sent.
+    added: bool,
+    /// Ends the fetch in flight, so that the partitions added are fetched now rather than
+    /// after the leader's long poll (`replica.fetch.wait.max.ms`) runs out.
+    restart: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -50,11 +55,23 @@ impl FetcherManager {
         let f = fetchers.entry(leader).or_insert_with(|| {
             let partitions = Arc::new(Mutex::new(BTreeSet::new()));
             let wake = Arc::new(Notify::new());
-            tokio::spawn(run(broker.clone(), leader, partitions.clone(), wake.clone()));
-            Fetcher { partitions, wake }
+            let restart = Arc::new(Notify::new());
+            tokio::spawn(run(broker.clone(), leader, partitions.clone(), wake.clone(), restart.clone()));
+            Fetcher { partitions, wake, added: false, restart }
         });
         if f.partitions.lock().unwrap_or_else(|p| p.into_inner()).insert(tp) {
+            f.added = true;
             f.wake.notify_one();
+        }
+    }
+
+    /// After a batch of [`FetcherManager::follow`] calls: fetchers that were given new
+    /// partitions start a new fetch at once.
+    pub fn start_added(&self) {
+        let mut fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        for f in fetchers.values_mut().filter(|f| f.added) {
+            f.added = false;
+            f.restart.notify_one();
         }
     }
 
@@ -76,7 +93,13 @@ impl FetcherManager {
     }
 }
 
-async fn run(broker: Arc<Broker>, leader: i32, partitions: Arc<Mutex<BTreeSet<TopicPartition>>>, wake: Arc<Notify>) {
+async fn run(
+    broker: Arc<Broker>,
+    leader: i32,
+    partitions: Arc<Mutex<BTreeSet<TopicPartition>>>,
+    wake: Arc<Notify>,
+    restart: Arc<Notify>,
+) {
     let mut conn: Option<TcpStream> = None;
     let mut correlation_id = 0i32;
     loop {
@@ -101,7 +124,16 @@ async fn run(broker: Arc<Broker>, leader: i32, partitions: Arc<Mutex<BTreeSet<To
         };
         correlation_id = correlation_id.wrapping_add(1);
         let wait = Duration::from_millis(broker.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
-        match tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, &request)).await {
+        let answer = tokio::select! {
+            a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, &request)) => a,
+            _ = restart.notified() => {
+                // The leader would hold this fetch for its long poll; a new connection asks
+                // for the new partitions too (the old one is dropped mid-answer).
+                conn = None;
+                continue;
+            }
+        };
+        match answer {
             Ok(Ok(response)) => {
                 if !apply(&broker, leader, response) {
                     tokio::time::sleep(RETRY_BACKOFF).await;
