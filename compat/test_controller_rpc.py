@@ -526,3 +526,85 @@ def test_truncated_leader_and_isr_closes_only_that_connection(cluster, topic, ve
             assert fresh.api_versions().get(4) == (0, 7), f"broker {i}: new connection"
         assert c.brokers[i].alive()
     assert_unchanged(c, topic, before, f"truncated LeaderAndIsr v{version}")
+
+
+# ---------------------------------------------------------------------------
+# follower fetch sessions (KIP-227), leader side
+# ---------------------------------------------------------------------------
+
+def follower_fetch(c: Cluster, i: int, session_id: int, epoch: int, parts: dict, forgotten: dict = None,
+                   replica: int = 99) -> dict:
+    """Fetch v12 as a follower sends it (replica id, session id and epoch), min_bytes 0 and no
+    wait, so the answer says at once what the leader has for it."""
+    w = kproto.W(True)
+    w.i32(replica).i32(0).i32(0).i32(50 << 20).i8(0).i32(session_id).i32(epoch)
+
+    def part(w, item):
+        idx, off = item
+        w.i32(idx).i32(-1).i64(off).i32(-1).i64(-1).i32(1 << 20)
+        w.tags()
+
+    def topic(w, item):
+        name, ps = item
+        w.string(name)
+        w.array(sorted(ps.items()), part)
+        w.tags()
+
+    def gone(w, item):
+        name, ps = item
+        w.string(name)
+        w.array(ps, lambda w, x: w.i32(x))
+        w.tags()
+
+    w.array(list(parts.items()), topic)
+    w.array(list((forgotten or {}).items()), gone)
+    w.string("")
+    body = w.tags().done()
+    with kproto.Conn(*addr(c, i), timeout=15) as conn:
+        return kproto.decode_fetch(conn.call(kproto.FETCH, 12, body), 12)
+
+
+def fetched(resp: dict) -> dict:
+    """{(topic, partition): [values]} of every partition in a Fetch answer."""
+    return {(t["topic"], p["partition_index"]): [rec.value for b in kproto.decode_batches(p["records"] or b"")
+                                                  for rec in b.records]
+            for t in resp["responses"] for p in t["partitions"]}
+
+
+def test_follower_fetch_session(cluster, topic):
+    c = cluster
+    s, _ = state(c, topic, 0)
+    leader = s["leader"]
+    end = produce_fetch(c, leader, topic, 0, b"before-session") + 1
+
+    full = follower_fetch(c, leader, 0, 0, {topic: {0: end}})
+    assert full["error_code"] == 0 and full["session_id"] > 0, full
+    sid = full["session_id"]
+    assert fetched(full) == {(topic, 0): []}, "a full answer names every partition asked for"
+
+    idle = follower_fetch(c, leader, sid, 1, {})
+    assert idle["error_code"] == 0 and idle["session_id"] == sid, idle
+    assert fetched(idle) == {}, f"nothing new, yet the incremental answer has {fetched(idle)}"
+
+    produce_fetch(c, leader, topic, 0, b"in-session")
+    news = follower_fetch(c, leader, sid, 2, {})
+    assert fetched(news) == {(topic, 0): [b"in-session"]}, "the session remembers where the follower is"
+
+    assert follower_fetch(c, leader, sid, 2, {})["error_code"] == 71, "a repeated epoch is refused"
+    assert follower_fetch(c, leader, sid, 3, {})["error_code"] == 0
+    assert follower_fetch(c, leader, sid + 1000, 1, {})["error_code"] == 70, "an unknown session"
+    assert follower_fetch(c, leader, sid, 4, {}, replica=-1)["error_code"] == 70, "consumers get no sessions"
+
+    # The follower moves on (a partition it names need not be in the answer if nothing is
+    # new), then forgets the partition: the session then holds nothing.
+    assert fetched(follower_fetch(c, leader, sid, 4, {topic: {0: end + 1}})) == {}
+    produce_fetch(c, leader, topic, 0, b"after-move")
+    assert fetched(follower_fetch(c, leader, sid, 5, {})) == {(topic, 0): [b"after-move"]}
+    assert fetched(follower_fetch(c, leader, sid, 6, {}, forgotten={topic: [0]})) == {}
+    produce_fetch(c, leader, topic, 0, b"after-forget")
+    assert fetched(follower_fetch(c, leader, sid, 7, {})) == {}, "a forgotten partition stays out"
+
+    closed = follower_fetch(c, leader, sid, -1, {topic: {0: end}})
+    assert closed["error_code"] == 0 and closed["session_id"] == 0
+    assert fetched(closed)[(topic, 0)][:1] == [b"in-session"], "closing the session is a sessionless fetch"
+    assert follower_fetch(c, leader, sid, 8, {})["error_code"] == 70, "a closed session is gone"

@@ -42,6 +42,8 @@ pub struct Broker {
     pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
     pub fetchers: FetcherManager,
+    /// Leader side of the followers' fetch sessions.
+    pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
@@ -146,6 +148,7 @@ impl Broker {
             producer_ids: ProducerIdManager::new(id, store.clone()),
             groups: GroupCoordinator::new(coordinator_config(&config)?),
             fetchers: FetcherManager::default(),
+            fetch_sessions: Default::default(),
             config,
             cache,
             store,

@@ -3,6 +3,7 @@
 //! Fetch returns stored batches byte for byte, starting at the batch that contains the fetch
 //! offset. It waits up to `max_wait_ms` for `min_bytes`, woken by appends, never by polling.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,9 +19,11 @@ use uuid::Uuid;
 
 use super::error::ErrorCode;
 use super::RequestContext;
+use crate::replication::fetch_session::{Session, SessionPartition};
 use crate::replication::FetchResult;
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
@@ -42,29 +45,26 @@ struct Wanted {
 pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let version = ctx.version();
     let mut r = FetchResponse::default();
-    if req.session_id != 0 {
-        // We never hand out sessions, so any id a client names is unknown to us.
-        r.error_code = FETCH_SESSION_ID_NOT_FOUND;
-        r.session_id = 0;
-        return r;
-    }
     // A follower names itself (v15+ in replica_state); consumers send -1.
     let replica = if version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
     let snapshot = ctx.broker.cache.snapshot();
-    let wanted: Vec<Wanted> = req
+    let topic_of = |name: &TopicName, id: Uuid| -> (String, Uuid) {
+        if version >= 13 {
+            match snapshot.topic_by_id(id) {
+                Some(info) => (info.name.clone(), id),
+                None => (String::new(), id),
+            }
+        } else {
+            let name = name.0.to_string();
+            let id = snapshot.topics.get(&name).map(|i| i.id).unwrap_or_default();
+            (name, id)
+        }
+    };
+    let requested: Vec<Wanted> = req
         .topics
         .iter()
         .map(|t| {
-            let (name, id) = if version >= 13 {
-                match snapshot.topic_by_id(t.topic_id) {
-                    Some(info) => (info.name.clone(), t.topic_id),
-                    None => (String::new(), t.topic_id),
-                }
-            } else {
-                let name = t.topic.0.to_string();
-                let id = snapshot.topics.get(&name).map(|i| i.id).unwrap_or_default();
-                (name, id)
-            };
+            let (name, id) = topic_of(&t.topic, t.topic_id);
             let partitions = t
                 .partitions
                 .iter()
@@ -80,11 +80,81 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         })
         .collect();
 
+    // Sessions are for followers only; a consumer naming one is told it does not exist.
+    let sessions = &ctx.broker.fetch_sessions;
+    let mut session: Option<Arc<Mutex<Session>>> = None;
+    let mut incremental = false;
+    let wanted = if req.session_id != 0 {
+        let Some(s) = sessions.get(req.session_id).filter(|_| replica >= 0) else {
+            r.error_code = FETCH_SESSION_ID_NOT_FOUND;
+            return r;
+        };
+        if req.session_epoch == -1 {
+            sessions.remove(req.session_id);
+            requested
+        } else {
+            let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+            if req.session_epoch != g.epoch || g.replica != replica {
+                r.error_code = INVALID_FETCH_SESSION_EPOCH;
+                return r;
+            }
+            g.epoch = if g.epoch == i32::MAX { 1 } else { g.epoch + 1 };
+            for w in &requested {
+                for p in &w.partitions {
+                    let sent = g
+                        .partitions
+                        .get(&(w.name.clone(), p.index))
+                        .map(|x| (x.sent_high_watermark, x.sent_log_start_offset));
+                    g.partitions.insert((w.name.clone(), p.index), session_partition(w.id, p, sent));
+                }
+            }
+            for f in &req.forgotten_topics_data {
+                let (name, _) = topic_of(&f.topic, f.topic_id);
+                for index in &f.partitions {
+                    g.partitions.remove(&(name.clone(), *index));
+                }
+            }
+            let mut all: Vec<Wanted> = Vec::new();
+            for ((name, index), sp) in &g.partitions {
+                if all.last().is_none_or(|w| w.name != *name) {
+                    all.push(Wanted { name: name.clone(), id: sp.topic_id, partitions: Vec::new() });
+                }
+                if let Some(w) = all.last_mut() {
+                    w.partitions.push(WantedPartition {
+                        index: *index,
+                        offset: sp.fetch_offset,
+                        max_bytes: sp.max_bytes,
+                        current_leader_epoch: sp.current_leader_epoch,
+                        last_fetched_epoch: sp.last_fetched_epoch,
+                    });
+                }
+            }
+            drop(g);
+            session = Some(s);
+            incremental = true;
+            r.session_id = req.session_id;
+            all
+        }
+    } else if req.session_epoch == 0 && replica >= 0 && version >= 7 {
+        let partitions = requested
+            .iter()
+            .flat_map(|w| {
+                w.partitions.iter().map(move |p| ((w.name.clone(), p.index), session_partition(w.id, p, None)))
+            })
+            .collect();
+        let (id, s) = sessions.create(replica, partitions);
+        session = Some(s);
+        r.session_id = id;
+        requested
+    } else {
+        requested
+    };
+
     let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let deadline = Instant::now() + max_wait;
     let min_bytes = req.min_bytes.max(0) as usize;
     let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
-    loop {
+    let responses = loop {
         // Registered before reading, so an append that lands in between still wakes us.
         let changed = ctx.broker.replicas.changed();
         tokio::pin!(changed);
@@ -93,15 +163,62 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica);
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
-            r.responses = responses;
-            return r;
+            break responses;
         }
         if tokio::time::timeout(deadline - now, changed).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            r.responses = read_all(ctx, &wanted, max_bytes, version, replica).0;
-            return r;
+            break read_all(ctx, &wanted, max_bytes, version, replica).0;
+        }
+    };
+    r.responses = match session {
+        Some(s) => only_news(&mut s.lock().unwrap_or_else(|p| p.into_inner()), responses, incremental),
+        None => responses,
+    };
+    r
+}
+
+fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64)>) -> SessionPartition {
+    let (sent_high_watermark, sent_log_start_offset) = sent.unwrap_or((-1, -1));
+    SessionPartition {
+        topic_id,
+        fetch_offset: p.offset,
+        max_bytes: p.max_bytes,
+        current_leader_epoch: p.current_leader_epoch,
+        last_fetched_epoch: p.last_fetched_epoch,
+        sent_high_watermark,
+        sent_log_start_offset,
+    }
+}
+
+/// Records what the follower is told and, for an incremental answer, leaves out the
+/// partitions that have nothing new for it.
+fn only_news(
+    session: &mut Session,
+    responses: Vec<FetchableTopicResponse>,
+    incremental: bool,
+) -> Vec<FetchableTopicResponse> {
+    let mut out = Vec::new();
+    for mut topic in responses {
+        let name = topic.topic.0.to_string();
+        topic.partitions.retain(|pd| {
+            let Some(sp) = session.partitions.get_mut(&(name.clone(), pd.partition_index)) else { return true };
+            let news = !incremental
+                || pd.error_code != 0
+                || pd.records.as_ref().is_some_and(|r| !r.is_empty())
+                || pd.diverging_epoch.epoch >= 0
+                || pd.high_watermark != sp.sent_high_watermark
+                || pd.log_start_offset != sp.sent_log_start_offset;
+            if news {
+                sp.sent_high_watermark = pd.high_watermark;
+                sp.sent_log_start_offset = pd.log_start_offset;
+            }
+            news
+        });
+        if !topic.partitions.is_empty() || !incremental {
+            out.push(topic);
         }
     }
+    out
 }
 
 fn read_all(

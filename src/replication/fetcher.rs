@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
 };
@@ -37,6 +37,28 @@ struct Fetcher {
     /// after the leader's long poll (`replica.fetch.wait.max.ms`) runs out.
     restart: Arc<Notify>,
 }
+
+/// What this follower told the leader in its fetch session (KIP-227): an incremental request
+/// names only partitions whose fetch position changed, so an idle round costs no partition
+/// at all on the wire.
+#[derive(Default)]
+struct FollowerSession {
+    /// 0: no session; the next request is a full one that asks the leader for a session.
+    id: i32,
+    epoch: i32,
+    /// Per partition: (fetch offset, last fetched epoch, current leader epoch) as last sent.
+    sent: HashMap<TopicPartition, (i64, i32, i32)>,
+}
+
+/// One built request, with what it changes in the session once answered.
+struct Built {
+    request: FetchRequest,
+    sent: Vec<(TopicPartition, (i64, i32, i32))>,
+    forgotten: Vec<TopicPartition>,
+}
+
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 
 #[derive(Default)]
 pub struct FetcherManager {
@@ -101,6 +123,7 @@ async fn run(
     restart: Arc<Notify>,
 ) {
     let mut conn: Option<TcpStream> = None;
+    let mut session = FollowerSession::default();
     let mut correlation_id = 0i32;
     loop {
         let wanted: Vec<TopicPartition> =
@@ -111,6 +134,8 @@ async fn run(
             continue;
         }
         if conn.is_none() {
+            // A session belongs to what the leader saw on the old connection: start afresh.
+            session = FollowerSession::default();
             conn = connect(&broker, leader).await;
             if conn.is_none() {
                 tokio::time::sleep(RETRY_BACKOFF).await;
@@ -118,14 +143,15 @@ async fn run(
             }
         }
         let Some(stream) = conn.as_mut() else { continue };
-        let Some(request) = build_request(&broker, leader, &wanted) else {
+        let Some(built) = build_request(&broker, leader, &wanted, &session) else {
             tokio::time::sleep(RETRY_BACKOFF).await;
             continue;
         };
+        let request = &built.request;
         correlation_id = correlation_id.wrapping_add(1);
         let wait = Duration::from_millis(broker.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
         let answer = tokio::select! {
-            a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, &request)) => a,
+            a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, request)) => a,
             _ = restart.notified() => {
                 // The leader would hold this fetch for its long poll; a new connection asks
                 // for the new partitions too (the old one is dropped mid-answer).
@@ -135,6 +161,25 @@ async fn run(
         };
         match answer {
             Ok(Ok(response)) => {
+                if matches!(response.error_code, FETCH_SESSION_ID_NOT_FOUND | INVALID_FETCH_SESSION_EPOCH) {
+                    tracing::debug!(leader, error = response.error_code, "fetch session lost; starting a new one");
+                    session = FollowerSession::default();
+                    continue;
+                }
+                if session.id == 0 {
+                    // A full request: the leader answers with a new session, or with 0 if it
+                    // keeps none (then every request stays a full one).
+                    session.sent.clear();
+                    session.id = response.session_id;
+                    session.epoch = 0;
+                }
+                if session.id != 0 {
+                    session.epoch = if session.epoch == i32::MAX { 1 } else { session.epoch + 1 };
+                    for tp in built.forgotten {
+                        session.sent.remove(&tp);
+                    }
+                    session.sent.extend(built.sent);
+                }
                 if !apply(&broker, leader, response) {
                     tokio::time::sleep(RETRY_BACKOFF).await;
                 }
@@ -167,23 +212,34 @@ async fn connect(broker: &Broker, leader: i32) -> Option<TcpStream> {
     }
 }
 
-fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition]) -> Option<FetchRequest> {
+/// A full request when there is no session, else an incremental one: the partitions whose
+/// fetch position changed since they were last sent, and those no longer followed.
+fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition], session: &FollowerSession) -> Option<Built> {
     let mut by_topic: Vec<FetchTopic> = Vec::new();
     // Where each topic sits in `by_topic`: building a request costs the partitions in it.
     let mut slot: HashMap<&str, usize> = HashMap::new();
-    for (topic, index) in wanted {
+    let mut sent = Vec::new();
+    let mut following = std::collections::HashSet::new();
+    for tp in wanted {
+        let (topic, index) = tp;
         let Some(p) = broker.replicas.hosted(topic, *index) else { continue };
         let (role, epoch) = p.role();
         if role != (Role::Follower { leader }) {
             continue;
         }
+        following.insert(tp);
+        let position = (p.log_end_offset(), p.latest_epoch(), epoch);
+        if session.id != 0 && session.sent.get(tp) == Some(&position) {
+            continue;
+        }
         let mut fp = FetchPartition::default();
         fp.partition = *index;
         fp.current_leader_epoch = epoch;
-        fp.fetch_offset = p.log_end_offset();
-        fp.last_fetched_epoch = p.latest_epoch();
+        fp.fetch_offset = position.0;
+        fp.last_fetched_epoch = position.1;
         fp.log_start_offset = p.log_start_offset();
         fp.partition_max_bytes = broker.config.replica_fetch_max_bytes;
+        sent.push((tp.clone(), position));
         match slot.get(topic.as_str()) {
             Some(&i) => by_topic[i].partitions.push(fp),
             None => {
@@ -195,7 +251,8 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition]) -> Opt
             }
         }
     }
-    if by_topic.is_empty() {
+    let forgotten: Vec<TopicPartition> = session.sent.keys().filter(|tp| !following.contains(tp)).cloned().collect();
+    if following.is_empty() {
         return None;
     }
     let mut r = FetchRequest::default();
@@ -203,10 +260,23 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition]) -> Opt
     r.max_wait_ms = broker.config.replica_fetch_wait_max_ms as i32;
     r.min_bytes = 1;
     r.max_bytes = broker.config.replica_fetch_response_max_bytes;
-    r.session_id = 0;
-    r.session_epoch = -1;
+    r.session_id = session.id;
+    r.session_epoch = session.epoch;
     r.topics = by_topic;
-    Some(r)
+    let mut gone: Vec<ForgottenTopic> = Vec::new();
+    for (topic, index) in &forgotten {
+        match gone.iter_mut().find(|f| f.topic.0.as_str() == topic.as_str()) {
+            Some(f) => f.partitions.push(*index),
+            None => {
+                let mut f = ForgottenTopic::default();
+                f.topic = TopicName(StrBytes::from_string(topic.clone()));
+                f.partitions.push(*index);
+                gone.push(f);
+            }
+        }
+    }
+    r.forgotten_topics_data = gone;
+    Some(Built { request: r, sent, forgotten })
 }
 
 async fn exchange(

@@ -7,6 +7,7 @@
 //! may become leader (unless unclean election is enabled).
 
 pub mod control;
+pub mod fetch_session;
 pub mod fetcher;
 pub mod leader_epoch;
 pub mod partition;
