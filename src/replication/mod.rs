@@ -27,7 +27,9 @@ pub type TopicPartition = (String, i32);
 pub struct ReplicaManager {
     pub broker_id: i32,
     logs: LogManager,
-    partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// By topic, then partition: a lookup by `&str` needs no allocated key (it runs for every
+    /// partition of every fetch).
+    partitions: RwLock<HashMap<String, HashMap<i32, Arc<Partition>>>>,
     /// High watermarks from `replication-offset-checkpoint`, read once at startup.
     checkpointed_hw: HashMap<TopicPartition, i64>,
     /// Woken on every append and every high-watermark move, so long-polling fetches and
@@ -58,7 +60,7 @@ impl ReplicaManager {
 
     /// The partition if this broker hosts a replica of it, leader or follower.
     pub fn hosted(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(&(topic.to_string(), index)).cloned()
+        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(topic).and_then(|t| t.get(&index)).cloned()
     }
 
     /// Opens (creating if needed) the log of a partition replica this broker hosts.
@@ -84,7 +86,7 @@ impl ReplicaManager {
         let key = (topic.to_string(), index);
         let hw = self.checkpointed_hw.get(&key).copied();
         let p = Arc::new(Partition::open(topic, index, self.broker_id, log, hw));
-        self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(key, p.clone());
+        self.partitions.write().unwrap_or_else(|p| p.into_inner()).entry(key.0).or_default().insert(index, p.clone());
         Ok(p)
     }
 
@@ -103,12 +105,22 @@ impl ReplicaManager {
 
     /// Stops hosting a replica but keeps its log. Returns whether it was hosted.
     pub fn stop_serving(&self, topic: &str, index: i32) -> bool {
-        self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&(topic.to_string(), index)).is_some()
+        self.forget(topic, index)
     }
 
     pub fn remove_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
-        self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&(topic.to_string(), index));
+        self.forget(topic, index);
         self.logs.delete_log(topic, index)
+    }
+
+    fn forget(&self, topic: &str, index: i32) -> bool {
+        let mut all = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+        let Some(t) = all.get_mut(topic) else { return false };
+        let removed = t.remove(&index).is_some();
+        if t.is_empty() {
+            all.remove(topic);
+        }
+        removed
     }
 
     pub fn notify_changed(&self) {
@@ -122,7 +134,7 @@ impl ReplicaManager {
     }
 
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().flat_map(|t| t.values().cloned()).collect()
     }
 
     /// Writes every hosted partition's high watermark to `replication-offset-checkpoint`.
