@@ -181,3 +181,21 @@ def test_custom_plaintext_listener_names_are_served(broker_factory):
         assert kp.API_VERSIONS in gregor_harness.api_versions_probe(b.host, port)
         with kp.Conn(b.host, port) as c:
             assert [br["port"] for br in kp.metadata(c, [])["brokers"]] == [port]
+
+
+def test_secrets_are_described_as_sensitive(broker_factory):
+    """A secret left in server.properties (accepted while only PLAINTEXT listeners exist) is
+    never returned in clear: DescribeConfigs gives a null value and is_sensitive, as Kafka."""
+    b = broker_factory({
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required password="s3cret";',
+        "ssl.keystore.password": "s3cret",
+        "num.partitions": "3",
+    })
+    with kp.Conn(b.host, b.port) as c:
+        body = kp.describe_configs_request(4, [(4, "", None)])
+        r = kp.decode_describe_configs(c.call(kp.DESCRIBE_CONFIGS, 4, body), 4)
+    configs = {x["name"]: x for x in r["results"][0]["configs"]}
+    for key in ("sasl.jaas.config", "ssl.keystore.password"):
+        assert configs[key]["value"] is None and configs[key]["is_sensitive"], configs[key]
+    assert configs["num.partitions"]["value"] == "3" and not configs["num.partitions"]["is_sensitive"]
+    assert not any("s3cret" in (x["value"] or "") for x in configs.values())

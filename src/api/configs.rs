@@ -44,6 +44,9 @@ pub fn topic_config_entries(config: &BrokerConfig, overrides: &BTreeMap<String, 
 
 /// Kafka's `ConfigType` for DescribeConfigs v3+.
 fn config_type(name: &str) -> i8 {
+    if is_sensitive(name) {
+        return 9;
+    }
     match name {
         "unclean.leader.election.enable" => 1,
         "compression.type" | "message.timestamp.type" => 2,
@@ -57,10 +60,24 @@ fn config_type(name: &str) -> i8 {
     }
 }
 
+/// Keys whose values are secrets (Kafka's PASSWORD-typed configs): described with a null
+/// value and `is_sensitive`, as Kafka describes them, never in clear to whoever asks.
+pub fn is_sensitive(name: &str) -> bool {
+    name.contains("password")
+        || name.ends_with("sasl.jaas.config")
+        || name.ends_with(".secret")
+        || name.ends_with("secret.key")
+        || name.ends_with("master.key")
+        || name.ends_with("ssl.keystore.key")
+        || name.ends_with("ssl.keystore.certificate.chain")
+        || name.ends_with("ssl.truststore.certificates")
+}
+
 fn entry(name: &str, value: String, source: i8) -> DescribeConfigsResourceResult {
     let mut e = DescribeConfigsResourceResult::default();
     e.name = StrBytes::from_string(name.to_string());
-    e.value = Some(StrBytes::from_string(value));
+    e.is_sensitive = is_sensitive(name);
+    e.value = (!e.is_sensitive).then(|| StrBytes::from_string(value));
     e.config_source = source;
     e.config_type = config_type(name);
     e
