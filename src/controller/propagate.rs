@@ -79,11 +79,14 @@ impl Broker {
             };
             for name in &names {
                 match snapshot.topics.get(name) {
+                    // A topic read back while its partition states are still being written
+                    // waits until all of them are there: a broker told of some partitions
+                    // only would show clients a topic with fewer partitions than it has.
+                    Some(topic) if topic.partitions.iter().any(|p| p.leader_epoch < 0) => {}
                     Some(topic) => {
                         let entry = sent.partitions.entry(name.clone()).or_insert_with(|| (topic.id, BTreeMap::new()));
                         entry.0 = topic.id;
-                        // A partition without a state znode yet has nothing to tell.
-                        for p in topic.partitions.iter().filter(|p| p.leader_epoch >= 0) {
+                        for p in &topic.partitions {
                             let old = entry.1.get(&p.index);
                             if old.is_some_and(|o| same_state(o, p)) {
                                 continue;
@@ -178,6 +181,7 @@ impl Broker {
         let all: Vec<Item> = snapshot
             .topics
             .values()
+            .filter(|t| t.partitions.iter().all(|p| p.leader_epoch >= 0))
             .flat_map(|t| {
                 t.partitions.iter().filter(|p| p.leader_epoch >= 0).map(move |p| Item {
                     topic: &t.name,
