@@ -160,6 +160,10 @@ pub struct BrokerConfig {
     pub rack: Option<String>,
     pub listeners: Vec<Endpoint>,
     pub advertised_listeners: Vec<Endpoint>,
+    /// The listener other brokers and the controller reach this one on (and it reaches
+    /// them on): `inter.broker.listener.name`, else the listener named after
+    /// `security.inter.broker.protocol` (PLAINTEXT), else the first one.
+    pub inter_broker_listener: String,
     pub log_dirs: Vec<PathBuf>,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
@@ -317,11 +321,13 @@ impl BrokerConfig {
             positive::<u64>("zookeeper.connection.timeout.ms", get("zookeeper.connection.timeout.ms"))?
         };
         let rack = Some(get("broker.rack").to_string()).filter(|r| !r.is_empty());
+        let inter_broker_listener = inter_broker_listener(get("inter.broker.listener.name"), &advertised_listeners);
         let config = BrokerConfig {
             broker_id: num::<i32>("broker.id", get("broker.id"))?,
             rack,
             listeners,
             advertised_listeners,
+            inter_broker_listener,
             log_dirs,
             num_partitions: positive::<i32>("num.partitions", get("num.partitions"))?,
             default_replication_factor: positive::<i16>(
@@ -622,6 +628,18 @@ fn is_passthrough_key(key: &str) -> bool {
     PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
+/// The advertised listener's own spelling of the name, since other brokers match names
+/// exactly; check_security has already refused a name that is not advertised.
+fn inter_broker_listener(configured: &str, advertised: &[Endpoint]) -> String {
+    let wanted = if configured.is_empty() { PLAINTEXT } else { configured };
+    advertised
+        .iter()
+        .find(|e| e.listener_name.eq_ignore_ascii_case(wanted))
+        .or(advertised.first())
+        .map(|e| e.listener_name.clone())
+        .unwrap_or_default()
+}
+
 /// `KAFKA_ADVERTISED_LISTENERS` -> `advertised.listeners`, with the Confluent image's escapes
 /// (`___` for `-`, `__` for `_`).
 fn env_to_key(name: &str) -> Option<String> {
@@ -789,6 +807,29 @@ mod tests {
         assert!(err.contains("advertised.listeners"), "{err}");
         let c = load(&[("listeners", "PLAINTEXT://0.0.0.0:9092"), ("advertised.listeners", "PLAINTEXT://kafka:9092")]);
         assert_eq!(c.unwrap().advertised_listeners[0].host, "kafka");
+    }
+
+    #[test]
+    fn inter_broker_traffic_uses_the_named_listener_wherever_it_is_listed() {
+        let c = load(&[
+            ("listeners", "EXTERNAL://127.0.0.1:19092,INTERNAL://127.0.0.1:9092"),
+            ("listener.security.protocol.map", "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"),
+            ("inter.broker.listener.name", "internal"),
+        ])
+        .unwrap();
+        assert_eq!(c.inter_broker_listener, "INTERNAL");
+        let c = load(&[
+            ("listeners", "PLAINTEXT_HOST://127.0.0.1:19092,PLAINTEXT://127.0.0.1:9092"),
+            ("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,PLAINTEXT_HOST:PLAINTEXT"),
+        ])
+        .unwrap();
+        assert_eq!(c.inter_broker_listener, "PLAINTEXT", "unset: the listener named after the protocol");
+        let c = load(&[
+            ("listeners", "A://127.0.0.1:19092,B://127.0.0.1:9092"),
+            ("listener.security.protocol.map", "A:PLAINTEXT,B:PLAINTEXT"),
+        ])
+        .unwrap();
+        assert_eq!(c.inter_broker_listener, "A");
     }
 
     fn refusal(pairs: &[(&str, &str)]) -> String {

@@ -18,17 +18,20 @@ use crate::metadata::{BrokerInfo, TopicInfo};
 /// Kafka's "not requested" marker for authorized-operations fields.
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
-/// The brokers as this client must reach them: our own entry uses the advertised address of
-/// the listener the client came in on.
+/// The brokers as this client must reach them: each at its advertised address for the
+/// listener the client came in on; brokers without that listener are left out, as in Kafka.
 fn brokers_for(ctx: &RequestContext) -> Vec<BrokerInfo> {
     let snapshot = ctx.broker.cache.snapshot();
     let me = ctx.broker.config.broker_id;
     snapshot
         .brokers
         .iter()
-        .map(|b| match ctx.broker.config.advertised_for(&ctx.listener) {
-            Some(ep) if b.id == me => BrokerInfo { host: ep.host.clone(), port: ep.port, ..b.clone() },
-            _ => b.clone(),
+        .filter_map(|b| {
+            let (host, port) = match ctx.broker.config.advertised_for(&ctx.listener) {
+                Some(ep) if b.id == me => (ep.host.as_str(), ep.port),
+                _ => b.endpoint_for(&ctx.listener)?,
+            };
+            Some(BrokerInfo { host: host.to_string(), port, ..b.clone() })
         })
         .collect()
 }

@@ -198,7 +198,8 @@ impl Broker {
         }
         let snapshot = self.cache.snapshot();
         let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-        Ok((b.id, b.host.clone(), b.port))
+        let (host, port) = b.endpoint_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        Ok((b.id, host.to_string(), port))
     }
 
     fn create_offsets_topic(&self) -> Result<(), i16> {

@@ -19,6 +19,19 @@ pub struct BrokerInfo {
     pub endpoints: Vec<crate::config::Endpoint>,
 }
 
+impl BrokerInfo {
+    /// Where a client that came in on `listener` reaches this broker. A client on one
+    /// listener must never be handed another's address (an external client cannot resolve an
+    /// internal name), so a broker without that listener has none, as in Kafka. `host`/`port`
+    /// (the inter-broker address) stand in only when no endpoint list is known.
+    pub fn endpoint_for(&self, listener: &str) -> Option<(&str, u16)> {
+        if self.endpoints.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.endpoints.iter().find(|e| e.listener_name == listener).map(|e| (e.host.as_str(), e.port))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct PartitionInfo {
     pub index: i32,

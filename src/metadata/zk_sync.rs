@@ -303,7 +303,7 @@ impl Broker {
     }
 
     fn read_brokers(&self) -> Result<Vec<BrokerInfo>, StoreError> {
-        let listener = self.config.listeners.first().map(|l| l.listener_name.clone()).unwrap_or_default();
+        let listener = self.config.inter_broker_listener.clone();
         let mut brokers = Vec::new();
         for child in self.store.try_children(zk_data::BROKER_IDS)? {
             let Ok(id) = child.parse::<i32>() else { continue };

@@ -182,7 +182,7 @@ impl Broker {
     /// brokers, and the partitions the request names (a deleted topic's with leader -2).
     /// Topic configs are read once, when a topic first appears here.
     pub fn update_metadata(&self, req: &UpdateMetadataRequest) -> UpdateMetadataResponse {
-        let listener = self.config.listeners.first().map(|l| l.listener_name.clone()).unwrap_or_default();
+        let listener = self.config.inter_broker_listener.clone();
         let brokers: Vec<BrokerInfo> = req
             .live_brokers
             .iter()
