@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import java_client
 from cluster_harness import kcat_list
 from gregor_harness import REPO, free_port, gregor_bin, wait_until
 from replication_tools import SeqProducer, produce_sync, read_partitions
@@ -193,6 +194,13 @@ def test_compose_cluster_serves_host_and_container_clients(project_factory):
                    "kcat", "-b", "kafka1:29092", "-L", "-J"], timeout=60).stdout
     assert sorted(b["name"] for b in json.loads(listed)["brokers"]) == [
         "kafka1:29092", "kafka2:29092", "kafka3:29092"]
+
+    # The Java client on the host, through the external listener.
+    cp, classes = java_client.compile_client()
+    try:
+        java_client.run(cp, bootstrap, p.tmp / "java-tmp", "produce-consume", replication_factor=3)
+    finally:
+        shutil.rmtree(classes, ignore_errors=True)
 
     for service in ("kafka1", "kafka2", "kafka3", "zookeeper"):
         info = p.inspect(service)

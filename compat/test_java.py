@@ -7,19 +7,12 @@ javac FAIL the suite unless GREGOR_SKIP_JAVA=1.
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
-from pathlib import Path
 
 import pytest
 
+import java_client
 from common import kill9_during_produce, uniq
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-LIB = Path(os.environ.get("GREGOR_JAVA_LIB", REPO / ".cache" / "java-lib"))
-JARS = ["kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar"]
-SRC = HERE / "java" / "GregorCompat.java"
 
 if os.environ.get("GREGOR_SKIP_JAVA") == "1":
     pytest.skip("GREGOR_SKIP_JAVA=1", allow_module_level=True)
@@ -27,30 +20,13 @@ if os.environ.get("GREGOR_SKIP_JAVA") == "1":
 
 @pytest.fixture(scope="session")
 def java_classpath():
-    missing = [j for j in JARS if not (LIB / j).exists()]
-    assert not missing, (f"Java client jars missing from {LIB}: {missing}. scripts/test downloads them "
-                         f"(pip download shigawire-apache-flink-libraries==2.0.0.post1); set GREGOR_SKIP_JAVA=1 to skip")
-    javac = shutil.which("javac")
-    assert javac, "javac not found (install a JDK, or GREGOR_SKIP_JAVA=1)"
-    out = Path(tempfile.mkdtemp(prefix="gregor-java-"))
-    cp = ":".join(str(LIB / j) for j in JARS)
-    p = subprocess.run([javac, "-d", str(out), "-cp", cp, str(SRC)], capture_output=True, timeout=300)
-    assert p.returncode == 0, f"javac failed:\n{p.stderr.decode(errors='replace')}"
-    yield f"{out}:{cp}"
+    cp, out = java_client.compile_client()
+    yield cp
     shutil.rmtree(out, ignore_errors=True)
 
 
 def run_java(cp, broker, *args, timeout=300):
-    tmp = broker.base_dir / "java-tmp"
-    tmp.mkdir(exist_ok=True)
-    cmd = ["java", "-Xmx512m", f"-Djava.io.tmpdir={tmp}", "-cp", cp, "GregorCompat", broker.bootstrap, *args]
-    p = subprocess.run(cmd, capture_output=True, timeout=timeout)
-    out = p.stdout.decode(errors="replace")
-    err = p.stderr.decode(errors="replace")
-    assert p.returncode == 0, (f"GregorCompat {' '.join(args)} exited {p.returncode}\n"
-                               f"stdout:\n{out[-3000:]}\nstderr:\n{err[-6000:]}")
-    assert f"OK {args[0]}" in out
-    return out
+    return java_client.run(cp, broker.bootstrap, broker.base_dir / "java-tmp", *args, timeout=timeout)
 
 
 @pytest.mark.parametrize("scenario", ["metadata", "create-topic", "produce-consume", "codecs", "acks",

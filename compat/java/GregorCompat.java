@@ -231,7 +231,9 @@ public class GregorCompat {
     }
 
     static void createTopicAndWait(Admin a, String topic, int partitions) throws Exception {
-        a.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get(60, TimeUnit.SECONDS);
+        // -Dgregor.replication.factor=3 where the cluster's min.insync.replicas needs more than one copy
+        short rf = Integer.getInteger("gregor.replication.factor", 1).shortValue();
+        a.createTopics(List.of(new NewTopic(topic, partitions, rf))).all().get(60, TimeUnit.SECONDS);
         long deadline = System.nanoTime() + WAIT.toNanos();
         while (true) {
             try {
