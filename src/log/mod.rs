@@ -27,7 +27,7 @@ pub use batch::{validate_batches, BatchHeader};
 pub use checkpoint::{read_partition_metadata, write_partition_metadata};
 pub use index::{OffsetIndex, TimeIndex};
 pub use manager::LogManager;
-pub use partition_log::Log;
+pub use partition_log::{Log, LogStats};
 pub use segment::LogSegment;
 
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,8 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, HEADER_SIZE, OFF_BASE_OFFSET, OFF_LEADER_EPOCH};
 use super::checkpoint::sync_dir;
@@ -34,6 +36,36 @@ pub struct Log {
     unflushed_messages: u64,
     last_flush_ms: i64,
     deleted: bool,
+    stats: Arc<LogStats>,
+}
+
+/// A log's figures as of its last change, readable without its lock: a metrics scrape reads
+/// thousands of these and must neither wait for an append nor make one wait.
+///
+/// Appends add to them; every other change (roll, truncation, retention, deletion) recounts
+/// them from the segments, as does each retention check, so a change that failed half way
+/// is corrected by the next.
+#[derive(Debug, Default)]
+pub struct LogStats {
+    size_bytes: AtomicU64,
+    log_start_offset: AtomicI64,
+    log_end_offset: AtomicI64,
+    segments: AtomicU64,
+}
+
+impl LogStats {
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes.load(Ordering::Relaxed)
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Relaxed)
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset.load(Ordering::Relaxed)
+    }
+    pub fn segments(&self) -> u64 {
+        self.segments.load(Ordering::Relaxed)
+    }
 }
 
 /// Kafka's temporary suffixes: leftovers of an interrupted delete, compaction
@@ -155,6 +187,7 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: now,
             deleted: false,
+            stats: Arc::default(),
         };
         if log.segments.is_empty() {
             let base = log_start_offset.max(0);
@@ -186,7 +219,20 @@ impl Log {
         } else {
             recovery_point.clamp(0, log.log_end_offset)
         };
+        log.publish_stats();
         Ok(log)
+    }
+
+    pub fn stats(&self) -> Arc<LogStats> {
+        self.stats.clone()
+    }
+
+    fn publish_stats(&self) {
+        let s = &self.stats;
+        s.size_bytes.store(self.size_bytes(), Ordering::Relaxed);
+        s.log_start_offset.store(self.log_start_offset, Ordering::Relaxed);
+        s.log_end_offset.store(self.log_end_offset, Ordering::Relaxed);
+        s.segments.store(self.segments.len() as u64, Ordering::Relaxed);
     }
 
     fn refresh_end_offset(&mut self) {
@@ -326,6 +372,9 @@ impl Log {
         }
         self.active()?.append(records, headers)?;
         self.log_end_offset = last + 1;
+        // Not a recount: that is linear in the segments, and appends are the hot path.
+        self.stats.size_bytes.fetch_add(records.len() as u64, Ordering::Relaxed);
+        self.stats.log_end_offset.store(self.log_end_offset, Ordering::Relaxed);
         self.unflushed_messages = self.unflushed_messages.saturating_add(count);
         if self.unflushed_messages >= self.config.flush_interval_messages {
             self.flush()?;
@@ -367,8 +416,9 @@ impl Log {
         }
         let seg = LogSegment::create(&self.dir, new_base, &self.config, now)?;
         self.segments.insert(new_base, seg);
-        sync_dir(&self.dir)?;
         self.log_start_offset = self.log_start_offset.max(self.first_segment_base());
+        self.publish_stats();
+        sync_dir(&self.dir)?;
         Ok(())
     }
 
@@ -510,6 +560,7 @@ impl Log {
         self.refresh_end_offset();
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
         self.log_start_offset = self.log_start_offset.min(self.log_end_offset);
+        self.publish_stats();
         Ok(())
     }
 
@@ -522,10 +573,11 @@ impl Log {
         }
         let seg = LogSegment::create(&self.dir, offset, &self.config, now_ms())?;
         self.segments.insert(offset, seg);
-        sync_dir(&self.dir)?;
         self.log_start_offset = offset;
         self.log_end_offset = offset;
         self.recovery_point = offset;
+        self.publish_stats();
+        sync_dir(&self.dir)?;
         Ok(())
     }
 
@@ -554,7 +606,9 @@ impl Log {
                 break;
             }
         }
-        self.delete_oldest(n)?;
+        let deleted = self.delete_oldest(n);
+        self.publish_stats();
+        deleted?;
         Ok(self.log_start_offset)
     }
 
@@ -609,6 +663,7 @@ impl Log {
             }
             deleted += self.delete_oldest(n)?;
         }
+        self.publish_stats();
         if deleted > 0 {
             tracing::info!(dir = %self.dir.display(), segments = deleted, log_start = self.log_start_offset, "retention deleted segments");
         }
@@ -679,6 +734,7 @@ impl Log {
         }
         self.deleted = true;
         self.segments.clear();
+        self.publish_stats();
         let name = self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
@@ -1218,6 +1274,44 @@ mod tests {
         assert_eq!(log.size_bytes(), one * 3);
         assert_eq!(log.log_start_offset(), 4);
         assert_eq!(log.enforce_retention(0).unwrap(), 0);
+    }
+
+    #[test]
+    fn published_stats_follow_every_change() {
+        let d = tempfile::tempdir().unwrap();
+        let one = simple_batch(1, 100, 0).len() as u64;
+        let c = LogConfig { segment_bytes: one * 2, retention_bytes: (one * 3) as i64, retention_ms: -1, ..cfg() };
+        let mut log = open(d.path(), c.clone());
+        let stats = log.stats();
+        let agree = |log: &Log| {
+            assert_eq!(stats.size_bytes(), log.size_bytes());
+            assert_eq!(stats.log_start_offset(), log.log_start_offset());
+            assert_eq!(stats.log_end_offset(), log.log_end_offset());
+            assert_eq!(stats.segments(), log.segment_count() as u64);
+        };
+        agree(&log);
+        for _ in 0..7 {
+            log.append(&mut simple_batch(1, 100, 0), 0).unwrap();
+            agree(&log);
+        }
+        assert_eq!(stats.segments(), 4, "appends rolled segments");
+        log.enforce_retention(0).unwrap();
+        agree(&log);
+        log.delete_records_before(5).unwrap();
+        agree(&log);
+        log.truncate_to(6).unwrap();
+        agree(&log);
+        assert_eq!((stats.log_start_offset(), stats.log_end_offset()), (5, 6));
+        log.truncate_fully_and_start_at(40).unwrap();
+        agree(&log);
+        let mut follower = simple_batch(2, 100, 0);
+        follower[0..8].copy_from_slice(&40i64.to_be_bytes());
+        log.append_as_follower(&mut follower).unwrap();
+        agree(&log);
+        drop(log);
+        // Reopened: counted from what is on disk.
+        let log = open(d.path(), c);
+        assert_eq!((log.stats().size_bytes(), log.stats().log_end_offset()), (log.size_bytes(), 42));
     }
 
     #[test]
