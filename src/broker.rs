@@ -17,6 +17,7 @@ use crate::group::GroupCoordinator;
 use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
+use crate::metrics::BrokerMetrics;
 use crate::replication::fetcher::FetcherManager;
 use crate::replication::{Partition, ReplicaManager};
 use crate::txn::ProducerIdManager;
@@ -44,6 +45,7 @@ pub struct Broker {
     pub fetchers: FetcherManager,
     /// Leader side of the followers' fetch sessions.
     pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
+    pub metrics: BrokerMetrics,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
@@ -143,8 +145,10 @@ impl Broker {
             c.brokers = me;
         });
 
+        let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let broker = Arc::new(Broker {
-            replicas: ReplicaManager::new(id, logs),
+            replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
+            metrics,
             producer_ids: ProducerIdManager::new(id, store.clone()),
             groups: GroupCoordinator::new(coordinator_config(&config)?),
             fetchers: FetcherManager::default(),
@@ -287,6 +291,67 @@ impl Broker {
         self.cache.update(|c| c.controller_id = id);
         tracing::info!(broker_id = id, epoch, "became controller");
         Ok(true)
+    }
+
+    /// The state the metrics scrape reports. Each partition's replica state is read under its
+    /// own lock, one partition at a time, and logs through their published stats, so a scrape
+    /// of thousands of partitions never holds a lock a request waits for while it formats,
+    /// nor waits for an append, nor touches the disk.
+    pub fn metrics_sample(&self) -> crate::metrics::StateSample {
+        use crate::metrics::{PartitionSample, StateSample, ZooKeeperSample};
+        let snapshot = self.cache.snapshot();
+        let default_min_isr = self.config.min_insync_replicas.max(1) as usize;
+        let partitions = self
+            .replicas
+            .all_partitions()
+            .iter()
+            .map(|p| {
+                let counts = p.replica_counts();
+                let log = p.log_stats();
+                let min_isr = snapshot
+                    .topics
+                    .get(&p.topic)
+                    .and_then(|t| t.configs.get("min.insync.replicas"))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(default_min_isr);
+                PartitionSample {
+                    topic: p.topic.clone(),
+                    partition: p.index,
+                    leader: counts.leader,
+                    replicas: counts.replicas,
+                    isr: counts.isr,
+                    min_isr,
+                    size_bytes: log.size_bytes(),
+                    log_start_offset: log.log_start_offset(),
+                    log_end_offset: log.log_end_offset(),
+                    segments: log.segments(),
+                }
+            })
+            .collect();
+        let active_controller = self.is_controller();
+        let (mut offline_partitions, mut global_partitions, mut global_topics) = (0, 0, 0);
+        if active_controller {
+            // Kafka's controller counts these; other brokers report 0.
+            let live: std::collections::HashSet<i32> = snapshot.brokers.iter().map(|b| b.id).collect();
+            for t in snapshot.topics.values() {
+                let deleting =
+                    t.partitions.iter().any(|p| p.leader == crate::replication::control::LEADER_DURING_DELETE);
+                if deleting {
+                    continue;
+                }
+                global_topics += 1;
+                global_partitions += t.partitions.len() as u64;
+                offline_partitions += t.partitions.iter().filter(|p| !live.contains(&p.leader)).count() as u64;
+            }
+        }
+        let zookeeper = match &*self.store {
+            ZnodeStore::ZooKeeper(zk) => {
+                let (connected, expired_sessions) = zk.session_status();
+                Some(ZooKeeperSample { connected, expired_sessions })
+            }
+            ZnodeStore::Embedded(_) => None,
+        };
+        StateSample { active_controller, partitions, offline_partitions, global_partitions, global_topics, zookeeper }
     }
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.

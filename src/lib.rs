@@ -3,7 +3,7 @@
 //! Modules are named after their Kafka counterparts (see DESIGN.md): `network` is the
 //! SocketServer, `api` KafkaApis, `log` the storage layer, `metadata` the znode tree and
 //! metadata cache, `controller` the KafkaController, `replication` the ReplicaManager, `txn`
-//! producer ids and idempotence.
+//! producer ids and idempotence, `metrics` Kafka's metrics as Prometheus reads them.
 
 pub mod api;
 pub mod broker;
@@ -12,6 +12,7 @@ pub mod controller;
 pub mod group;
 pub mod log;
 pub mod metadata;
+pub mod metrics;
 pub mod network;
 pub mod replication;
 pub mod txn;

@@ -6,6 +6,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
@@ -18,6 +19,7 @@ use tracing::Instrument;
 
 use crate::api::{self, RequestContext};
 use crate::broker::Broker;
+use crate::metrics::GaugeGuard;
 
 /// Encoded responses waiting for the socket before the connection stops handling requests
 /// (back-pressure on a client that does not read).
@@ -50,6 +52,7 @@ pub async fn serve_listener(
     mut shutdown: watch::Receiver<bool>,
     tracker: TaskTracker,
 ) {
+    let metrics = broker.metrics.listener(&listener_name);
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -63,6 +66,7 @@ pub async fn serve_listener(
                     broker: broker.clone(),
                     listener: listener_name.clone(),
                     peer: format!("/{}", peer.ip()),
+                    _counted: metrics.connection(),
                 };
                 tracker.spawn(conn.serve(stream, shutdown.clone()).instrument(span));
             }
@@ -80,6 +84,8 @@ struct Connection {
     broker: Arc<Broker>,
     listener: Arc<str>,
     peer: String,
+    /// In the listener's connection count until the connection ends.
+    _counted: GaugeGuard,
 }
 
 impl Connection {
@@ -149,6 +155,7 @@ impl Connection {
     /// Decodes one frame, runs its handler and returns the encoded response (None: the
     /// request gets no response, as Produce with acks=0).
     async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
+        let received = Instant::now();
         if frame.len() < 8 {
             return Err(FrameError::TooShort(frame.len()));
         }
@@ -156,7 +163,9 @@ impl Connection {
         let version = i16::from_be_bytes([frame[2], frame[3]]);
         let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
         if api::inter_broker::is_inter_broker(raw_key) && self.broker.store.is_zookeeper() {
-            return self.process_inter_broker(raw_key, version, frame).await.map(Some);
+            let response = self.process_inter_broker(raw_key, version, frame).await?;
+            self.broker.metrics.requests.record(raw_key, version, false, received.elapsed());
+            return Ok(Some(response));
         }
         let key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApi(raw_key))?;
         let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version));
@@ -188,12 +197,18 @@ impl Connection {
             header,
             peer: self.peer.clone(),
         };
+        let from_follower = match &request {
+            RequestKind::Fetch(f) => (if version >= 15 { f.replica_state.replica_id.0 } else { f.replica_id.0 }) >= 0,
+            _ => false,
+        };
         let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
-        match api::handle(&ctx, request).instrument(span).await {
-            Ok(Some(response)) => encode_response(key, version, correlation_id, &response).map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(FrameError::Malformed(key, version, e)),
-        }
+        let response = match api::handle(&ctx, request).instrument(span).await {
+            Ok(Some(response)) => Some(encode_response(key, version, correlation_id, &response)?),
+            Ok(None) => None,
+            Err(e) => return Err(FrameError::Malformed(key, version, e)),
+        };
+        self.broker.metrics.requests.record(raw_key, version, from_follower, received.elapsed());
+        Ok(response)
     }
 }
 

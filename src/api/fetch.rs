@@ -154,6 +154,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let deadline = Instant::now() + max_wait;
     let min_bytes = req.min_bytes.max(0) as usize;
     let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    let mut parked = None;
     let responses = loop {
         // Registered before reading, so an append that lands in between still wakes us.
         let changed = ctx.broker.replicas.changed();
@@ -165,16 +166,35 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break responses;
         }
+        parked.get_or_insert_with(|| ctx.broker.metrics.park_fetch());
         if tokio::time::timeout(deadline - now, changed).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
             break read_all(ctx, &wanted, max_bytes, version, replica).0;
         }
     };
+    drop(parked);
     r.responses = match session {
         Some(s) => only_news(&mut s.lock().unwrap_or_else(|p| p.into_inner()), responses, incremental),
         None => responses,
     };
+    count_bytes_out(ctx, &r.responses, replica >= 0);
     r
+}
+
+/// Counts what this answer sends, once: a long-poll may read several times before it answers.
+/// Per topic, since a topic's partitions share their counters; one lookup finds them.
+fn count_bytes_out(ctx: &RequestContext, responses: &[FetchableTopicResponse], to_follower: bool) {
+    for t in responses {
+        let sent = |p: &PartitionData| p.records.as_ref().map_or(0, |r| r.len());
+        let bytes: usize = t.partitions.iter().map(sent).sum();
+        let Some(with_records) = t.partitions.iter().find(|p| sent(p) > 0) else { continue };
+        let Some(p) = ctx.broker.replicas.hosted(t.topic.0.as_str(), with_records.partition_index) else { continue };
+        if to_follower {
+            p.metrics().record_follower_fetch(bytes as u64);
+        } else {
+            p.metrics().record_consumer_fetch(bytes as u64);
+        }
+    }
 }
 
 fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64)>) -> SessionPartition {

@@ -225,6 +225,18 @@ impl ZkStore {
         self.sessions.clone()
     }
 
+    /// Whether the current session is connected to a server (for the metrics), and how many
+    /// sessions ended since start.
+    pub fn session_status(&self) -> (bool, u64) {
+        let state = self.client.read().unwrap_or_else(|p| p.into_inner()).state();
+        let connected = matches!(state, zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly);
+        let event = *self.sessions.borrow();
+        // `generation` sessions were opened; all but the current one have ended, and it too
+        // once `live` turns false.
+        let ended = event.generation.saturating_sub(1) + u64::from(!event.live);
+        (connected && event.live, ended)
+    }
+
     fn remember_ephemeral(&self, path: &str, data: &str) {
         if path != CONTROLLER {
             self.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_string(), data.to_string());

@@ -18,9 +18,10 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::Notify;
 
-pub use partition::{FetchResult, Partition, ProduceResult, Role};
+pub use partition::{FetchResult, Partition, ProduceResult, ReplicaCounts, Role};
 
 use crate::log::{LogConfig, LogError, LogManager};
+use crate::metrics::{BrokerTopicMetrics, IsrMetrics};
 
 pub type TopicPartition = (String, i32);
 
@@ -35,10 +36,17 @@ pub struct ReplicaManager {
     /// Woken on every append and every high-watermark move, so long-polling fetches and
     /// acks=all produces re-check without polling.
     changed: Notify,
+    topic_metrics: Arc<BrokerTopicMetrics>,
+    isr_metrics: IsrMetrics,
 }
 
 impl ReplicaManager {
-    pub fn new(broker_id: i32, logs: LogManager) -> ReplicaManager {
+    pub fn new(
+        broker_id: i32,
+        logs: LogManager,
+        topic_metrics: Arc<BrokerTopicMetrics>,
+        isr_metrics: IsrMetrics,
+    ) -> ReplicaManager {
         let checkpointed_hw = logs.read_high_watermarks();
         ReplicaManager {
             broker_id,
@@ -46,6 +54,8 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             checkpointed_hw,
             changed: Notify::new(),
+            topic_metrics,
+            isr_metrics,
         }
     }
 
@@ -85,7 +95,8 @@ impl ReplicaManager {
         }
         let key = (topic.to_string(), index);
         let hw = self.checkpointed_hw.get(&key).copied();
-        let p = Arc::new(Partition::open(topic, index, self.broker_id, log, hw));
+        let (metrics, isr_metrics) = (self.topic_metrics.topic(topic), self.isr_metrics.clone());
+        let p = Arc::new(Partition::open(topic, index, self.broker_id, log, hw, metrics, isr_metrics));
         self.partitions.write().unwrap_or_else(|p| p.into_inner()).entry(key.0).or_default().insert(index, p.clone());
         Ok(p)
     }
@@ -110,6 +121,10 @@ impl ReplicaManager {
 
     pub fn remove_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
         self.forget(topic, index);
+        if !self.partitions.read().unwrap_or_else(|p| p.into_inner()).contains_key(topic) {
+            // The topic's last partition here is gone: its series go too, as in Kafka.
+            self.topic_metrics.remove_topic(topic);
+        }
         self.logs.delete_log(topic, index)
     }
 

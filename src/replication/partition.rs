@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::leader_epoch::LeaderEpochCache;
-use crate::log::{AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError};
+use crate::log::{AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
+use crate::metrics::{IsrMetrics, TopicMetrics};
 use crate::txn::{ProducerStateManager, SequenceCheck};
 
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
@@ -91,6 +92,19 @@ pub struct Partition {
     /// (Kafka's partition epoch): AlterPartition is a compare-and-set against it.
     partition_epoch: AtomicI32,
     state: Mutex<ReplicaState>,
+    /// The topic's traffic counters, resolved once so that appends and reads count without a
+    /// lookup.
+    metrics: TopicMetrics,
+    isr_metrics: IsrMetrics,
+    log_stats: Arc<LogStats>,
+}
+
+/// What a metrics scrape reads of a partition's replica state.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaCounts {
+    pub leader: bool,
+    pub replicas: usize,
+    pub isr: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,11 +120,13 @@ impl Partition {
         broker_id: i32,
         log: Arc<Mutex<Log>>,
         checkpointed_hw: Option<i64>,
+        metrics: TopicMetrics,
+        isr_metrics: IsrMetrics,
     ) -> Partition {
         let producers = rebuild_producer_state(&log);
-        let (epochs, leo) = {
+        let (epochs, leo, log_stats) = {
             let guard = lock(&log);
-            (LeaderEpochCache::load(guard.dir()), guard.log_end_offset())
+            (LeaderEpochCache::load(guard.dir()), guard.log_end_offset(), guard.stats())
         };
         Partition {
             topic: topic.to_string(),
@@ -129,7 +145,23 @@ impl Partition {
                 followers: HashMap::new(),
                 epoch_start_offset: 0,
             }),
+            metrics,
+            isr_metrics,
+            log_stats,
         }
+    }
+
+    pub fn metrics(&self) -> &TopicMetrics {
+        &self.metrics
+    }
+
+    pub fn log_stats(&self) -> &LogStats {
+        &self.log_stats
+    }
+
+    pub fn replica_counts(&self) -> ReplicaCounts {
+        let s = lock(&self.state);
+        ReplicaCounts { leader: s.role == Role::Leader, replicas: s.replicas.len(), isr: s.isr.len() }
     }
 
     fn lock_log(&self) -> MutexGuard<'_, Log> {
@@ -179,12 +211,14 @@ impl Partition {
         let leo = self.log_end_offset();
         let mut s = lock(&self.state);
         s.replicas = replicas.to_vec();
-        s.isr = isr.to_vec();
         if s.role == Role::Leader && s.leader_epoch == epoch {
+            let change = apply_isr(&mut s, isr.to_vec());
             drop(s);
+            self.report_isr_change(change);
             self.maybe_advance_high_watermark();
             return false;
         }
+        s.isr = isr.to_vec();
         s.role = Role::Leader;
         s.leader_epoch = epoch;
         s.epoch_start_offset = leo;
@@ -292,6 +326,7 @@ impl Partition {
         let log_start_offset = log.log_start_offset();
         drop(log);
         drop(producers);
+        self.metrics.record_leader_append(info.record_count, buf.len() as u64);
         self.maybe_advance_high_watermark();
         ProduceResult { error_code: 0, base_offset: info.first_offset, last_offset: info.last_offset, log_start_offset }
     }
@@ -306,6 +341,7 @@ impl Partition {
         }
         let leo = log.log_end_offset();
         drop(log);
+        self.metrics.record_follower_append(buf.len() as u64);
         let mut epochs = lock(&self.epochs);
         let mut rest = &buf[..];
         while let Some(h) = BatchHeader::parse(rest) {
@@ -507,8 +543,22 @@ impl Partition {
 
     /// Applies an ISR change that is now recorded in ZooKeeper.
     pub fn set_isr(&self, isr: Vec<i32>) {
-        lock(&self.state).isr = isr;
+        let change = apply_isr(&mut lock(&self.state), isr);
+        self.report_isr_change(change);
         self.maybe_advance_high_watermark();
+    }
+
+    /// Logs and counts a leader's ISR change, outside the state lock (a log line is I/O).
+    fn report_isr_change(&self, change: Option<(Vec<i32>, Vec<i32>)>) {
+        let Some((from, to)) = change else { return };
+        let (topic, partition) = (&self.topic, self.index);
+        if to.len() < from.len() {
+            tracing::info!(%topic, partition, ?from, ?to, "ISR shrunk");
+            self.isr_metrics.record_shrink();
+        } else if to.len() > from.len() {
+            tracing::info!(%topic, partition, ?from, ?to, "ISR expanded");
+            self.isr_metrics.record_expand();
+        }
     }
 
     /// ListOffsets by time: the first record whose timestamp is >= `ts`, and its timestamp.
@@ -560,6 +610,17 @@ impl Partition {
             None => Ok(()),
         }
     }
+}
+
+/// The one place a leader's ISR changes within its epoch; returns (from, to) if it did. The
+/// controller's answer to AlterPartition and its LeaderAndIsr carrying the same ISR race each
+/// other: whichever comes first is the change, reported once, and the other finds nothing to do.
+fn apply_isr(s: &mut ReplicaState, isr: Vec<i32>) -> Option<(Vec<i32>, Vec<i32>)> {
+    if s.isr == isr {
+        return None;
+    }
+    let from = std::mem::replace(&mut s.isr, isr);
+    (s.role == Role::Leader).then(|| (from, s.isr.clone()))
 }
 
 /// How many of the newest segments are re-read for producer state when a partition opens.
@@ -615,13 +676,45 @@ mod tests {
     fn partition(dir: &std::path::Path) -> Partition {
         let config = LogConfig { segment_bytes: 1 << 20, max_index_size: 4096, ..LogConfig::default() };
         let log = Log::open(dir.join("t-0"), config, 0, 0, true).unwrap();
-        Partition::open("t", 0, 1, Arc::new(Mutex::new(log)), None)
+        Partition::open("t", 0, 1, Arc::new(Mutex::new(log)), None, TopicMetrics::detached(), IsrMetrics::detached())
     }
 
     fn append(p: &Partition, records: usize) -> ProduceResult {
         let r = p.append(Bytes::from(simple_batch(records, 10, 1)), 1 << 20);
         assert_eq!(r.error_code, 0);
         r
+    }
+
+    #[test]
+    fn a_leaders_isr_changes_are_counted_once_and_appends_by_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = crate::metrics::BrokerMetrics::new().unwrap();
+        let config = LogConfig { segment_bytes: 1 << 20, max_index_size: 4096, ..LogConfig::default() };
+        let log = Log::open(dir.path().join("t-0"), config, 0, 0, true).unwrap();
+        let p = Partition::open("t", 0, 1, Arc::new(Mutex::new(log)), None, m.topics.topic("t"), m.isr.clone());
+        p.become_leader(0, &[1, 2, 3], &[1, 2, 3]);
+        assert_eq!(m.isr.counts(), (0, 0), "a new leader's ISR is not a change");
+        p.set_isr(vec![1, 2]);
+        // The controller's LeaderAndIsr carrying the ISR just applied changes nothing.
+        p.become_leader(0, &[1, 2, 3], &[1, 2]);
+        assert_eq!(m.isr.counts(), (1, 0));
+        // Here LeaderAndIsr came first and the AlterPartition answer second.
+        p.become_leader(0, &[1, 2, 3], &[1, 2, 3]);
+        p.set_isr(vec![1, 2, 3]);
+        assert_eq!(m.isr.counts(), (1, 1));
+        // A follower's ISR, or a new epoch's, is not this broker's change.
+        p.become_follower(2, 1, &[1, 2, 3], &[2, 3]);
+        p.set_isr(vec![2]);
+        p.become_leader(2, &[1, 2, 3], &[1]);
+        assert_eq!(m.isr.counts(), (1, 1));
+
+        let batch = simple_batch(5, 10, 1);
+        let bytes = batch.len();
+        assert_eq!(p.append(Bytes::from(batch), 1 << 20).error_code, 0);
+        let text = m.render(&Default::default());
+        assert!(text.contains("kafka_server_brokertopicmetrics_messagesin_total{topic=\"t\"} 5\n"), "{text}");
+        assert!(text.contains(&format!("kafka_server_brokertopicmetrics_bytesin_total{{topic=\"t\"}} {bytes}\n")));
+        assert_eq!(p.log_stats().size_bytes(), bytes as u64);
     }
 
     #[test]

@@ -1,0 +1,792 @@
+//! Broker metrics (Kafka's Yammer metrics), exposed to Prometheus on `/metrics` when
+//! `metrics.port` is set.
+//!
+//! Names are the ones Prometheus' JMX exporter gives Kafka's MBeans under its usual Kafka rules
+//! (`lowercaseOutputName`, `...PerSec` counts as `_total` counters):
+//! `kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t` is
+//! `kafka_server_brokertopicmetrics_messagesin_total{topic="t"}`, so dashboards and alerts
+//! written for Kafka read gregor unchanged.
+//!
+//! Two kinds, kept apart for the data plane's sake:
+//! - counters and histograms that requests move are plain atomics behind handles resolved
+//!   once: per partition (its topic's counters), per API and version. Produce and fetch never
+//!   look a series up by name, take a lock or allocate to count.
+//! - gauges of the broker's state (partitions led, under-replicated, log sizes, ...) are not
+//!   kept up to date at all: each scrape computes them from a [`StateSample`] that the broker
+//!   takes, so their cost is paid by the scraper, not by requests.
+
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+
+pub type Result<T> = std::result::Result<T, prometheus::Error>;
+
+/// Upper bounds (ms) of the request latency histograms: sub-millisecond produces up to
+/// fetches that wait out a long `max.wait.ms` and acks=all produces that time out.
+const TOTAL_TIME_MS_BUCKETS: &[f64] =
+    &[0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0];
+
+/// API keys and versions for which request series can exist (Kafka's keys stop below 100,
+/// versions below 20); a request outside is still served, just not counted.
+const API_KEY_SLOTS: usize = 128;
+const VERSION_SLOTS: usize = 32;
+
+const FETCH_KEY: i16 = 1;
+
+/// The inter-broker APIs the protocol crate no longer names, with Kafka's names.
+const INTER_BROKER_API_NAMES: &[(i16, &str)] = &[
+    (4, "LeaderAndIsr"),
+    (5, "StopReplica"),
+    (6, "UpdateMetadata"),
+    (7, "ControlledShutdown"),
+    (56, "AlterPartition"),
+];
+
+/// Kafka's name of an API key (`ApiKeys.name`): what the `request` label carries.
+pub fn api_name(key: i16) -> Option<Cow<'static, str>> {
+    if let Some((_, name)) = INTER_BROKER_API_NAMES.iter().find(|(k, _)| *k == key) {
+        return Some(Cow::Borrowed(name));
+    }
+    kafka_protocol::messages::ApiKey::try_from(key).ok().map(|k| Cow::Owned(format!("{k:?}")))
+}
+
+/// Every metric the broker moves itself; the state gauges come with each scrape.
+pub struct BrokerMetrics {
+    /// Shared with the replica manager, which hands each partition its topic's counters.
+    pub topics: Arc<BrokerTopicMetrics>,
+    pub requests: RequestMetrics,
+    /// Handed to every partition, which counts the ISR changes it applies as leader.
+    pub isr: IsrMetrics,
+    purgatory: IntGaugeVec,
+    produce_purgatory: IntGauge,
+    fetch_purgatory: IntGauge,
+    connections: IntGaugeVec,
+    connections_created: IntCounterVec,
+    spares: Spares,
+}
+
+impl BrokerMetrics {
+    pub fn new() -> Result<BrokerMetrics> {
+        let purgatory = IntGaugeVec::new(
+            Opts::new(
+                "kafka_server_delayedoperationpurgatory_purgatorysize",
+                "Requests parked until their condition holds: acks=all produces waiting for the ISR, fetches waiting \
+                 for fetch.min.bytes",
+            ),
+            &["delayedOperation"],
+        )?;
+        let produce_purgatory = purgatory.get_metric_with_label_values(&["Produce"])?;
+        let fetch_purgatory = purgatory.get_metric_with_label_values(&["Fetch"])?;
+        let spares = Spares::new()?;
+        Ok(BrokerMetrics {
+            topics: Arc::new(BrokerTopicMetrics::new(&spares)?),
+            requests: RequestMetrics::new(&spares)?,
+            isr: IsrMetrics {
+                shrinks: IntCounter::new(
+                    "kafka_server_replicamanager_isrshrinks_total",
+                    "ISR shrinks of partitions led here, counted as the leader applies them",
+                )?,
+                expands: IntCounter::new(
+                    "kafka_server_replicamanager_isrexpands_total",
+                    "ISR expansions of partitions led here, counted as the leader applies them",
+                )?,
+            },
+            purgatory,
+            produce_purgatory,
+            fetch_purgatory,
+            connections: IntGaugeVec::new(
+                Opts::new("kafka_server_socket_server_metrics_connection_count", "Open client connections"),
+                &["listener"],
+            )?,
+            connections_created: IntCounterVec::new(
+                Opts::new("kafka_server_socket_server_metrics_connection_creation_total", "Connections accepted"),
+                &["listener"],
+            )?,
+            spares,
+        })
+    }
+
+    /// Holds an acks=all produce in the Produce purgatory count until dropped.
+    pub fn park_produce(&self) -> GaugeGuard {
+        GaugeGuard::new(&self.produce_purgatory)
+    }
+
+    /// Holds a long-polling fetch in the Fetch purgatory count until dropped.
+    pub fn park_fetch(&self) -> GaugeGuard {
+        GaugeGuard::new(&self.fetch_purgatory)
+    }
+
+    /// The connection counters of one listener, resolved once when it starts accepting.
+    pub fn listener(&self, name: &str) -> ListenerMetrics {
+        ListenerMetrics {
+            open: self.connections.get_metric_with_label_values(&[name]).unwrap_or_else(|_| self.spares.gauge.clone()),
+            created: self
+                .connections_created
+                .get_metric_with_label_values(&[name])
+                .unwrap_or_else(|_| self.spares.counter.clone()),
+        }
+    }
+
+    /// Everything, in Prometheus' text format (version 0.0.4).
+    pub fn render(&self, state: &StateSample) -> String {
+        let mut families = self.topics.collect();
+        families.extend(self.requests.collect());
+        families.extend(self.isr.shrinks.collect());
+        families.extend(self.isr.expands.collect());
+        families.extend(self.purgatory.collect());
+        families.extend(self.connections.collect());
+        families.extend(self.connections_created.collect());
+        families.extend(state.families());
+        // The encoder refuses a family without series (a vec nothing was counted in yet).
+        families.retain(|f| !f.get_metric().is_empty());
+        families.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut out = String::with_capacity(4096);
+        if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut out) {
+            // Only a malformed family (a bug here) gets this far; say so rather than serve half.
+            tracing::warn!(error = %e, "cannot encode metrics");
+            out.clear();
+        }
+        out
+    }
+}
+
+/// Kafka's `IsrShrinksPerSec` and `IsrExpandsPerSec`.
+#[derive(Clone)]
+pub struct IsrMetrics {
+    shrinks: IntCounter,
+    expands: IntCounter,
+}
+
+impl IsrMetrics {
+    pub fn record_shrink(&self) {
+        self.shrinks.inc();
+    }
+
+    pub fn record_expand(&self) {
+        self.expands.inc();
+    }
+
+    /// (shrinks, expands) so far.
+    #[cfg(test)]
+    pub fn counts(&self) -> (u64, u64) {
+        (self.shrinks.get(), self.expands.get())
+    }
+
+    /// Counters exposed nowhere, for a partition outside a broker.
+    #[cfg(test)]
+    pub fn detached() -> IsrMetrics {
+        BrokerMetrics::new().map(|m| m.isr).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// A request counted in a purgatory gauge for as long as this lives, however its wait ends
+/// (satisfied, timed out, or the connection dropped and the future with it).
+pub struct GaugeGuard(IntGauge);
+
+impl GaugeGuard {
+    fn new(gauge: &IntGauge) -> GaugeGuard {
+        gauge.inc();
+        GaugeGuard(gauge.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// One listener's connection counters.
+#[derive(Clone)]
+pub struct ListenerMetrics {
+    open: IntGauge,
+    created: IntCounter,
+}
+
+impl ListenerMetrics {
+    /// Counts a connection as open until the returned guard is dropped.
+    pub fn connection(&self) -> GaugeGuard {
+        self.created.inc();
+        GaugeGuard::new(&self.open)
+    }
+}
+
+/// Stand-ins for a series that cannot be made, made up front so that no request has to fail
+/// or panic over one. Never expected: names and label counts are fixed here and tested.
+#[derive(Clone)]
+struct Spares {
+    counter: IntCounter,
+    gauge: IntGauge,
+    histogram: Histogram,
+}
+
+impl Spares {
+    fn new() -> Result<Spares> {
+        Ok(Spares {
+            counter: IntCounter::new("unexposed", "never exposed")?,
+            gauge: IntGauge::new("unexposed", "never exposed")?,
+            histogram: Histogram::with_opts(HistogramOpts::new("unexposed", "never exposed"))?,
+        })
+    }
+}
+
+/// One `BrokerTopicMetrics` meter: a series per topic plus the all-topics series without a
+/// topic label, as Kafka's MBean without `topic=` is rendered. Both are counted on each event
+/// (as Kafka marks both meters), so deleting a topic never makes the total go backwards.
+struct TopicFamily {
+    per_topic: IntCounterVec,
+    all: IntCounter,
+    spare: IntCounter,
+}
+
+impl TopicFamily {
+    fn new(name: &str, help: &str, spares: &Spares) -> Result<TopicFamily> {
+        Ok(TopicFamily {
+            per_topic: IntCounterVec::new(Opts::new(name, help), &["topic"])?,
+            all: IntCounter::new(name, help)?,
+            spare: spares.counter.clone(),
+        })
+    }
+
+    fn handle(&self, topic: &str) -> TopicCounter {
+        let one = self.per_topic.get_metric_with_label_values(&[topic]).unwrap_or_else(|_| self.spare.clone());
+        TopicCounter { topic: one, all: self.all.clone() }
+    }
+
+    fn collect(&self) -> MetricFamily {
+        let mut families = self.per_topic.collect();
+        let mut family = families.pop().unwrap_or_default();
+        let mut metrics = family.take_metric();
+        metrics.extend(self.all.collect().into_iter().flat_map(|mut f| f.take_metric()));
+        family.set_metric(metrics);
+        family
+    }
+}
+
+/// A topic's counter and the all-topics one, incremented together.
+#[derive(Clone)]
+struct TopicCounter {
+    topic: IntCounter,
+    all: IntCounter,
+}
+
+impl TopicCounter {
+    fn add(&self, n: u64) {
+        self.topic.inc_by(n);
+        self.all.inc_by(n);
+    }
+}
+
+/// Kafka's `BrokerTopicMetrics`.
+pub struct BrokerTopicMetrics {
+    messages_in: TopicFamily,
+    bytes_in: TopicFamily,
+    bytes_out: TopicFamily,
+    replication_bytes_in: TopicFamily,
+    replication_bytes_out: TopicFamily,
+}
+
+impl BrokerTopicMetrics {
+    fn new(spares: &Spares) -> Result<BrokerTopicMetrics> {
+        Ok(BrokerTopicMetrics {
+            messages_in: TopicFamily::new(
+                "kafka_server_brokertopicmetrics_messagesin_total",
+                "Records appended by this broker as leader",
+                spares,
+            )?,
+            bytes_in: TopicFamily::new(
+                "kafka_server_brokertopicmetrics_bytesin_total",
+                "Bytes of record batches appended by this broker as leader",
+                spares,
+            )?,
+            bytes_out: TopicFamily::new(
+                "kafka_server_brokertopicmetrics_bytesout_total",
+                "Bytes of record batches sent to consumers (replication excluded)",
+                spares,
+            )?,
+            replication_bytes_in: TopicFamily::new(
+                "kafka_server_brokertopicmetrics_replicationbytesin_total",
+                "Bytes of record batches appended by this broker as follower",
+                spares,
+            )?,
+            replication_bytes_out: TopicFamily::new(
+                "kafka_server_brokertopicmetrics_replicationbytesout_total",
+                "Bytes of record batches sent to followers",
+                spares,
+            )?,
+        })
+    }
+
+    /// The counters of `topic`, to be kept by each of its partitions (creating the series
+    /// allocates; counting through the handle does not).
+    pub fn topic(&self, topic: &str) -> TopicMetrics {
+        TopicMetrics {
+            messages_in: self.messages_in.handle(topic),
+            bytes_in: self.bytes_in.handle(topic),
+            bytes_out: self.bytes_out.handle(topic),
+            replication_bytes_in: self.replication_bytes_in.handle(topic),
+            replication_bytes_out: self.replication_bytes_out.handle(topic),
+        }
+    }
+
+    /// Drops a topic's series once no partition of it is hosted here (Kafka's removeMetrics).
+    pub fn remove_topic(&self, topic: &str) {
+        for f in self.families() {
+            let _ = f.per_topic.remove_label_values(&[topic]);
+        }
+    }
+
+    fn families(&self) -> [&TopicFamily; 5] {
+        [&self.messages_in, &self.bytes_in, &self.bytes_out, &self.replication_bytes_in, &self.replication_bytes_out]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.families().iter().map(|f| f.collect()).collect()
+    }
+}
+
+/// One topic's traffic counters; each partition holds a copy (a few `Arc`s).
+#[derive(Clone)]
+pub struct TopicMetrics {
+    messages_in: TopicCounter,
+    bytes_in: TopicCounter,
+    bytes_out: TopicCounter,
+    replication_bytes_in: TopicCounter,
+    replication_bytes_out: TopicCounter,
+}
+
+impl TopicMetrics {
+    /// Counters exposed nowhere, for a partition outside a broker.
+    #[cfg(test)]
+    pub fn detached() -> TopicMetrics {
+        BrokerMetrics::new().map(|m| m.topics.topic("")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn record_leader_append(&self, records: u64, bytes: u64) {
+        self.messages_in.add(records);
+        self.bytes_in.add(bytes);
+    }
+
+    pub fn record_follower_append(&self, bytes: u64) {
+        self.replication_bytes_in.add(bytes);
+    }
+
+    pub fn record_consumer_fetch(&self, bytes: u64) {
+        self.bytes_out.add(bytes);
+    }
+
+    pub fn record_follower_fetch(&self, bytes: u64) {
+        self.replication_bytes_out.add(bytes);
+    }
+}
+
+/// Kafka's `RequestMetrics`: `RequestsPerSec` by API and version, `TotalTimeMs` by API, where
+/// Fetch is timed as `FetchConsumer` or `FetchFollower` as Kafka does (a follower's fetch
+/// waits `replica.fetch.wait.max.ms` by design and would drown the consumers' latency).
+pub struct RequestMetrics {
+    requests: IntCounterVec,
+    total_time: HistogramVec,
+    /// By `key * VERSION_SLOTS + version`, made on the first request of that kind, so only
+    /// the APIs and versions clients use appear.
+    counters: Box<[OnceLock<IntCounter>]>,
+    /// By key; Fetch's own slot is unused, the last two are FetchConsumer and FetchFollower.
+    timers: Box<[OnceLock<Histogram>]>,
+    spares: Spares,
+}
+
+impl RequestMetrics {
+    fn new(spares: &Spares) -> Result<RequestMetrics> {
+        Ok(RequestMetrics {
+            requests: IntCounterVec::new(
+                Opts::new("kafka_network_requestmetrics_requests_total", "Requests received, by API and version"),
+                &["request", "version"],
+            )?,
+            total_time: HistogramVec::new(
+                HistogramOpts::new(
+                    "kafka_network_requestmetrics_totaltimems",
+                    "Time from a request read whole to its response queued for the socket, in milliseconds",
+                )
+                .buckets(TOTAL_TIME_MS_BUCKETS.to_vec()),
+                &["request"],
+            )?,
+            counters: (0..API_KEY_SLOTS * VERSION_SLOTS).map(|_| OnceLock::new()).collect(),
+            timers: (0..API_KEY_SLOTS + 2).map(|_| OnceLock::new()).collect(),
+            spares: spares.clone(),
+        })
+    }
+
+    /// Counts one request and its time. `from_follower` tells a follower's Fetch from a
+    /// consumer's; other APIs ignore it.
+    pub fn record(&self, key: i16, version: i16, from_follower: bool, elapsed: Duration) {
+        let (Ok(k), Ok(v)) = (usize::try_from(key), usize::try_from(version)) else { return };
+        if k >= API_KEY_SLOTS || v >= VERSION_SLOTS {
+            return;
+        }
+        let counter = self.counters[k * VERSION_SLOTS + v].get_or_init(|| {
+            let name = api_name(key).unwrap_or(Cow::Borrowed("Unknown"));
+            self.requests
+                .get_metric_with_label_values(&[name.as_ref(), &v.to_string()])
+                .unwrap_or_else(|_| self.spares.counter.clone())
+        });
+        counter.inc();
+        let (slot, name) = match (key, from_follower) {
+            (FETCH_KEY, false) => (API_KEY_SLOTS, Cow::Borrowed("FetchConsumer")),
+            (FETCH_KEY, true) => (API_KEY_SLOTS + 1, Cow::Borrowed("FetchFollower")),
+            _ => (k, Cow::Borrowed("")),
+        };
+        let timer = self.timers[slot].get_or_init(|| {
+            let name = if name.is_empty() { api_name(key).unwrap_or(Cow::Borrowed("Unknown")) } else { name };
+            self.total_time
+                .get_metric_with_label_values(&[name.as_ref()])
+                .unwrap_or_else(|_| self.spares.histogram.clone())
+        });
+        timer.observe(elapsed.as_secs_f64() * 1000.0);
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut out = self.requests.collect();
+        out.extend(self.total_time.collect());
+        out
+    }
+}
+
+/// What a scrape needs of the broker's state, taken by the broker without holding any lock
+/// for longer than one partition's read.
+#[derive(Debug, Default, Clone)]
+pub struct StateSample {
+    pub active_controller: bool,
+    /// Every partition replica hosted here.
+    pub partitions: Vec<PartitionSample>,
+    /// The controller's view of the cluster (zero on other brokers, as in Kafka).
+    pub offline_partitions: u64,
+    pub global_partitions: u64,
+    pub global_topics: u64,
+    /// None in standalone mode, which has no ZooKeeper session.
+    pub zookeeper: Option<ZooKeeperSample>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PartitionSample {
+    pub topic: String,
+    pub partition: i32,
+    pub leader: bool,
+    pub replicas: usize,
+    pub isr: usize,
+    pub min_isr: usize,
+    pub size_bytes: u64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub segments: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ZooKeeperSample {
+    pub connected: bool,
+    /// Sessions that ended (expired, or were closed by the server) since start.
+    pub expired_sessions: u64,
+}
+
+impl StateSample {
+    fn families(&self) -> Vec<MetricFamily> {
+        let led = || self.partitions.iter().filter(|p| p.leader);
+        let under_replicated = led().filter(|p| p.isr < p.replicas).count();
+        let under_min_isr = led().filter(|p| p.isr < p.min_isr).count();
+        let at_min_isr = led().filter(|p| p.isr == p.min_isr).count();
+        let mut out = vec![
+            gauge(
+                "kafka_server_replicamanager_partitioncount",
+                "Partition replicas hosted by this broker",
+                self.partitions.len() as f64,
+            ),
+            gauge("kafka_server_replicamanager_leadercount", "Partitions led by this broker", led().count() as f64),
+            gauge(
+                "kafka_server_replicamanager_underreplicatedpartitions",
+                "Partitions led here whose ISR is smaller than their replica set",
+                under_replicated as f64,
+            ),
+            gauge(
+                "kafka_server_replicamanager_underminisrpartitioncount",
+                "Partitions led here whose ISR is below min.insync.replicas (acks=all writes are refused)",
+                under_min_isr as f64,
+            ),
+            gauge(
+                "kafka_server_replicamanager_atminisrpartitioncount",
+                "Partitions led here whose ISR is exactly min.insync.replicas",
+                at_min_isr as f64,
+            ),
+            gauge(
+                "kafka_controller_kafkacontroller_activecontrollercount",
+                "1 on the active controller, 0 elsewhere",
+                u8::from(self.active_controller) as f64,
+            ),
+            gauge(
+                "kafka_controller_kafkacontroller_offlinepartitionscount",
+                "Partitions without a live leader (reported by the active controller)",
+                self.offline_partitions as f64,
+            ),
+            gauge(
+                "kafka_controller_kafkacontroller_globalpartitioncount",
+                "Partitions in the cluster (reported by the active controller)",
+                self.global_partitions as f64,
+            ),
+            gauge(
+                "kafka_controller_kafkacontroller_globaltopiccount",
+                "Topics in the cluster (reported by the active controller)",
+                self.global_topics as f64,
+            ),
+        ];
+        if let Some(zk) = self.zookeeper {
+            out.push(gauge(
+                "kafka_server_sessionexpirelistener_sessionstate",
+                "1 while the ZooKeeper session is connected, 0 otherwise (Kafka's SessionState gauge, as a number)",
+                u8::from(zk.connected) as f64,
+            ));
+            out.push(family(
+                "kafka_server_sessionexpirelistener_zookeeperexpires_total",
+                "ZooKeeper sessions that ended and were replaced",
+                MetricType::COUNTER,
+                vec![counter_metric(vec![], zk.expired_sessions as f64)],
+            ));
+        }
+        let per_log = |name: &str, help: &str, value: fn(&PartitionSample) -> f64| {
+            let metrics = self
+                .partitions
+                .iter()
+                .map(|p| {
+                    gauge_metric(
+                        vec![label("topic", p.topic.clone()), label("partition", p.partition.to_string())],
+                        value(p),
+                    )
+                })
+                .collect();
+            family(name, help, MetricType::GAUGE, metrics)
+        };
+        out.push(per_log("kafka_log_log_size", "Bytes in the partition's log segments", |p| p.size_bytes as f64));
+        out.push(per_log("kafka_log_log_logstartoffset", "The partition's log start offset", |p| {
+            p.log_start_offset as f64
+        }));
+        out.push(per_log("kafka_log_log_logendoffset", "The partition's log end offset", |p| p.log_end_offset as f64));
+        out.push(per_log("kafka_log_log_numlogsegments", "Segments in the partition's log", |p| p.segments as f64));
+        out
+    }
+}
+
+fn label(name: &str, value: String) -> proto::LabelPair {
+    let mut l = proto::LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value);
+    l
+}
+
+fn gauge_metric(labels: Vec<proto::LabelPair>, value: f64) -> proto::Metric {
+    let mut g = proto::Gauge::default();
+    g.set_value(value);
+    let mut m = proto::Metric::from_label(labels);
+    m.set_gauge(g);
+    m
+}
+
+fn counter_metric(labels: Vec<proto::LabelPair>, value: f64) -> proto::Metric {
+    let mut c = proto::Counter::default();
+    c.set_value(value);
+    let mut m = proto::Metric::from_label(labels);
+    m.set_counter(c);
+    m
+}
+
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(kind);
+    f.set_metric(metrics);
+    f
+}
+
+fn gauge(name: &str, help: &str, value: f64) -> MetricFamily {
+    family(name, help, MetricType::GAUGE, vec![gauge_metric(vec![], value)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the series `name{labels}` exactly as written (labels in order).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn topic_counters_have_a_per_topic_and_an_all_topics_series() {
+        let m = BrokerMetrics::new().unwrap();
+        let a = m.topics.topic("a");
+        let b = m.topics.topic("b");
+        a.record_leader_append(3, 300);
+        a.record_leader_append(2, 200);
+        b.record_leader_append(1, 50);
+        b.record_consumer_fetch(50);
+        let text = m.render(&StateSample::default());
+        assert_eq!(sample(&text, "kafka_server_brokertopicmetrics_messagesin_total{topic=\"a\"}"), Some(5.0));
+        assert_eq!(sample(&text, "kafka_server_brokertopicmetrics_messagesin_total{topic=\"b\"}"), Some(1.0));
+        assert_eq!(sample(&text, "kafka_server_brokertopicmetrics_messagesin_total"), Some(6.0));
+        assert_eq!(sample(&text, "kafka_server_brokertopicmetrics_bytesin_total{topic=\"a\"}"), Some(500.0));
+        assert_eq!(sample(&text, "kafka_server_brokertopicmetrics_bytesout_total{topic=\"b\"}"), Some(50.0));
+        // One TYPE line per family, the all-topics series included in it.
+        assert_eq!(text.matches("# TYPE kafka_server_brokertopicmetrics_messagesin_total counter").count(), 1);
+
+        // A deleted topic's series go; the total keeps what it counted.
+        m.topics.remove_topic("a");
+        let text = m.render(&StateSample::default());
+        assert_eq!(sample(&text, "kafka_server_brokertopicmetrics_messagesin_total{topic=\"a\"}"), None);
+        assert_eq!(sample(&text, "kafka_server_brokertopicmetrics_messagesin_total"), Some(6.0));
+    }
+
+    #[test]
+    fn requests_are_counted_by_kafkas_api_names_and_versions() {
+        let m = BrokerMetrics::new().unwrap();
+        m.requests.record(0, 9, false, Duration::from_micros(700));
+        m.requests.record(0, 9, false, Duration::from_millis(3));
+        m.requests.record(3, 12, false, Duration::from_micros(100));
+        m.requests.record(1, 13, false, Duration::from_millis(400));
+        m.requests.record(1, 13, true, Duration::from_millis(400));
+        m.requests.record(4, 7, false, Duration::from_millis(1));
+        // Out of any table: ignored, not a panic.
+        m.requests.record(-1, 0, false, Duration::ZERO);
+        m.requests.record(0, 500, false, Duration::ZERO);
+        let text = m.render(&StateSample::default());
+        let count = |s: &str| sample(&text, s);
+        assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Produce\",version=\"9\"}"), Some(2.0));
+        assert_eq!(
+            count("kafka_network_requestmetrics_requests_total{request=\"Metadata\",version=\"12\"}"),
+            Some(1.0)
+        );
+        assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Fetch\",version=\"13\"}"), Some(2.0));
+        assert_eq!(
+            count("kafka_network_requestmetrics_requests_total{request=\"LeaderAndIsr\",version=\"7\"}"),
+            Some(1.0)
+        );
+        assert_eq!(count("kafka_network_requestmetrics_totaltimems_count{request=\"Produce\"}"), Some(2.0));
+        assert_eq!(count("kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\",le=\"1\"}"), Some(1.0));
+        assert_eq!(count("kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\",le=\"5\"}"), Some(2.0));
+        assert_eq!(count("kafka_network_requestmetrics_totaltimems_count{request=\"FetchConsumer\"}"), Some(1.0));
+        assert_eq!(count("kafka_network_requestmetrics_totaltimems_count{request=\"FetchFollower\"}"), Some(1.0));
+        assert_eq!(count("kafka_network_requestmetrics_totaltimems_count{request=\"Fetch\"}"), None);
+        assert!(text.contains("# TYPE kafka_network_requestmetrics_totaltimems histogram"));
+    }
+
+    #[test]
+    fn api_names_are_kafkas() {
+        for (key, name) in [
+            (0, "Produce"),
+            (1, "Fetch"),
+            (2, "ListOffsets"),
+            (3, "Metadata"),
+            (8, "OffsetCommit"),
+            (10, "FindCoordinator"),
+            (18, "ApiVersions"),
+            (19, "CreateTopics"),
+            (22, "InitProducerId"),
+            (23, "OffsetForLeaderEpoch"),
+            (32, "DescribeConfigs"),
+            (44, "IncrementalAlterConfigs"),
+            (56, "AlterPartition"),
+            (60, "DescribeCluster"),
+        ] {
+            assert_eq!(api_name(key).as_deref(), Some(name), "key {key}");
+        }
+        assert_eq!(api_name(-1), None);
+    }
+
+    #[test]
+    fn purgatory_and_connections_count_what_is_held() {
+        let m = BrokerMetrics::new().unwrap();
+        let listener = m.listener("PLAINTEXT");
+        let c1 = listener.connection();
+        let _c2 = listener.connection();
+        let p = m.park_produce();
+        let _f = m.park_fetch();
+        let _f2 = m.park_fetch();
+        drop(c1);
+        let text = m.render(&StateSample::default());
+        assert_eq!(
+            sample(&text, "kafka_server_socket_server_metrics_connection_count{listener=\"PLAINTEXT\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "kafka_server_socket_server_metrics_connection_creation_total{listener=\"PLAINTEXT\"}"),
+            Some(2.0)
+        );
+        let purgatory = |op: &str| {
+            sample(&text, &format!("kafka_server_delayedoperationpurgatory_purgatorysize{{delayedOperation=\"{op}\"}}"))
+        };
+        assert_eq!((purgatory("Produce"), purgatory("Fetch")), (Some(1.0), Some(2.0)));
+        drop(p);
+        let text = m.render(&StateSample::default());
+        assert_eq!(
+            sample(&text, "kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation=\"Produce\"}"),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn state_gauges_are_computed_from_the_sample() {
+        let m = BrokerMetrics::new().unwrap();
+        m.isr.record_shrink();
+        m.isr.record_expand();
+        m.isr.record_expand();
+        let p = |partition, leader, replicas, isr| PartitionSample {
+            topic: "t".into(),
+            partition,
+            leader,
+            replicas,
+            isr,
+            min_isr: 2,
+            size_bytes: 1000 + partition as u64,
+            log_start_offset: 0,
+            log_end_offset: 10,
+            segments: 1,
+        };
+        let state = StateSample {
+            active_controller: true,
+            partitions: vec![p(0, true, 3, 3), p(1, true, 3, 2), p(2, true, 3, 1), p(3, false, 3, 1)],
+            offline_partitions: 1,
+            global_partitions: 12,
+            global_topics: 2,
+            zookeeper: Some(ZooKeeperSample { connected: true, expired_sessions: 1 }),
+        };
+        let text = m.render(&state);
+        let v = |s: &str| sample(&text, s);
+        assert_eq!(v("kafka_server_replicamanager_partitioncount"), Some(4.0));
+        assert_eq!(v("kafka_server_replicamanager_leadercount"), Some(3.0));
+        // A follower's view of its ISR is not its to report.
+        assert_eq!(v("kafka_server_replicamanager_underreplicatedpartitions"), Some(2.0));
+        assert_eq!(v("kafka_server_replicamanager_underminisrpartitioncount"), Some(1.0));
+        assert_eq!(v("kafka_server_replicamanager_atminisrpartitioncount"), Some(1.0));
+        assert_eq!(v("kafka_server_replicamanager_isrshrinks_total"), Some(1.0));
+        assert_eq!(v("kafka_server_replicamanager_isrexpands_total"), Some(2.0));
+        assert_eq!(v("kafka_controller_kafkacontroller_activecontrollercount"), Some(1.0));
+        assert_eq!(v("kafka_controller_kafkacontroller_offlinepartitionscount"), Some(1.0));
+        assert_eq!(v("kafka_server_sessionexpirelistener_sessionstate"), Some(1.0));
+        assert_eq!(v("kafka_server_sessionexpirelistener_zookeeperexpires_total"), Some(1.0));
+        assert_eq!(v("kafka_log_log_size{topic=\"t\",partition=\"2\"}"), Some(1002.0));
+        assert_eq!(v("kafka_log_log_logendoffset{topic=\"t\",partition=\"0\"}"), Some(10.0));
+
+        // Standalone: no ZooKeeper, no session series.
+        let text = m.render(&StateSample::default());
+        assert!(!text.contains("sessionexpirelistener"));
+        assert_eq!(sample(&text, "kafka_server_replicamanager_partitioncount"), Some(0.0));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = BrokerMetrics::new().unwrap();
+        // Topic names cannot hold quotes, but nothing here should rely on that.
+        m.topics.topic("we\"ird\\").record_leader_append(1, 1);
+        let text = m.render(&StateSample::default());
+        assert!(text.contains("topic=\"we\\\"ird\\\\\"} 1"), "{text}");
+    }
+}
