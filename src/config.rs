@@ -44,6 +44,11 @@ const DEFAULT_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:S
 const AUTHORIZER_ONLY_KEYS: &[&str] = &["super.users", "allow.everyone.if.no.acl.found"];
 /// Keys outside [`DEFAULTS`] that [`check_security`] reads, so they are not "unknown".
 const SECURITY_KEYS: &[&str] = &["authorizer.class.name", "control.plane.listener.name"];
+/// gregor's own keys (Kafka exposes metrics over JMX instead). Not in [`DEFAULTS`]: unset means
+/// off, and DescribeConfigs lists them only where they are set.
+const METRICS_PORT: &str = "metrics.port";
+const METRICS_HOST: &str = "metrics.host";
+const METRICS_DEFAULT_HOST: &str = "0.0.0.0";
 
 /// One `NAME://host:port` entry of `listeners` / `advertised.listeners`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +186,8 @@ pub struct BrokerConfig {
     pub replica_fetch_wait_max_ms: u64,
     pub replica_fetch_max_bytes: i32,
     pub replica_fetch_response_max_bytes: i32,
+    /// Where `/metrics` is served (`metrics.host`, `metrics.port`); None: not served.
+    pub metrics_address: Option<(String, u16)>,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,
     /// Every key as finally resolved (defaults included), for DescribeConfigs.
@@ -223,6 +230,8 @@ impl BrokerConfig {
                 tracing::warn!(key = %key, "has no effect without authorizer.class.name; ignored");
             } else if !DEFAULTS.iter().any(|(k, _)| k == key)
                 && !SECURITY_KEYS.contains(&key.as_str())
+                && key != METRICS_PORT
+                && key != METRICS_HOST
                 && !is_passthrough_key(key)
             {
                 tracing::warn!(key = %key, "unknown configuration key; ignored");
@@ -322,6 +331,7 @@ impl BrokerConfig {
         };
         let rack = Some(get("broker.rack").to_string()).filter(|r| !r.is_empty());
         let inter_broker_listener = inter_broker_listener(get("inter.broker.listener.name"), &advertised_listeners);
+        let metrics_address = metrics_address(get(METRICS_HOST), get(METRICS_PORT))?;
         let config = BrokerConfig {
             broker_id: num::<i32>("broker.id", get("broker.id"))?,
             rack,
@@ -360,6 +370,7 @@ impl BrokerConfig {
                 "replica.fetch.response.max.bytes",
                 get("replica.fetch.response.max.bytes"),
             )?,
+            metrics_address,
             log,
             values: values.clone(),
         };
@@ -470,6 +481,24 @@ impl BrokerConfig {
         }
         Ok(())
     }
+}
+
+/// `metrics.host` and `metrics.port`: the port turns the endpoint on; the host defaults to
+/// every interface, since a scraper (Prometheus in another container) is rarely local.
+fn metrics_address(host: &str, port: &str) -> Result<Option<(String, u16)>, ConfigError> {
+    let host = host.trim();
+    if port.trim().is_empty() {
+        if !host.is_empty() {
+            tracing::warn!(key = METRICS_HOST, "has no effect without {METRICS_PORT}; metrics are not served");
+        }
+        return Ok(None);
+    }
+    let port = match num::<u16>(METRICS_PORT, port)? {
+        0 => return Err(invalid(METRICS_PORT, port, "must be a port number from 1 to 65535")),
+        p => p,
+    };
+    let host = if host.is_empty() { METRICS_DEFAULT_HOST } else { host.trim_start_matches('[').trim_end_matches(']') };
+    Ok(Some((host.to_string(), port)))
 }
 
 /// `listener.security.protocol.map` (`NAME:PROTOCOL,...`), keyed by upper-cased listener name
@@ -799,6 +828,26 @@ mod tests {
         assert_eq!(c.log.max_message_bytes, 1_048_588);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
         assert!(c.zookeeper_connect.is_none());
+    }
+
+    #[test]
+    fn metrics_are_served_only_with_a_valid_port() {
+        assert_eq!(load(&[]).unwrap().metrics_address, None);
+        let c = load(&[("metrics.port", "9404")]).unwrap();
+        assert_eq!(c.metrics_address, Some(("0.0.0.0".to_string(), 9404)));
+        let c = load(&[("metrics.port", " 9404 "), ("metrics.host", "127.0.0.1")]).unwrap();
+        assert_eq!(c.metrics_address, Some(("127.0.0.1".to_string(), 9404)));
+        let c = load(&[("metrics.port", "9404"), ("metrics.host", "[::1]")]).unwrap();
+        assert_eq!(c.metrics_address, Some(("::1".to_string(), 9404)));
+        assert_eq!(load(&[("metrics.host", "127.0.0.1")]).unwrap().metrics_address, None);
+        for bad in ["http", "-1", "0", "65536", "9404x"] {
+            let err = refusal(&[("metrics.port", bad)]);
+            assert!(err.starts_with(&format!("invalid value {bad:?} for configuration metrics.port")), "{err}");
+        }
+        // As the Kafka images spell it in the environment.
+        let env = [("KAFKA_METRICS_PORT".to_string(), "9404".to_string())];
+        let c = BrokerConfig::load(None, &[], env.into_iter()).unwrap();
+        assert_eq!(c.metrics_address.map(|(_, p)| p), Some(9404));
     }
 
     #[test]

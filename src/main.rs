@@ -60,6 +60,15 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         bound.push((listener, ep.listener_name.clone()));
     }
+    // Bound with the listeners, so a port in use stops the broker before it registers.
+    let metrics_listener = match &config.metrics_address {
+        Some((host, port)) => Some(
+            tokio::net::TcpListener::bind((host.as_str(), *port))
+                .await
+                .with_context(|| format!("cannot listen on {host}:{port} for metrics (metrics.host, metrics.port)"))?,
+        ),
+        None => None,
+    };
     let broker = Broker::start(config).await?;
     broker.spawn_reconciler();
     broker.spawn_log_tasks();
@@ -79,6 +88,12 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             stop_rx.clone(),
             tracker.clone(),
         )));
+    }
+    if let Some(listener) = metrics_listener {
+        tracing::info!(address = %listener.local_addr()?, "serving metrics on /metrics");
+        let b = broker.clone();
+        let scrape: gregor::metrics::http::Scrape = Arc::new(move || b.metrics.render(&b.metrics_sample()));
+        tokio::spawn(gregor::metrics::http::serve(listener, scrape, stop_rx.clone()));
     }
 
     wait_for_signal().await?;

@@ -15,6 +15,8 @@
 //!   kept up to date at all: each scrape computes them from a [`StateSample`] that the broker
 //!   takes, so their cost is paid by the scraper, not by requests.
 
+pub mod http;
+
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
