@@ -27,14 +27,10 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GREGOR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if let Err(e) = init_logging() {
+        eprintln!("gregor: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let args = Args::parse();
     match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -44,6 +40,28 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Logs go to stderr, as text for people (the default) or, with `GREGOR_LOG_FORMAT=json`, one
+/// JSON object per line for log collectors: the event's fields at the top level beside
+/// `timestamp`, `level`, `target` and `message`, and the enclosing span (the connection's peer
+/// and listener) under `span`.
+fn init_logging() -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GREGOR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let format = std::env::var_os("GREGOR_LOG_FORMAT");
+    let format = match format.as_deref().map(|f| f.to_str().map(str::to_ascii_lowercase)) {
+        None => String::new(),
+        Some(Some(f)) => f,
+        Some(None) => return Err("GREGOR_LOG_FORMAT is not valid UTF-8; expected json or text".into()),
+    };
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format.as_str() {
+        "" | "text" => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        "json" => logs.json().flatten_event(true).with_current_span(true).with_span_list(false).with_ansi(false).init(),
+        other => return Err(format!("GREGOR_LOG_FORMAT={other:?} is not a log format; expected json or text")),
+    }
+    Ok(())
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
