@@ -27,6 +27,7 @@ import java_client
 from cluster_harness import kcat_list
 from gregor_harness import REPO, free_port, gregor_bin, wait_until
 from replication_tools import SeqProducer, produce_sync, read_partitions
+from test_metrics import Scrape
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
 KCAT_IMAGE = "gregor-test-kcat:latest"
@@ -160,6 +161,17 @@ def full_isr(bootstrap: str, topic: str, rf: int) -> bool:
     return md.error is None and all(pm.leader >= 0 and len(pm.isrs) == rf for pm in md.partitions.values())
 
 
+def scrape(p: Project, service: str) -> Scrape:
+    """/metrics of one broker, fetched inside its container (the port is not published)."""
+    http = ('exec 3<>/dev/tcp/127.0.0.1/9404 && printf "GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n'
+            'Connection: close\\r\\n\\r\\n" >&3 && cat <&3')
+    raw = _run(["docker", "exec", p.container(service), "bash", "-c", http], timeout=30).stdout
+    # text mode has turned the HTTP CRLFs into newlines
+    head, _, body = raw.partition("\n\n")
+    assert head.startswith("HTTP/1.1 200"), head
+    return Scrape(body)
+
+
 def assert_every_ack_read_once(prod: SeqProducer, bootstrap: str, topic: str, partitions: int) -> int:
     assert not prod.failed, f"{len(prod.failed)} records failed: {list(prod.failed.items())[:3]}"
     assert not prod.double_acks, prod.double_acks[:3]
@@ -184,6 +196,16 @@ def test_compose_cluster_serves_host_and_container_clients(project_factory):
     values = list(range(300))
     acked, failed = produce_sync(bootstrap, topic, values)
     assert not failed and len(acked) == 300
+
+    # Every record counted once, by its partition's leader.
+    brokers = ("kafka1", "kafka2", "kafka3")
+    scrapes = {b: scrape(p, b) for b in brokers}
+    name = "kafka_server_brokertopicmetrics_messagesin_total"
+    assert sum(s.value(name, topic=topic) for s in scrapes.values()) == 300
+    assert all(s.value("kafka_server_brokertopicmetrics_bytesin_total", topic=topic) > 0 for s in scrapes.values())
+    assert sum(s.total("kafka_network_requestmetrics_requests_total", request="Produce") for s in scrapes.values()) > 0
+    assert sum(s.value("kafka_controller_kafkacontroller_activecontrollercount") for s in scrapes.values()) == 1
+    assert all(s.get("kafka_server_replicamanager_underreplicatedpartitions") == 0 for s in scrapes.values())
 
     # A client in another container on the compose network, through the internal listener.
     out = _run(["docker", "run", "--rm", "--network", p.network, KCAT_IMAGE,
