@@ -157,6 +157,12 @@ const NON_CONFIG_ENV: &[&str] = &[
     "KAFKA_GC_LOG_OPTS",
     "KAFKA_VERSION",
     "KAFKA_CLUSTER_ID",
+    // The Confluent image's own settings, read by its start scripts rather than by Kafka.
+    "KAFKA_JMX_PORT",
+    "KAFKA_JMX_HOSTNAME",
+    "KAFKA_LOG4J_ROOT_LOGLEVEL",
+    "KAFKA_LOG4J_LOGGERS",
+    "KAFKA_TOOLS_LOG4J_LOGLEVEL",
 ];
 
 #[derive(Debug, Clone)]
@@ -670,9 +676,9 @@ fn inter_broker_listener(configured: &str, advertised: &[Endpoint]) -> String {
 }
 
 /// `KAFKA_ADVERTISED_LISTENERS` -> `advertised.listeners`, with the Confluent image's escapes
-/// (`___` for `-`, `__` for `_`).
+/// (`___` for `-`, `__` for `_`); the Bitnami image's `KAFKA_CFG_ADVERTISED_LISTENERS` too.
 fn env_to_key(name: &str) -> Option<String> {
-    let rest = name.strip_prefix("KAFKA_")?;
+    let rest = name.strip_prefix("KAFKA_CFG_").or_else(|| name.strip_prefix("KAFKA_"))?;
     if rest.is_empty() || NON_CONFIG_ENV.contains(&name) {
         return None;
     }
@@ -1037,6 +1043,12 @@ mod tests {
         assert_eq!(env_to_key("KAFKA_ADVERTISED_LISTENERS").as_deref(), Some("advertised.listeners"));
         assert_eq!(env_to_key("KAFKA_BROKER_ID").as_deref(), Some("broker.id"));
         assert_eq!(env_to_key("KAFKA_HEAP_OPTS"), None);
+        assert_eq!(env_to_key("KAFKA_JMX_PORT"), None);
+        assert_eq!(env_to_key("KAFKA_CFG_ZOOKEEPER_CONNECT").as_deref(), Some("zookeeper.connect"));
+        assert_eq!(
+            env_to_key("KAFKA_CFG_LISTENER_NAME_INTERNAL_SSL_KEY___PASSWORD").as_deref(),
+            Some("listener.name.internal.ssl.key-password")
+        );
         assert_eq!(env_to_key("PATH"), None);
     }
 
