@@ -342,3 +342,54 @@ def test_array_length_claiming_2g_elements(sentinel, case):
     finally:
         s.close()
     sentinel.check()
+
+
+INT32_MAX = 2**31 - 1
+
+
+def test_create_partitions_with_a_huge_count_is_refused(sentinel):
+    # Once an abort: the assignment for 2^31 partitions asked for a 68 GB allocation.
+    with sentinel.conn() as c:
+        r = c.call(kp.CREATE_PARTITIONS, 3, kp.create_partitions_request(3, [(sentinel.topic, INT32_MAX)]))
+        [t] = kp.decode_create_partitions(r, 3)["results"]
+        assert t["error_code"] == 37, t  # INVALID_PARTITIONS
+        assert "gregor.max.partitions.per.topic" in (t["error_message"] or ""), t
+    sentinel.check()
+
+
+def test_create_topics_with_a_huge_partition_count_is_refused(sentinel):
+    with sentinel.conn() as c:
+        res = kp.create_topic(c, f"huge-{uuid.uuid4().hex[:8]}", INT32_MAX)
+        assert res["error_code"] == 37, res
+        res = kp.create_topic(c, f"huge-{uuid.uuid4().hex[:8]}", 50_001)
+        assert res["error_code"] == 37, res
+    sentinel.check()
+
+
+def test_partition_bounds_per_topic_and_per_request(broker_factory):
+    b = broker_factory({"gregor.max.partitions.per.topic": "10", "gregor.max.partitions.per.request": "15"})
+    a, bb, cc = (f"bound-{x}-{uuid.uuid4().hex[:6]}" for x in "abc")
+    with kp.Conn(b.host, b.port) as c:
+        r = c.call(kp.CREATE_TOPICS, 5, kp.create_topics_request(5, [(a, 10, 1), (bb, 10, 1), (cc, 5, 1)]))
+        got = {t["name"]: t["error_code"] for t in kp.decode_create_topics(r, 5)["topics"]}
+        # the second topic would bring the request to 20 partitions; the third fits in what is left
+        assert got == {a: 0, bb: 37, cc: 0}, got
+        r = c.call(kp.CREATE_PARTITIONS, 3, kp.create_partitions_request(3, [(a, 11)]))
+        [t] = kp.decode_create_partitions(r, 3)["results"]
+        assert t["error_code"] == 37 and "per.topic" in t["error_message"], t
+        r = c.call(kp.CREATE_PARTITIONS, 3, kp.create_partitions_request(3, [(a, 10), (cc, 10)]))
+        res = {t["name"]: t["error_code"] for t in kp.decode_create_partitions(r, 3)["results"]}
+        # a: 10 is not more than it has (37); cc: 10 more would pass 15 in this request
+        assert res == {a: 37, cc: 37}, res
+        r = c.call(kp.CREATE_PARTITIONS, 3, kp.create_partitions_request(3, [(cc, 8)]))
+        [t] = kp.decode_create_partitions(r, 3)["results"]
+        assert t["error_code"] == 0, t
+
+
+def test_num_partitions_above_the_bound_is_refused_at_start(broker_factory):
+    from gregor_harness import BrokerStartError
+    with pytest.raises(BrokerStartError) as e:
+        broker_factory({"num.partitions": "60000"})
+    msg = str(e.value)
+    assert 'invalid value "60000" for configuration num.partitions' in msg, msg
+    assert "gregor.max.partitions.per.topic (50000)" in msg, msg

@@ -92,6 +92,11 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("advertised.listeners", ""),
     ("log.dirs", "./data"),
     ("num.partitions", "1"),
+    // Kafka has no bound here (it leaves it to a CreateTopicPolicy). Without one, a single
+    // CreateTopics or CreatePartitions asking for 2^31 partitions exhausts memory; no real
+    // topic comes near these.
+    ("gregor.max.partitions.per.topic", "50000"),
+    ("gregor.max.partitions.per.request", "100000"),
     ("default.replication.factor", "1"),
     ("auto.create.topics.enable", "true"),
     ("delete.topic.enable", "true"),
@@ -177,6 +182,11 @@ pub struct BrokerConfig {
     pub inter_broker_listener: String,
     pub log_dirs: Vec<PathBuf>,
     pub num_partitions: i32,
+    /// `gregor.max.partitions.per.topic`: the most partitions one topic may have.
+    pub max_partitions_per_topic: i32,
+    /// `gregor.max.partitions.per.request`: the most partitions one CreateTopics or
+    /// CreatePartitions request may bring into being.
+    pub max_partitions_per_request: i64,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
@@ -346,6 +356,14 @@ impl BrokerConfig {
             inter_broker_listener,
             log_dirs,
             num_partitions: positive::<i32>("num.partitions", get("num.partitions"))?,
+            max_partitions_per_topic: positive::<i32>(
+                "gregor.max.partitions.per.topic",
+                get("gregor.max.partitions.per.topic"),
+            )?,
+            max_partitions_per_request: positive::<i64>(
+                "gregor.max.partitions.per.request",
+                get("gregor.max.partitions.per.request"),
+            )?,
             default_replication_factor: positive::<i16>(
                 "default.replication.factor",
                 get("default.replication.factor"),
@@ -386,6 +404,13 @@ impl BrokerConfig {
         match get("log.message.timestamp.type") {
             "CreateTime" | "LogAppendTime" => {}
             other => return Err(invalid("log.message.timestamp.type", other, "expected CreateTime or LogAppendTime")),
+        }
+        if config.num_partitions > config.max_partitions_per_topic {
+            return Err(invalid(
+                "num.partitions",
+                get("num.partitions"),
+                format!("exceeds gregor.max.partitions.per.topic ({})", config.max_partitions_per_topic),
+            ));
         }
         Ok(config)
     }

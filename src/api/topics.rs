@@ -31,6 +31,7 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
     let mut answers: Vec<(CreatableTopicResult, Option<Result<Created, ApiError>>)> = Vec::new();
     let mut planned: Vec<usize> = Vec::new();
     let mut to_create: Vec<TopicRequest> = Vec::new();
+    let mut budget = PartitionBudget::new(&broker.config);
     for t in req.topics {
         let name = t.name.0.to_string();
         let mut out = CreatableTopicResult::default();
@@ -54,15 +55,21 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
             answers.push((out, Some(Err(e))));
             continue;
         }
-        let plan = broker.check_controller().and_then(|_| {
-            broker.plan_topic(TopicRequest {
-                name: name.clone(),
-                num_partitions: t.num_partitions,
-                replication_factor: t.replication_factor,
-                assignment,
-                configs,
+        let plan = broker
+            .check_controller()
+            .and_then(|_| {
+                broker.plan_topic(TopicRequest {
+                    name: name.clone(),
+                    num_partitions: t.num_partitions,
+                    replication_factor: t.replication_factor,
+                    assignment,
+                    configs,
+                })
             })
-        });
+            .and_then(|plan| {
+                budget.claim(plan.num_partitions)?;
+                Ok(plan)
+            });
         match plan {
             Ok(plan) if req.validate_only => {
                 answers.push((out, Some(Ok((plan.num_partitions, plan.replication_factor, plan.configs, None)))))
@@ -163,15 +170,45 @@ pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> De
     r
 }
 
+/// What is left of `gregor.max.partitions.per.request` for the rest of one request, so many
+/// topics of allowed size cannot together ask for an unbounded number of partitions.
+struct PartitionBudget {
+    max: i64,
+    left: i64,
+}
+
+impl PartitionBudget {
+    fn new(config: &crate::config::BrokerConfig) -> PartitionBudget {
+        PartitionBudget { max: config.max_partitions_per_request, left: config.max_partitions_per_request }
+    }
+
+    fn claim(&mut self, partitions: i32) -> Result<(), ApiError> {
+        if i64::from(partitions) > self.left {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPartitions,
+                format!("This request asks for more than gregor.max.partitions.per.request ({}) partitions.", self.max),
+            ));
+        }
+        self.left -= i64::from(partitions.max(0));
+        Ok(())
+    }
+}
+
 pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let mut r = CreatePartitionsResponse::default();
+    // Counted by the total asked for, an upper bound of what each topic adds.
+    let mut budget = PartitionBudget::new(&ctx.broker.config);
     for t in req.topics {
         let mut out = CreatePartitionsTopicResult::default();
         let name = t.name.0.to_string();
         let result = if t.assignments.is_some() {
             Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, "Manual assignments are not supported yet."))
         } else {
-            ctx.broker.check_controller().and_then(|_| ctx.broker.create_partitions(&name, t.count, req.validate_only))
+            ctx.broker.check_partition_bound(t.count).and_then(|_| budget.claim(t.count)).and_then(|_| {
+                ctx.broker
+                    .check_controller()
+                    .and_then(|_| ctx.broker.create_partitions(&name, t.count, req.validate_only))
+            })
         };
         if let Err(e) = result {
             out.error_code = e.code;

@@ -65,6 +65,19 @@ pub struct TopicRequest {
 }
 
 impl Broker {
+    /// Refuses a topic of more partitions than `gregor.max.partitions.per.topic`, before
+    /// anything is allocated for them.
+    pub(crate) fn check_partition_bound(&self, partitions: i32) -> Result<(), ApiError> {
+        let max = self.config.max_partitions_per_topic;
+        if partitions > max {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPartitions,
+                format!("{partitions} partitions exceed gregor.max.partitions.per.topic ({max})."),
+            ));
+        }
+        Ok(())
+    }
+
     fn live_broker_ids(&self) -> Vec<i32> {
         self.cache.snapshot().brokers.iter().map(|b| b.id).collect()
     }
@@ -100,6 +113,7 @@ impl Broker {
                     "Replication factor must be larger than 0.",
                 ));
             }
+            self.check_partition_bound(req.num_partitions)?;
             if req.replication_factor as usize > live.len() {
                 return Err(ApiError::new(
                     ErrorCode::InvalidReplicationFactor,
@@ -112,6 +126,7 @@ impl Broker {
             }
             req.assignment = assign_replicas(&live, 0, req.num_partitions, req.replication_factor);
         } else {
+            self.check_partition_bound(i32::try_from(req.assignment.len()).unwrap_or(i32::MAX))?;
             let expected: Vec<i32> = (0..req.assignment.len() as i32).collect();
             if req.assignment.keys().copied().collect::<Vec<_>>() != expected {
                 return Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, "Partitions must be numbered 0..n-1."));
@@ -380,6 +395,7 @@ impl Broker {
                 format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
             ));
         }
+        self.check_partition_bound(count)?;
         let rf = topic.partitions.first().map(|p| p.replicas.len() as i16).unwrap_or(1);
         let live = self.live_broker_ids();
         if rf as usize > live.len() {
