@@ -5,7 +5,7 @@
 //! `--override key=value` arguments. Every key keeps Kafka's name. An unknown key is a warning;
 //! a value that does not parse is an error naming the key, and the broker does not start.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::log::LogConfig;
@@ -102,6 +102,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("delete.topic.enable", "true"),
     ("message.max.bytes", "1048588"),
     ("socket.request.max.bytes", "104857600"),
+    ("max.connections", "2147483647"),
+    ("max.connections.per.ip", "2147483647"),
+    ("max.connections.per.ip.overrides", ""),
+    ("connections.max.idle.ms", "600000"),
     ("zookeeper.connect", ""),
     ("zookeeper.session.timeout.ms", "18000"),
     ("zookeeper.connection.timeout.ms", ""),
@@ -204,6 +208,15 @@ pub struct BrokerConfig {
     pub replica_fetch_response_max_bytes: i32,
     /// Where `/metrics` is served (`metrics.host`, `metrics.port`); None: not served.
     pub metrics_address: Option<(String, u16)>,
+    /// `max.connections`: client connections over all listeners but the inter-broker one.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`, and its `max.connections.per.ip.overrides`.
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: Vec<(std::net::IpAddr, usize)>,
+    /// `connections.max.idle.ms`: a connection that sends no request for this long is closed.
+    pub connections_max_idle: std::time::Duration,
+    /// `listener.name.<listener>.max.connections`, by listener name as written in `listeners`.
+    pub listener_max_connections: HashMap<String, usize>,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,
     /// Every key as finally resolved (defaults included), for DescribeConfigs.
@@ -347,6 +360,7 @@ impl BrokerConfig {
         };
         let rack = Some(get("broker.rack").to_string()).filter(|r| !r.is_empty());
         let inter_broker_listener = inter_broker_listener(get("inter.broker.listener.name"), &advertised_listeners);
+        let listener_max_connections = listener_max_connections(&values, &listeners)?;
         let metrics_address = metrics_address(get(METRICS_HOST), get(METRICS_PORT))?;
         let config = BrokerConfig {
             broker_id: num::<i32>("broker.id", get("broker.id"))?,
@@ -395,6 +409,14 @@ impl BrokerConfig {
                 get("replica.fetch.response.max.bytes"),
             )?,
             metrics_address,
+            max_connections: non_negative_usize("max.connections", get("max.connections"))?,
+            max_connections_per_ip: non_negative_usize("max.connections.per.ip", get("max.connections.per.ip"))?,
+            max_connections_per_ip_overrides: per_ip_overrides(get("max.connections.per.ip.overrides"))?,
+            connections_max_idle: std::time::Duration::from_millis(positive::<u64>(
+                "connections.max.idle.ms",
+                get("connections.max.idle.ms"),
+            )?),
+            listener_max_connections,
             log,
             values: values.clone(),
         };
@@ -688,6 +710,47 @@ fn is_passthrough_key(key: &str) -> bool {
     PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
+/// Kafka's listener-prefixed form of `max.connections`; the listener part is lower case.
+fn listener_max_connections(
+    values: &BTreeMap<String, String>,
+    listeners: &[Endpoint],
+) -> Result<HashMap<String, usize>, ConfigError> {
+    let mut out = HashMap::new();
+    for ep in listeners {
+        let key = format!("listener.name.{}.max.connections", ep.listener_name.to_ascii_lowercase());
+        if let Some(v) = values.get(&key) {
+            out.insert(ep.listener_name.clone(), non_negative_usize(&key, v)?);
+        }
+    }
+    Ok(out)
+}
+
+fn non_negative_usize(key: &str, value: &str) -> Result<usize, ConfigError> {
+    let n = num::<i64>(key, value)?;
+    usize::try_from(n).map_err(|_| invalid(key, value, "must not be negative"))
+}
+
+/// `host:count,host:count`, as Kafka takes it; a host name stands for every address it
+/// resolves to when the broker starts.
+fn per_ip_overrides(value: &str) -> Result<Vec<(std::net::IpAddr, usize)>, ConfigError> {
+    const KEY: &str = "max.connections.per.ip.overrides";
+    let mut out = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (host, count) =
+            item.rsplit_once(':').ok_or_else(|| invalid(KEY, value, format!("{item:?} is not host:count")))?;
+        let count = non_negative_usize(KEY, count)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            out.push((ip, count));
+            continue;
+        }
+        let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host, 0))
+            .map_err(|e| invalid(KEY, value, format!("cannot resolve {host}: {e}")))?;
+        out.extend(addrs.map(|a| (a.ip(), count)));
+    }
+    Ok(out)
+}
+
 /// The advertised listener's own spelling of the name, since other brokers match names
 /// exactly; check_security has already refused a name that is not advertised.
 fn inter_broker_listener(configured: &str, advertised: &[Endpoint]) -> String {
@@ -887,6 +950,34 @@ mod tests {
         assert!(err.contains("advertised.listeners"), "{err}");
         let c = load(&[("listeners", "PLAINTEXT://0.0.0.0:9092"), ("advertised.listeners", "PLAINTEXT://kafka:9092")]);
         assert_eq!(c.unwrap().advertised_listeners[0].host, "kafka");
+    }
+
+    #[test]
+    fn connection_limits() {
+        let c = load(&[]).unwrap();
+        assert_eq!(c.max_connections, i32::MAX as usize);
+        assert_eq!(c.connections_max_idle, std::time::Duration::from_secs(600));
+        let c = load(&[
+            ("max.connections", "100"),
+            ("max.connections.per.ip", "0"),
+            ("max.connections.per.ip.overrides", "127.0.0.1:5, [::1]:7"),
+        ])
+        .unwrap();
+        assert_eq!((c.max_connections, c.max_connections_per_ip), (100, 0));
+        assert_eq!(
+            c.max_connections_per_ip_overrides,
+            vec![("127.0.0.1".parse().unwrap(), 5), ("::1".parse().unwrap(), 7)]
+        );
+        for (key, value) in [
+            ("max.connections", "-1"),
+            ("max.connections.per.ip", "lots"),
+            ("max.connections.per.ip.overrides", "127.0.0.1"),
+            ("max.connections.per.ip.overrides", "127.0.0.1:-3"),
+            ("connections.max.idle.ms", "0"),
+        ] {
+            let err = refusal(&[(key, value)]);
+            assert!(err.contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -96,6 +96,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker = TaskTracker::new();
+    let quotas = gregor::network::ConnectionQuotas::new(&broker.config);
     let mut listeners = Vec::new();
     for (listener, name) in bound {
         tracing::info!(address = %listener.local_addr()?, listener = %name, "listening");
@@ -103,6 +104,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             broker.clone(),
             listener,
             Arc::from(name.as_str()),
+            quotas.clone(),
             stop_rx.clone(),
             tracker.clone(),
         )));

@@ -4,8 +4,10 @@
 //! and a writer that sends the responses strictly in request order, so clients may pipeline.
 //! Anything malformed closes the connection with one log line; it never reaches a handler.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -13,7 +15,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -45,21 +47,141 @@ enum FrameError {
     InterBroker(String),
 }
 
+/// Kafka's connection quotas: `max.connections` over the broker, `listener.name.<l>.max.connections`
+/// per listener, and `max.connections.per.ip` (with its overrides) per client address. As in
+/// Kafka, the inter-broker listener is exempt from the broker-wide limit (brokers can always
+/// reach each other), so with a single listener only the per-listener and per-IP limits bind.
+pub struct ConnectionQuotas {
+    max_total: usize,
+    max_per_ip: usize,
+    overrides: HashMap<IpAddr, usize>,
+    inter_broker_listener: String,
+    per_listener_max: HashMap<String, usize>,
+    counts: Mutex<Counts>,
+    /// Signalled whenever a connection ends, for an acceptor waiting for room.
+    freed: Notify,
+}
+
+#[derive(Default)]
+struct Counts {
+    total: usize,
+    per_listener: HashMap<Arc<str>, usize>,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl ConnectionQuotas {
+    pub fn new(config: &crate::config::BrokerConfig) -> Arc<ConnectionQuotas> {
+        Arc::new(ConnectionQuotas {
+            max_total: config.max_connections,
+            max_per_ip: config.max_connections_per_ip,
+            overrides: config.max_connections_per_ip_overrides.iter().copied().collect(),
+            inter_broker_listener: config.inter_broker_listener.clone(),
+            per_listener_max: config.listener_max_connections.clone(),
+            counts: Mutex::new(Counts::default()),
+            freed: Notify::new(),
+        })
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why `listener` cannot take another connection now, if it cannot.
+    fn no_slot(&self, counts: &Counts, listener: &str) -> Option<String> {
+        let max = self.per_listener_max.get(listener).copied().unwrap_or(usize::MAX);
+        if counts.per_listener.get(listener).copied().unwrap_or(0) >= max {
+            return Some(format!("listener {listener} has the configured maximum of {max} connections"));
+        }
+        if listener != self.inter_broker_listener && counts.total >= self.max_total {
+            return Some(format!("the broker has the configured maximum of {} connections", self.max_total));
+        }
+        None
+    }
+
+    fn full(&self, listener: &str) -> bool {
+        self.no_slot(&self.counts(), listener).is_some()
+    }
+
+    /// Counts a new connection from `ip` on `listener`, or says which limit it would pass.
+    fn admit(self: &Arc<Self>, ip: IpAddr, listener: &Arc<str>) -> Result<Admitted, String> {
+        let mut counts = self.counts();
+        if let Some(why) = self.no_slot(&counts, listener) {
+            return Err(why);
+        }
+        let limit = self.overrides.get(&ip).copied().unwrap_or(self.max_per_ip);
+        let open = counts.per_ip.get(&ip).copied().unwrap_or(0);
+        if open >= limit {
+            return Err(format!("/{ip} already has the configured maximum of {limit} connections"));
+        }
+        counts.per_ip.insert(ip, open + 1);
+        *counts.per_listener.entry(listener.clone()).or_insert(0) += 1;
+        counts.total += 1;
+        Ok(Admitted { quotas: self.clone(), ip, listener: listener.clone() })
+    }
+}
+
+/// A connection's place in the quotas, given back when it ends.
+struct Admitted {
+    quotas: Arc<ConnectionQuotas>,
+    ip: IpAddr,
+    listener: Arc<str>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut counts = self.quotas.counts();
+        match counts.per_ip.get_mut(&self.ip) {
+            Some(n) if *n > 1 => *n -= 1,
+            _ => {
+                counts.per_ip.remove(&self.ip);
+            }
+        }
+        if let Some(n) = counts.per_listener.get_mut(&self.listener) {
+            *n = n.saturating_sub(1);
+        }
+        counts.total = counts.total.saturating_sub(1);
+        drop(counts);
+        self.quotas.freed.notify_waiters();
+    }
+}
+
 pub async fn serve_listener(
     broker: Arc<Broker>,
     listener: TcpListener,
     listener_name: Arc<str>,
+    quotas: Arc<ConnectionQuotas>,
     mut shutdown: watch::Receiver<bool>,
     tracker: TaskTracker,
 ) {
     let metrics = broker.metrics.listener(&listener_name);
     loop {
+        if quotas.full(&listener_name) {
+            // Not accepting leaves new clients waiting in the backlog until a connection ends.
+            let freed = quotas.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if quotas.full(&listener_name) {
+                tokio::select! {
+                    _ = freed => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
+            continue;
+        }
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
         };
         match accepted {
             Ok((stream, peer)) => {
+                let admitted = match quotas.admit(peer.ip(), &listener_name) {
+                    Ok(a) => a,
+                    Err(why) => {
+                        tracing::debug!(%peer, listener = %listener_name, "rejected connection: {why}");
+                        drop(stream);
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let span = tracing::info_span!("connection", %peer, listener = %listener_name);
                 let conn = Connection {
@@ -67,6 +189,7 @@ pub async fn serve_listener(
                     listener: listener_name.clone(),
                     peer: format!("/{}", peer.ip()),
                     _counted: metrics.connection(),
+                    _admitted: admitted,
                 };
                 tracker.spawn(conn.serve(stream, shutdown.clone()).instrument(span));
             }
@@ -86,12 +209,13 @@ struct Connection {
     peer: String,
     /// In the listener's connection count until the connection ends.
     _counted: GaugeGuard,
+    _admitted: Admitted,
 }
 
 impl Connection {
     async fn serve(self, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
         let (rd, mut wr) = stream.into_split();
-        let mut rd = BufReader::with_capacity(64 * 1024, rd);
+        let mut rd = BufReader::with_capacity(4 * 1024, rd);
         // Requests are handled one at a time, in order (Kafka mutes a connection while a
         // request is in flight): pipelined produces must append in the order they were sent.
         // Only the writing of responses overlaps with handling the next request.
@@ -109,6 +233,7 @@ impl Connection {
             .in_current_span(),
         );
         let max = self.broker.config.socket_request_max_bytes;
+        let idle = self.broker.config.connections_max_idle;
         let mut stopping = false;
         loop {
             let frame = if stopping {
@@ -120,6 +245,10 @@ impl Connection {
             } else {
                 tokio::select! {
                     f = read_frame(&mut rd, max) => f,
+                    _ = tokio::time::sleep(idle) => {
+                        tracing::debug!("no request for connections.max.idle.ms; closing");
+                        break;
+                    }
                     _ = shutdown.changed() => {
                         stopping = true;
                         continue;
@@ -127,7 +256,9 @@ impl Connection {
                 }
             };
             let result = match frame {
-                Ok(f) => self.process(f).await,
+                // Boxed: a handler's future is large, and inline it would be part of every
+                // idle connection's memory rather than only of those with a request in flight.
+                Ok(f) => Box::pin(self.process(f)).await,
                 Err(e) => Err(e),
             };
             match result {
