@@ -132,6 +132,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("unclean.leader.election.enable", "false"),
     ("offsets.topic.replication.factor", "3"),
     ("offsets.topic.num.partitions", "50"),
+    ("offsets.topic.segment.bytes", "104857600"),
     ("transaction.state.log.replication.factor", "3"),
     ("transaction.state.log.min.isr", "2"),
     ("group.initial.rebalance.delay.ms", "3000"),
@@ -152,6 +153,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),
     ("transaction.state.log.num.partitions", "50"),
+    ("transaction.state.log.segment.bytes", "104857600"),
 ];
 
 /// Environment variables of Kafka images that are not broker settings.
@@ -217,6 +219,10 @@ pub struct BrokerConfig {
     pub connections_max_idle: std::time::Duration,
     /// `listener.name.<listener>.max.connections`, by listener name as written in `listeners`.
     pub listener_max_connections: HashMap<String, usize>,
+    /// How `__consumer_offsets` is created.
+    pub offsets_topic: InternalTopicConfig,
+    /// How `__transaction_state` is created.
+    pub transaction_state_log: InternalTopicConfig,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,
     /// Every key as finally resolved (defaults included), for DescribeConfigs.
@@ -417,6 +423,8 @@ impl BrokerConfig {
                 get("connections.max.idle.ms"),
             )?),
             listener_max_connections,
+            offsets_topic: InternalTopicConfig::parse("offsets.topic", &get)?,
+            transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
             log,
             values: values.clone(),
         };
@@ -443,6 +451,31 @@ impl BrokerConfig {
             .iter()
             .find(|e| e.listener_name == listener_name)
             .or_else(|| self.advertised_listeners.first())
+    }
+}
+
+/// The shape of an internal topic, from `<prefix>.num.partitions`, `.replication.factor`,
+/// `.segment.bytes` and (transaction log only) `.min.isr`. Kafka refuses to start when any is
+/// below 1, and so does gregor: a zero here would only surface when the topic is first used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InternalTopicConfig {
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub segment_bytes: i32,
+    pub min_isr: Option<i32>,
+}
+
+impl InternalTopicConfig {
+    fn parse<'v>(prefix: &str, get: &impl Fn(&str) -> &'v str) -> Result<Self, ConfigError> {
+        let key = |suffix: &str| format!("{prefix}.{suffix}");
+        let min_isr_key = key("min.isr");
+        let min_isr = get(&min_isr_key);
+        Ok(InternalTopicConfig {
+            num_partitions: positive(&key("num.partitions"), get(&key("num.partitions")))?,
+            replication_factor: positive(&key("replication.factor"), get(&key("replication.factor")))?,
+            segment_bytes: positive(&key("segment.bytes"), get(&key("segment.bytes")))?,
+            min_isr: if min_isr.is_empty() { None } else { Some(positive(&min_isr_key, min_isr)?) },
+        })
     }
 }
 
@@ -1136,6 +1169,23 @@ mod tests {
         assert!(err.contains("listeners"), "{err}");
         assert!(load(&[("auto.create.topics.enable", "yes")]).is_err());
         assert!(load(&[("log.segment.bytes", "0")]).is_err());
+    }
+
+    #[test]
+    fn internal_topics_have_kafkas_shape_and_refuse_zero() {
+        let c = load(&[]).unwrap();
+        let want = InternalTopicConfig {
+            num_partitions: 50,
+            replication_factor: 3,
+            segment_bytes: 104_857_600,
+            min_isr: None,
+        };
+        assert_eq!(c.offsets_topic, want);
+        assert_eq!(c.transaction_state_log, InternalTopicConfig { min_isr: Some(2), ..want });
+        for key in ["offsets.topic.num.partitions", "offsets.topic.replication.factor", "transaction.state.log.min.isr"]
+        {
+            assert!(refusal(&[(key, "0")]).contains(key), "{key}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::RequestContext;
 use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest};
-use crate::group::{partition_for, OFFSETS_TOPIC};
+use crate::group::OFFSETS_TOPIC;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -281,8 +281,10 @@ const REQUEST_TIMED_OUT: i16 = 7;
 /// Waits until the high watermark of `group`'s offsets partition covers everything appended
 /// to it so far.
 async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
-    let n = ctx.broker.offsets_partitions();
-    let Some(p) = ctx.broker.replicas.partition(OFFSETS_TOPIC, partition_for(group, n)) else { return false };
+    let Some(p) = ctx.broker.offsets_partition(group).and_then(|p| ctx.broker.replicas.partition(OFFSETS_TOPIC, p))
+    else {
+        return false;
+    };
     let target = p.log_end_offset();
     let deadline = Instant::now() + OFFSETS_COMMIT_TIMEOUT;
     loop {

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::error::ErrorCode;
 use super::RequestContext;
-use crate::controller::{validate_topic_name, TopicRequest};
+use crate::controller::auto_create::is_internal;
+use crate::controller::validate_topic_name;
 use crate::metadata::{BrokerInfo, TopicInfo};
 
 /// Kafka's "not requested" marker for authorized-operations fields.
@@ -64,10 +65,15 @@ fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
 }
 
 fn error_topic(name: Option<String>, id: Uuid, code: ErrorCode) -> MetadataResponseTopic {
+    error_topic_code(name, id, code.code())
+}
+
+fn error_topic_code(name: Option<String>, id: Uuid, code: i16) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
+    out.is_internal = name.as_deref().is_some_and(is_internal);
     out.name = name.map(|n| TopicName(StrBytes::from_string(n)));
     out.topic_id = id;
-    out.error_code = code.code();
+    out.error_code = code;
     out.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
     out
 }
@@ -103,14 +109,7 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
                 if !(allow_auto_create && broker.config.auto_create_topics_enable) {
                     return error_topic(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition);
                 }
-                let plan = broker.plan_topic(TopicRequest {
-                    name: name.clone(),
-                    num_partitions: -1,
-                    replication_factor: -1,
-                    assignment: Default::default(),
-                    configs: Default::default(),
-                });
-                match plan.and_then(|p| broker.auto_create_topic(p)) {
+                match broker.auto_create(&name) {
                     Ok(Some(t)) => topic_response(&t),
                     // Kafka answers LEADER_NOT_AVAILABLE until the controller has elected leaders.
                     Ok(None) => error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable),
@@ -123,9 +122,16 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
                     Err(e) if e.code == ErrorCode::TopicAlreadyExists.code() => {
                         error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable)
                     }
-                    Err(e) => {
+                    // As Kafka: the reason is the topic's error (INVALID_REPLICATION_FACTOR
+                    // while fewer brokers are alive than the topic needs), except a failure of
+                    // the metadata store, which is worth a retry.
+                    Err(e) if e.code == ErrorCode::UnknownServerError.code() => {
                         tracing::warn!(topic = %name, error = %e, "auto-create failed");
                         error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable)
+                    }
+                    Err(e) => {
+                        tracing::info!(topic = %name, error = %e, "auto-create refused");
+                        error_topic_code(Some(name), Uuid::nil(), e.code)
                     }
                 }
             })

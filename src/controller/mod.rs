@@ -3,6 +3,7 @@
 //! every change is written to the store first (the durable truth), then to the metadata cache,
 //! then applied to the local replicas.
 
+pub mod auto_create;
 pub mod channel;
 pub mod election;
 pub mod messages;

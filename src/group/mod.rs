@@ -10,7 +10,7 @@ pub mod persistence;
 
 pub use coordinator::{GroupCoordinator, JoinResult, SyncResult};
 
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::controller::auto_create::OFFSETS_TOPIC;
 
 /// Java's `String.hashCode`, which Kafka uses to map a group to its offsets partition.
 pub fn java_string_hash(s: &str) -> i32 {

@@ -10,14 +10,11 @@ use super::coordinator::{subscribed_topics, CommittedOffset, Group, GroupState, 
 use super::offsets_log::{self, OffsetValue, OffsetsKey, StoredMember};
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::broker::Broker;
-use crate::controller::TopicRequest;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
 
 const NOT_COORDINATOR: i16 = 16;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-/// Kafka's `offsets.topic.segment.bytes` default.
-const OFFSETS_SEGMENT_BYTES: &str = "104857600";
 
 pub struct BrokerGroupStore<'a>(pub &'a Broker);
 
@@ -28,7 +25,7 @@ fn consumers_ids(group: &str) -> String {
 impl BrokerGroupStore<'_> {
     fn append(&self, group: &str, records: Vec<(bytes::Bytes, Option<bytes::Bytes>)>) -> Result<(), i16> {
         let b = self.0;
-        let p = partition_for(group, b.offsets_partitions());
+        let p = b.offsets_partition(group).ok_or(NOT_COORDINATOR)?;
         let partition = b.replicas.partition(OFFSETS_TOPIC, p).ok_or(NOT_COORDINATOR)?;
         let ts = crate::log::now_ms();
         let simple: Vec<SimpleRecord<'_>> = records
@@ -158,20 +155,19 @@ impl Broker {
         BrokerGroupStore(self)
     }
 
-    pub fn offsets_partitions(&self) -> i32 {
-        self.config
-            .values
-            .get("offsets.topic.num.partitions")
-            .and_then(|v| v.parse().ok())
-            .filter(|n| *n > 0)
-            .unwrap_or(50)
+    /// The `__consumer_offsets` partition of `group`, hashed over the partitions the topic
+    /// really has (Kafka reads the count from ZooKeeper): a topic created with another count,
+    /// before `offsets.topic.num.partitions` changed or by a client, must keep every group
+    /// where its offsets already are. None while the topic does not exist.
+    pub fn offsets_partition(&self, group: &str) -> Option<i32> {
+        let topic = self.cache.topic(OFFSETS_TOPIC)?;
+        Some(partition_for(group, topic.partitions.len() as i32))
     }
 
     /// Whether this broker coordinates `group` (leads its `__consumer_offsets` partition):
     /// NOT_COORDINATOR sends the client back to FindCoordinator after leadership moved.
     pub fn check_coordinator(&self, group: &str) -> Result<(), i16> {
-        let Some(topic) = self.cache.topic(OFFSETS_TOPIC) else { return Err(COORDINATOR_NOT_AVAILABLE) };
-        let p = partition_for(group, topic.partitions.len() as i32);
+        let p = self.offsets_partition(group).ok_or(COORDINATOR_NOT_AVAILABLE)?;
         match self.replicas.partition(OFFSETS_TOPIC, p) {
             Some(_) if self.is_loading_offsets(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
             Some(_) => Ok(()),
@@ -203,29 +199,18 @@ impl Broker {
     }
 
     fn create_offsets_topic(&self) -> Result<(), i16> {
-        let configured: i16 =
-            self.config.values.get("offsets.topic.replication.factor").and_then(|v| v.parse().ok()).unwrap_or(3);
-        let live = self.cache.snapshot().brokers.len() as i16;
-        // Standalone there is one broker; Kafka's default of 3 would make groups unusable,
-        // so a standalone broker caps it (Kafka's own sample config sets 1 for the same reason).
-        let rf = if self.config.zookeeper_connect.is_none() { configured.min(live).max(1) } else { configured };
-        let configs = BTreeMap::from([
-            ("cleanup.policy".to_string(), "compact".to_string()),
-            ("segment.bytes".to_string(), OFFSETS_SEGMENT_BYTES.to_string()),
-        ]);
-        let plan = self.plan_topic(TopicRequest {
-            name: OFFSETS_TOPIC.to_string(),
-            num_partitions: self.offsets_partitions(),
-            replication_factor: rf,
-            assignment: Default::default(),
-            configs,
-        });
-        match plan.and_then(|p| self.auto_create_topic(p)) {
+        match self.auto_create(OFFSETS_TOPIC) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(COORDINATOR_NOT_AVAILABLE),
             Err(_) if self.cache.topic(OFFSETS_TOPIC).is_some() => Ok(()),
             // Created by another broker; this one learns of it on its next ZooKeeper pass.
             Err(e) if e.code == crate::api::error::ErrorCode::TopicAlreadyExists.code() => {
+                Err(COORDINATOR_NOT_AVAILABLE)
+            }
+            // Fewer brokers alive than offsets.topic.replication.factor: clients ask again
+            // until there are enough, so this is not worth a warning per request.
+            Err(e) if e.code == crate::api::error::ErrorCode::InvalidReplicationFactor.code() => {
+                tracing::debug!(error = %e, "cannot create {OFFSETS_TOPIC} yet");
                 Err(COORDINATOR_NOT_AVAILABLE)
             }
             Err(e) => {

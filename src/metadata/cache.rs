@@ -54,7 +54,7 @@ pub struct TopicInfo {
 
 impl TopicInfo {
     pub fn is_internal(&self) -> bool {
-        self.name == "__consumer_offsets" || self.name == "__transaction_state"
+        crate::controller::auto_create::is_internal(&self.name)
     }
 }
 
