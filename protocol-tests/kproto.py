@@ -44,16 +44,16 @@ FLEX = {
 # versions the broker is expected to serve (from the gregor issue)
 EXPECTED_RANGES = {
     API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (3, 10), FETCH: (4, 12),
-    LIST_OFFSETS: (1, 8), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3),
-    DESCRIBE_CONFIGS: (1, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
+    LIST_OFFSETS: (0, 8), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3),
+    DESCRIBE_CONFIGS: (0, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     INIT_PRODUCER_ID: (0, 4), DELETE_RECORDS: (0, 2),
 }
 
 # versions these encoders know (a superset of the expected ranges)
 ENCODER_RANGES = {
     API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (3, 11), FETCH: (4, 16),
-    LIST_OFFSETS: (1, 8), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3),
-    DESCRIBE_CONFIGS: (1, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
+    LIST_OFFSETS: (0, 8), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3),
+    DESCRIBE_CONFIGS: (0, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     INIT_PRODUCER_ID: (0, 4), DELETE_RECORDS: (0, 2),
 }
 
@@ -820,7 +820,9 @@ def decode_fetch(r: R, version: int) -> dict:
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def list_offsets_request(version: int, topics: Dict[str, Dict[int, int]], isolation_level: int = 0) -> bytes:
+def list_offsets_request(version: int, topics: Dict[str, Dict[int, int]], isolation_level: int = 0,
+                         max_num_offsets: int = 1) -> bytes:
+    """v0 asks for up to max_num_offsets offsets per partition (old_style_offsets)."""
     w = W(is_flexible(LIST_OFFSETS, version))
     w.i32(-1)  # replica_id
     if version >= 2:
@@ -832,6 +834,8 @@ def list_offsets_request(version: int, topics: Dict[str, Dict[int, int]], isolat
         if version >= 4:
             w.i32(-1)  # current_leader_epoch
         w.i64(ts)
+        if version == 0:
+            w.i32(max_num_offsets)
         w.tags()
 
     def topic(w, item):
@@ -850,7 +854,11 @@ def decode_list_offsets(r: R, version: int) -> dict:
         out["throttle_time_ms"] = r.i32()
 
     def part(rr):
-        p = {"partition_index": rr.i32(), "error_code": rr.i16(), "timestamp": rr.i64(), "offset": rr.i64()}
+        p = {"partition_index": rr.i32(), "error_code": rr.i16()}
+        if version == 0:
+            p["old_style_offsets"] = rr.array(lambda r: r.i64())
+            return p
+        p["timestamp"], p["offset"] = rr.i64(), rr.i64()
         if version >= 4:
             p["leader_epoch"] = rr.i32()
         rr.tags()

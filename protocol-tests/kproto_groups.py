@@ -30,9 +30,9 @@ FLEX = {
     OFFSET_DELETE: 99,  # never flexible
 }
 ENCODER_RANGES = {
-    OFFSET_COMMIT: (2, 9), OFFSET_FETCH: (1, 9), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4),
+    OFFSET_COMMIT: (0, 9), OFFSET_FETCH: (0, 9), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4),
     LEAVE_GROUP: (0, 5), SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
-    OFFSET_FOR_LEADER_EPOCH: (2, 4), DELETE_GROUPS: (0, 2), OFFSET_DELETE: (0, 0),
+    OFFSET_FOR_LEADER_EPOCH: (0, 4), DELETE_GROUPS: (0, 2), OFFSET_DELETE: (0, 0),
 }
 kp.API_NAMES.update(NAMES)
 kp.FLEX.update(FLEX)
@@ -252,7 +252,9 @@ def offset_commit_request(v: int, group: str, offsets: Dict[str, Dict[int, int]]
                           member_id: str = "", metadata: Optional[str] = "",
                           leader_epoch: int = -1) -> bytes:
     w = _w(OFFSET_COMMIT, v)
-    w.string(group).i32(generation).string(member_id)
+    w.string(group)
+    if v >= 1:
+        w.i32(generation).string(member_id)
     if v >= 7:
         w.nullable_string(None)  # group_instance_id
     if 2 <= v <= 4:
@@ -261,6 +263,8 @@ def offset_commit_request(v: int, group: str, offsets: Dict[str, Dict[int, int]]
     def part(w, item):
         p, off = item
         w.i32(p).i64(off)
+        if v == 1:
+            w.i64(-1)  # commit_timestamp: the broker's time
         if v >= 6:
             w.i32(leader_epoch)
         w.nullable_string(metadata).tags()

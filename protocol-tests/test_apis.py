@@ -185,6 +185,17 @@ def check_list_offsets(broker, c, v):
     name = new_topic(c)
     recs = sample_records(3)
     assert kp.produce(c, name, 0, kp.build_batch(recs))["error_code"] == 0
+    if v == 0:
+        # v0 lists offsets, newest first: segment starts (dated by file mtime) and the log end
+        for ts, most, want in [(kp.EARLIEST, 1, [0]), (kp.LATEST, 1, [3]), (kp.LATEST, 10, [3, 0]),
+                               (1, 10, [])]:
+            r = c.call(kp.LIST_OFFSETS, v, kp.list_offsets_request(v, {name: {0: ts}}, max_num_offsets=most))
+            [p] = kp.decode_list_offsets(r, v)["topics"][0]["partitions"]
+            assert (p["error_code"], p["old_style_offsets"]) == (0, want), f"ListOffsets v0 ts={ts} max={most}: {p}"
+        r = c.call(kp.LIST_OFFSETS, v, kp.list_offsets_request(v, {name: {7: kp.LATEST}}))
+        [p] = kp.decode_list_offsets(r, v)["topics"][0]["partitions"]
+        assert (p["error_code"], p["old_style_offsets"]) == (kp.UNKNOWN_TOPIC_OR_PARTITION, []), p
+        return
     queries = {kp.EARLIEST: 0, kp.LATEST: 3, recs[1].timestamp: 1, recs[1].timestamp - 5: 1,
                recs[2].timestamp + 1: -1}
     for ts, want in queries.items():

@@ -322,7 +322,36 @@ ALLOC_CASES = {
     "delete-topics-v4-compact": (kp.DELETE_TOPICS, 4, kp.uvarint(HUGE + 1)),
     "list-offsets-v1-partitions": (kp.LIST_OFFSETS, 1, struct.pack(">ii", -1, 1) + struct.pack(">h", 1) + b"t"
                                    + struct.pack(">i", HUGE)),
+    # versions older than the protocol crate knows, read by gregor's own codec (api::legacy)
+    "list-offsets-v0-partitions": (kp.LIST_OFFSETS, 0, struct.pack(">ii", -1, 1) + struct.pack(">h", 1) + b"t"
+                                   + struct.pack(">i", HUGE)),
+    "offset-commit-v0-topics": (8, 0, struct.pack(">h", 1) + b"g" + struct.pack(">i", HUGE)),
+    "offset-commit-v1-partitions": (8, 1, struct.pack(">h", 1) + b"g" + struct.pack(">ih", 1, 0)
+                                    + struct.pack(">ih", 1, 1) + b"t" + struct.pack(">i", HUGE)),
+    "offset-for-leader-epoch-v0-topics": (23, 0, struct.pack(">i", HUGE)),
+    "create-topics-v0-topics": (kp.CREATE_TOPICS, 0, struct.pack(">i", HUGE)),
 }
+
+
+# Old-version requests cut short: the connection closes, nothing is stored, the broker stays up.
+TRUNCATED_OLD = {
+    "list-offsets-v0": (kp.LIST_OFFSETS, 0, struct.pack(">ii", -1, 1) + struct.pack(">h", 1) + b"t"
+                        + struct.pack(">i", 1) + struct.pack(">i", 0)),
+    "offset-commit-v0": (8, 0, struct.pack(">h", 5) + b"gr"),
+    "offset-commit-v1": (8, 1, struct.pack(">h", 1) + b"g" + struct.pack(">i", 3)),
+    "describe-configs-v0": (kp.DESCRIBE_CONFIGS, 0, struct.pack(">ib", 1, 2)),
+    "offset-for-leader-epoch-v1": (23, 1, struct.pack(">i", 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRUNCATED_OLD))
+def test_truncated_old_version_request_closes_connection(sentinel, case):
+    api, v, body = TRUNCATED_OLD[case]
+    s = raw_conn(sentinel.broker)
+    s.sendall(kp.encode_request(api, v, 78, body))
+    assert kp.wait_closed(s), f"connection not closed after a truncated {case}"
+    s.close()
+    sentinel.check()
 
 
 @pytest.mark.parametrize("case", sorted(ALLOC_CASES))

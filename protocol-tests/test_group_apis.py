@@ -124,15 +124,16 @@ def test_consumer_group_life(broker, which):
             empty = kg.call(c, kg.LIST_GROUPS, v, kg.list_groups_request(v, ["Empty"]))
             assert group not in [g["group_id"] for g in empty["groups"]], empty
 
-        # commit as the member; a stale generation is refused
-        v = vs[kg.OFFSET_COMMIT]
+        # commit as the member; a stale generation is refused (v0 commits bypass the coordinator
+        # and keep offsets in ZooKeeper: test_offsets_v0_are_kept_in_the_znode_tree)
+        v = max(vs[kg.OFFSET_COMMIT], 1)
         oc = kg.call(c, kg.OFFSET_COMMIT, v, kg.offset_commit_request(v, group, {topic: {0: 5, 1: 7}}, gen, me,
                                                                        metadata="m-0"))
         assert oc["errors"] == {(topic, 0): 0, (topic, 1): 0}, oc
         oc = kg.call(c, kg.OFFSET_COMMIT, v, kg.offset_commit_request(v, group, {topic: {0: 99}}, gen + 1, me))
         assert oc["errors"] == {(topic, 0): kg.ILLEGAL_GENERATION}, oc
 
-        v = vs[kg.OFFSET_FETCH]
+        v = max(vs[kg.OFFSET_FETCH], 1)
         of = kg.call(c, kg.OFFSET_FETCH, v, kg.offset_fetch_request(v, group, {topic: [0, 1]}))
         assert of["error_code"] == 0, of
         assert {k: (o, m, e) for k, (o, _ep, m, e) in of["offsets"].items()} == \
@@ -163,7 +164,7 @@ def test_consumer_group_life(broker, which):
         # OffsetDelete on the Empty group removes exactly the named partition's offset
         od = kg.call(c, kg.OFFSET_DELETE, vd, kg.offset_delete_request(vd, group, {topic: [0]}))
         assert od["error_code"] == 0 and od["errors"] == {(topic, 0): 0}, od
-        v = vs[kg.OFFSET_FETCH]
+        v = max(vs[kg.OFFSET_FETCH], 1)
         of = kg.call(c, kg.OFFSET_FETCH, v, kg.offset_fetch_request(v, group, {topic: [0, 1]}))
         assert {k: o for k, (o, _ep, _m, _e) in of["offsets"].items()} == {(topic, 0): -1, (topic, 1): 7}, of
 
@@ -176,7 +177,7 @@ def test_consumer_group_life(broker, which):
         v = vs[kg.DESCRIBE_GROUPS]
         d = kg.call(c, kg.DESCRIBE_GROUPS, v, kg.describe_groups_request(v, [group]))["groups"][0]
         assert d["error_code"] == kg.GROUP_ID_NOT_FOUND or (d["error_code"], d["state"]) == (0, "Dead"), d
-        v = vs[kg.OFFSET_FETCH]
+        v = max(vs[kg.OFFSET_FETCH], 1)
         of = kg.call(c, kg.OFFSET_FETCH, v, kg.offset_fetch_request(v, group, {topic: [0, 1]}))
         assert {k: o for k, (o, _ep, _m, _e) in of["offsets"].items()} == {(topic, 0): -1, (topic, 1): -1}, of
         v = vs[kg.LIST_GROUPS]
@@ -194,6 +195,33 @@ def test_offset_for_leader_epoch(broker, which):
             assert kp.produce(c, topic, 0, kp.build_batch(chunk))["error_code"] == 0
         r = kg.call(c, kg.OFFSET_FOR_LEADER_EPOCH, v,
                     kg.offset_for_leader_epoch_request(v, {topic: {0: (-1, 0)}, "no-such-topic-x": {0: (-1, 0)}}))
-    # epoch 0 is the current one: its end offset is the log end
-    assert r["partitions"][(topic, 0)] == (0, 0, 5), r
+    # epoch 0 is the current one: its end offset is the log end (v0 answers no epoch)
+    assert r["partitions"][(topic, 0)] == (0, 0 if v >= 1 else -1, 5), r
     assert r["partitions"][("no-such-topic-x", 0)][0] == kp.UNKNOWN_TOPIC_OR_PARTITION, r
+
+
+def test_offsets_v0_are_kept_in_the_znode_tree(broker):
+    """OffsetCommit/OffsetFetch v0 store offsets under /consumers/<group>/offsets/<topic>/<p>
+    (Kafka 3.9 writes them to ZooKeeper), apart from the coordinator's: no membership or
+    generation check, no metadata kept, invisible to v1+ and vice versa."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with kp.Conn(broker.host, broker.port) as c:
+        topic = new_topic(c, partitions=2)
+        oc = kg.call(c, kg.OFFSET_COMMIT, 0, kg.offset_commit_request(0, group, {topic: {0: 5, 1: 9}}, metadata="m"))
+        assert oc["errors"] == {(topic, 0): 0, (topic, 1): 0}, oc
+        oc = kg.call(c, kg.OFFSET_COMMIT, 0, kg.offset_commit_request(0, group, {topic: {0: 6}, "no-such-t": {0: 1}}))
+        assert oc["errors"] == {(topic, 0): 0, ("no-such-t", 0): kp.UNKNOWN_TOPIC_OR_PARTITION}, oc
+        oc = kg.call(c, kg.OFFSET_COMMIT, 0, kg.offset_commit_request(0, group, {topic: {1: 1}}, metadata="x" * 4097))
+        assert oc["errors"] == {(topic, 1): 12}, oc  # OFFSET_METADATA_TOO_LARGE
+        of = kg.call(c, kg.OFFSET_FETCH, 0, kg.offset_fetch_request(0, group, {topic: [0, 1], "no-such-t": [0]}))
+        assert of["offsets"] == {(topic, 0): (6, -1, "", 0), (topic, 1): (9, -1, "", 0),
+                                 ("no-such-t", 0): (-1, -1, "", 0)}, of
+        find_coordinator(c, 0, group)  # the coordinator's offsets, for comparison
+        of1 = kg.call(c, kg.OFFSET_FETCH, 1, kg.offset_fetch_request(1, group, {topic: [0]}))
+        assert of1["offsets"][(topic, 0)][0] == -1, of1
+        v2 = kg.call(c, kg.OFFSET_COMMIT, 2, kg.offset_commit_request(2, group, {topic: {0: 77}}))
+        assert v2["errors"] == {(topic, 0): 0}, v2
+        of = kg.call(c, kg.OFFSET_FETCH, 0, kg.offset_fetch_request(0, group, {topic: [0]}))
+        assert of["offsets"][(topic, 0)][0] == 6, of
+        bad = kg.call(c, kg.OFFSET_COMMIT, 0, kg.offset_commit_request(0, "a/b", {topic: {0: 1}}))
+        assert bad["errors"] == {(topic, 0): 24}, bad  # INVALID_GROUP_ID: would name another znode

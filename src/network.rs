@@ -310,6 +310,9 @@ impl Connection {
             return Err(FrameError::UnsupportedVersion(key, version));
         }
         let malformed = |e: String| FrameError::Malformed(key, version, e);
+        if api::legacy::serves(key, version) {
+            return self.process_legacy(key, version, correlation_id, frame).await;
+        }
         // kafka-protocol's decoders are not written for hostile input; a panic inside one must
         // cost this connection, not the broker.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -344,6 +347,45 @@ impl Connection {
 }
 
 impl Connection {
+    /// A version older than the protocol crate knows: decoded and answered by `api::legacy`,
+    /// behind the same guard against a panicking decoder.
+    async fn process_legacy(
+        &self,
+        key: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        mut frame: Bytes,
+    ) -> Result<Option<Bytes>, FrameError> {
+        let malformed = |e: String| FrameError::Malformed(key, version, e);
+        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
+                .map_err(|e| format!("header: {e}"))?;
+            let request = api::legacy::decode(key, version, frame)?;
+            Ok::<_, String>((header, request))
+        }));
+        let (header, request) = match decoded {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) => return Err(malformed(e)),
+            Err(_) => return Err(malformed("decoder panicked".into())),
+        };
+        let ctx = RequestContext {
+            broker: self.broker.clone(),
+            listener: self.listener.clone(),
+            header,
+            peer: self.peer.clone(),
+        };
+        let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
+        let Some(body) = api::legacy::handle(&ctx, request).instrument(span).await.map_err(malformed)? else {
+            return Ok(None);
+        };
+        // Every old version is non-flexible: response header v0, the correlation id alone.
+        let mut buf = BytesMut::with_capacity(body.len() + 8);
+        buf.put_i32((body.len() + 4) as i32);
+        buf.put_i32(correlation_id);
+        buf.extend_from_slice(&body);
+        Ok(Some(buf.freeze()))
+    }
+
     /// The controller's requests and the brokers' requests to it: codecs of our own, since
     /// the protocol crate no longer has these APIs.
     async fn process_inter_broker(&self, key: i16, version: i16, mut frame: Bytes) -> Result<Bytes, FrameError> {

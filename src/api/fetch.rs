@@ -387,6 +387,36 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
     r
 }
 
+/// Per topic, per partition: (index, error code, offsets).
+pub type OldStyleOffsets = Vec<(String, Vec<(i32, i16, Vec<i64>)>)>;
+
+/// ListOffsets v0: for each partition up to `max_counts[i]` offsets (the i-th partition of the
+/// request, in order), as Kafka 3.9 still answers it from the segments' first offsets.
+pub fn list_offsets_v0(ctx: &RequestContext, req: ListOffsetsRequest, max_counts: &[i32]) -> OldStyleOffsets {
+    let from_consumer = req.replica_id.0 == -1;
+    let mut counts = max_counts.iter().copied();
+    let mut out = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let max = counts.next().unwrap_or(0);
+            match ctx.broker.replicas.partition(&name, p.partition_index) {
+                None => parts.push((
+                    p.partition_index,
+                    super::not_led_error(&ctx.broker, &name, p.partition_index),
+                    Vec::new(),
+                )),
+                Some(part) => {
+                    parts.push((p.partition_index, 0, part.legacy_offsets_before(p.timestamp, max, from_consumer)))
+                }
+            }
+        }
+        out.push((name, parts));
+    }
+    out
+}
+
 /// OffsetForLeaderEpoch: where a leader epoch ends in the leader's log, so a replica or a
 /// consumer (KIP-320) can find where its log diverged.
 pub fn offset_for_leader_epoch(ctx: &RequestContext, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {

@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 use std::time::{Duration, Instant};
 
 use super::RequestContext;
-use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest};
+use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest, OFFSET_METADATA_MAX_BYTES};
 use crate::group::OFFSETS_TOPIC;
 
 fn s(v: impl Into<String>) -> StrBytes {
@@ -300,6 +300,94 @@ async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
         }
     }
 }
+
+/// Where Kafka 3.9 keeps OffsetCommit/OffsetFetch v0 offsets: ZooKeeper (here: the znode
+/// store, which is ZooKeeper in a cluster), as the pre-0.8.2 consumers did, one decimal znode
+/// per partition.
+fn zk_offset_path(group: &str, topic: &str, partition: i32) -> String {
+    format!("/consumers/{group}/offsets/{topic}/{partition}")
+}
+
+/// A group id that names one znode: anything else would write elsewhere in the tree.
+fn is_znode_name(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
+}
+
+fn partition_exists(ctx: &RequestContext, topic: &str, partition: i32) -> bool {
+    ctx.broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
+}
+
+/// OffsetCommit v0: any broker writes the offsets straight to the znode store, no group
+/// coordinator involved (Kafka 3.9's `setOrCreateConsumerOffset`).
+pub fn offset_commit_v0(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = req.group_id.0.to_string();
+    let mut r = OffsetCommitResponse::default();
+    for t in req.topics {
+        let mut tr = OffsetCommitResponseTopic::default();
+        let name = t.name.0.to_string();
+        for p in t.partitions {
+            let mut pr = OffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            pr.error_code = if !partition_exists(ctx, &name, p.partition_index) {
+                codes::UNKNOWN_TOPIC_OR_PARTITION
+            } else if p.committed_metadata.as_ref().is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES) {
+                codes::OFFSET_METADATA_TOO_LARGE
+            } else if !is_znode_name(&group) {
+                codes::INVALID_GROUP_ID
+            } else {
+                let path = zk_offset_path(&group, &name, p.partition_index);
+                match ctx.broker.store.set(&path, &p.committed_offset.to_string()) {
+                    Ok(()) => codes::NONE,
+                    Err(e) => {
+                        tracing::warn!(%path, error = %e, "cannot store a v0 offset commit");
+                        UNKNOWN_SERVER_ERROR
+                    }
+                }
+            };
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        r.topics.push(tr);
+    }
+    r
+}
+
+/// OffsetFetch v0: the offsets OffsetCommit v0 wrote. A partition without one (or of no known
+/// topic) answers offset -1 and no error, as Kafka does.
+pub fn offset_fetch_v0(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let group = req.group_id.0.to_string();
+    let mut r = OffsetFetchResponse::default();
+    for t in req.topics.unwrap_or_default() {
+        let mut tr = OffsetFetchResponseTopic::default();
+        let name = t.name.0.to_string();
+        for p in t.partition_indexes {
+            let mut pr = OffsetFetchResponsePartition::default();
+            pr.partition_index = p;
+            pr.committed_offset = -1;
+            pr.committed_leader_epoch = -1;
+            pr.metadata = Some(StrBytes::default());
+            if partition_exists(ctx, &name, p) && is_znode_name(&group) {
+                match ctx.broker.store.try_get(&zk_offset_path(&group, &name, p)) {
+                    Ok(None) => {}
+                    Ok(Some(v)) => match v.trim().parse::<i64>() {
+                        Ok(o) => pr.committed_offset = o,
+                        Err(_) => pr.error_code = UNKNOWN_SERVER_ERROR,
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read a v0 offset");
+                        pr.error_code = UNKNOWN_SERVER_ERROR;
+                    }
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        r.topics.push(tr);
+    }
+    r
+}
+
+const UNKNOWN_SERVER_ERROR: i16 = -1;
 
 type Fetched = Vec<((String, i32), Option<CommittedOffset>)>;
 

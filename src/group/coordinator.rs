@@ -41,7 +41,7 @@ pub type TopicPartition = (String, i32);
 pub type OffsetToCommit = (TopicPartition, i64, i32, Option<String>);
 
 /// Kafka's `offset.metadata.max.bytes`.
-const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {

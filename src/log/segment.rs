@@ -184,6 +184,11 @@ impl LogSegment {
         if self.max_timestamp >= 0 {
             return self.max_timestamp;
         }
+        self.last_modified_ms()
+    }
+
+    /// The log file's mtime in ms (0 if unreadable): what ListOffsets v0 calls a segment's time.
+    pub fn last_modified_ms(&self) -> i64 {
         self.log
             .metadata()
             .and_then(|m| m.modified())

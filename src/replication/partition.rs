@@ -577,6 +577,41 @@ impl Partition {
         Ok(Some(first_record_at_or_after(&batch, ts, found.0).unwrap_or(found)))
     }
 
+    /// ListOffsets v0 (Kafka's `legacyFetchOffsetsBefore`): up to `max` offsets, newest first,
+    /// among the segments' first offsets (each dated by its file's mtime) and, when the active
+    /// segment holds data, the log end (dated now). -1 (latest) starts from the newest, -2
+    /// (earliest) takes the first only, a time takes the newest dated at or before it. A
+    /// consumer never sees past the high watermark: offsets above it give way to it.
+    pub fn legacy_offsets_before(&self, timestamp: i64, max: i32, from_consumer: bool) -> Vec<i64> {
+        let mut dated: Vec<(i64, i64)> = {
+            let log = self.lock_log();
+            let start = log.log_start_offset();
+            let mut v: Vec<(i64, i64)> =
+                log.segments().map(|s| (s.base_offset().max(start), s.last_modified_ms())).collect();
+            if log.segments().last().is_some_and(|s| s.size() > 0) {
+                v.push((log.log_end_offset(), crate::log::now_ms()));
+            }
+            v
+        };
+        let newest = match timestamp {
+            -1 => dated.len().checked_sub(1),
+            -2 => (!dated.is_empty()).then_some(0),
+            ts => dated.iter().rposition(|&(_, t)| t <= ts),
+        };
+        let Some(newest) = newest else { return Vec::new() };
+        dated.truncate(newest + 1);
+        let mut offsets: Vec<i64> = dated.iter().rev().take(max.max(0) as usize).map(|&(o, _)| o).collect();
+        offsets.sort_unstable_by(|a, b| b.cmp(a));
+        if from_consumer {
+            let hw = self.high_watermark();
+            if offsets.iter().any(|&o| o > hw) {
+                offsets.retain(|&o| o <= hw);
+                offsets.insert(0, hw);
+            }
+        }
+        offsets
+    }
+
     /// ListOffsets MAX_TIMESTAMP (KIP-734): the first record carrying the largest timestamp.
     pub fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
         let max = self.lock_log().segments().map(|s| s.max_timestamp()).max();
