@@ -43,7 +43,7 @@ FLEX = {
 
 # versions the broker is expected to serve (from the gregor issue)
 EXPECTED_RANGES = {
-    API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (3, 10), FETCH: (4, 12),
+    API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (0, 10), FETCH: (0, 12),
     LIST_OFFSETS: (0, 8), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3),
     DESCRIBE_CONFIGS: (0, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     INIT_PRODUCER_ID: (0, 4), DELETE_RECORDS: (0, 2),
@@ -51,7 +51,7 @@ EXPECTED_RANGES = {
 
 # versions these encoders know (a superset of the expected ranges)
 ENCODER_RANGES = {
-    API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (3, 11), FETCH: (4, 16),
+    API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (0, 11), FETCH: (0, 16),
     LIST_OFFSETS: (0, 8), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3),
     DESCRIBE_CONFIGS: (0, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     INIT_PRODUCER_ID: (0, 4), DELETE_RECORDS: (0, 2),
@@ -693,7 +693,9 @@ def decode_metadata(r: R, version: int) -> dict:
 def produce_request(version: int, topic_data: Dict[str, Dict[int, bytes]], acks: int = -1,
                     timeout_ms: int = 30000, transactional_id: Optional[str] = None) -> bytes:
     w = W(is_flexible(PRODUCE, version))
-    w.nullable_string(transactional_id).i16(acks).i32(timeout_ms)
+    if version >= 3:
+        w.nullable_string(transactional_id)
+    w.i16(acks).i32(timeout_ms)
 
     def part(w, item):
         idx, records = item
@@ -716,7 +718,8 @@ def decode_produce(r: R, version: int) -> dict:
         return e
 
     def part(rr):
-        p = {"index": rr.i32(), "error_code": rr.i16(), "base_offset": rr.i64(), "log_append_time_ms": rr.i64()}
+        p = {"index": rr.i32(), "error_code": rr.i16(), "base_offset": rr.i64()}
+        p["log_append_time_ms"] = rr.i64() if version >= 2 else -1
         if version >= 5:
             p["log_start_offset"] = rr.i64()
         if version >= 8:
@@ -730,7 +733,7 @@ def decode_produce(r: R, version: int) -> dict:
         rr.tags()
         return t
 
-    out = {"responses": r.array(topic), "throttle_time_ms": r.i32()}
+    out = {"responses": r.array(topic), "throttle_time_ms": r.i32() if version >= 1 else 0}
     out["tags"] = r.tags()
     r.end()
     return out
@@ -743,7 +746,11 @@ def fetch_request(version: int, topics: Dict[Any, Dict[int, int]], max_wait_ms: 
     w = W(is_flexible(FETCH, version))
     if version <= 14:
         w.i32(-1)  # replica_id (consumer); v15+ moves it into the ReplicaState tagged field
-    w.i32(max_wait_ms).i32(min_bytes).i32(max_bytes).i8(isolation_level)
+    w.i32(max_wait_ms).i32(min_bytes)
+    if version >= 3:
+        w.i32(max_bytes)
+    if version >= 4:
+        w.i8(isolation_level)
     if version >= 7:
         w.i32(0).i32(-1)  # session_id 0, session_epoch -1 (full fetch, no session)
 
@@ -779,7 +786,8 @@ def fetch_request(version: int, topics: Dict[Any, Dict[int, int]], max_wait_ms: 
 
 
 def decode_fetch(r: R, version: int) -> dict:
-    out: Dict[str, Any] = {"throttle_time_ms": r.i32()}
+    """v0-3 answers carry message sets (format v0 for v0-1, v1 for v2-3): see decode_message_set."""
+    out: Dict[str, Any] = {"throttle_time_ms": r.i32() if version >= 1 else 0}
     if version >= 7:
         out["error_code"] = r.i16()
         out["session_id"] = r.i32()
@@ -790,8 +798,11 @@ def decode_fetch(r: R, version: int) -> dict:
         return a
 
     def part(rr):
-        p = {"partition_index": rr.i32(), "error_code": rr.i16(), "high_watermark": rr.i64(),
-             "last_stable_offset": rr.i64()}
+        p = {"partition_index": rr.i32(), "error_code": rr.i16(), "high_watermark": rr.i64()}
+        if version < 4:
+            p["records"] = rr.bytes_()
+            return p
+        p["last_stable_offset"] = rr.i64()
         if version >= 5:
             p["log_start_offset"] = rr.i64()
         p["aborted_transactions"] = rr.array(aborted)
@@ -1202,3 +1213,77 @@ def fetch_all(c: Conn, topic: str, partition: int, version: int = 11) -> List[Re
 def metadata(c: Conn, topics: Optional[List[str]] = None, version: int = 9, allow_auto: bool = False) -> dict:
     r = c.call(METADATA, version, metadata_request(version, topics, allow_auto))
     return decode_metadata(r, version)
+
+
+# ---------------------------------------------------------------------------
+# message sets (formats v0/v1), as Produce v0-2 carry them and Fetch v0-3 answer them
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Message:
+    value: Optional[bytes]
+    key: Optional[bytes] = None
+    timestamp: int = -1
+    offset: int = 0
+    magic: int = 1
+    attributes: int = 0
+
+
+def encode_message(m: Message) -> bytes:
+    import zlib
+    body = struct.pack(">bb", m.magic, m.attributes)
+    if m.magic >= 1:
+        body += struct.pack(">q", m.timestamp)
+    for f in (m.key, m.value):
+        body += struct.pack(">i", -1) if f is None else struct.pack(">i", len(f)) + f
+    crc = zlib.crc32(body) & 0xFFFFFFFF
+    return struct.pack(">qiI", m.offset, 4 + len(body), crc) + body
+
+
+def message_set(msgs: List[Message]) -> bytes:
+    return b"".join(encode_message(m) for m in msgs)
+
+
+def compressed_message_set(msgs: List[Message], codec: int, magic: int = 1) -> bytes:
+    """One wrapper holding `msgs` (v1: relative inner offsets 0..n-1)."""
+    inner = message_set([Message(m.value, m.key, m.timestamp, i, magic) for i, m in enumerate(msgs)])
+    data = compress(codec, inner)
+    return encode_message(Message(data, None, max(m.timestamp for m in msgs), len(msgs) - 1, magic, codec))
+
+
+def decode_message_set(data: bytes) -> List[Message]:
+    """Every message with its absolute offset, inner messages of wrappers resolved; a trailing
+    partial message is ignored, as old clients do."""
+    import zlib
+    out: List[Message] = []
+    pos = 0
+    while pos + 12 <= len(data):
+        offset, size = struct.unpack(">qi", data[pos:pos + 12])
+        if pos + 12 + size > len(data):
+            break
+        msg = data[pos + 12:pos + 12 + size]
+        pos += 12 + size
+        crc, magic, attrs = struct.unpack(">Ibb", msg[:6])
+        assert zlib.crc32(msg[4:]) & 0xFFFFFFFF == crc, "message CRC mismatch"
+        at = 6
+        ts = -1
+        if magic >= 1:
+            (ts,) = struct.unpack(">q", msg[at:at + 8])
+            at += 8
+        fields = []
+        for _ in range(2):
+            (n,) = struct.unpack(">i", msg[at:at + 4])
+            at += 4
+            fields.append(None if n < 0 else msg[at:at + n])
+            at += max(n, 0)
+        key, value = fields
+        codec = attrs & 7
+        if codec == 0:
+            out.append(Message(value, key, ts, offset, magic, attrs))
+            continue
+        inner = decode_message_set(decompress(codec, value))
+        last = inner[-1].offset
+        for m in inner:
+            m.offset = offset - last + m.offset if magic >= 1 else m.offset
+            out.append(m)
+    return out

@@ -158,12 +158,13 @@ def test_unsupported_produce_version_closes_connection(sentinel):
     sentinel.check()
 
 
-def test_unsupported_old_produce_version_closes_connection(sentinel):
-    """Produce v2 (magic-1 era) is below the served range."""
-    s = raw_conn(sentinel.broker)
-    s.sendall(kp.encode_request(kp.PRODUCE, 2, 7, struct.pack(">hii", -1, 1000, 0)))
-    assert kp.wait_closed(s), "connection not closed after Produce v2"
-    s.close()
+def test_old_produce_with_a_bad_message_crc_stores_nothing(sentinel):
+    """Produce v2 (message format v1) with a flipped bit: CORRUPT_MESSAGE, the log unchanged."""
+    data = bytearray(kp.message_set([kp.Message(b"never", None, 1_700_000_000_000)]))
+    data[-1] ^= 1
+    with sentinel.conn() as c:
+        r = kp.decode_produce(c.call(kp.PRODUCE, 2, kp.produce_request(2, {sentinel.topic: {0: bytes(data)}})), 2)
+    assert r["responses"][0]["partitions"][0]["error_code"] == kp.CORRUPT_MESSAGE
     sentinel.check()
 
 
@@ -330,6 +331,8 @@ ALLOC_CASES = {
                                     + struct.pack(">ih", 1, 1) + b"t" + struct.pack(">i", HUGE)),
     "offset-for-leader-epoch-v0-topics": (23, 0, struct.pack(">i", HUGE)),
     "create-topics-v0-topics": (kp.CREATE_TOPICS, 0, struct.pack(">i", HUGE)),
+    "produce-v0-topics": (kp.PRODUCE, 0, struct.pack(">hii", -1, 30000, HUGE)),
+    "fetch-v0-topics": (kp.FETCH, 0, struct.pack(">iiii", -1, 0, 1, HUGE)),
 }
 
 
@@ -341,6 +344,9 @@ TRUNCATED_OLD = {
     "offset-commit-v1": (8, 1, struct.pack(">h", 1) + b"g" + struct.pack(">i", 3)),
     "describe-configs-v0": (kp.DESCRIBE_CONFIGS, 0, struct.pack(">ib", 1, 2)),
     "offset-for-leader-epoch-v1": (23, 1, struct.pack(">i", 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 1)),
+    "produce-v1": (kp.PRODUCE, 1, struct.pack(">hii", 1, 30000, 1) + struct.pack(">h", 1) + b"t"
+                   + struct.pack(">ii", 1, 0) + struct.pack(">i", 500) + b"short"),
+    "fetch-v3": (kp.FETCH, 3, struct.pack(">iiii", -1, 0, 1, 100) + struct.pack(">i", 1)),
 }
 
 

@@ -317,10 +317,22 @@ fn read_all(
                     if result.error_code != 0 {
                         any_error = true;
                     }
-                    let n = result.records.len();
+                    let records = if version < 4 && !result.records.is_empty() {
+                        match down_convert(ctx, &result.records, version, wp.offset, limit) {
+                            Ok(r) => r,
+                            Err(code) => {
+                                pd.error_code = code;
+                                any_error = true;
+                                Bytes::new()
+                            }
+                        }
+                    } else {
+                        result.records
+                    };
+                    let n = records.len();
                     total += n;
                     remaining = remaining.saturating_sub(n);
-                    pd.records = Some(result.records);
+                    pd.records = Some(records);
                 }
             }
             topic.partitions.push(pd);
@@ -328,6 +340,19 @@ fn read_all(
         out.push(topic);
     }
     (out, total, any_error)
+}
+
+/// Fetch v0-v3 readers get message sets: format v0 for Fetch v0/v1, v1 for v2/v3 (Kafka's
+/// down-conversion; the log holds v2 batches only). The conversion is bounded by what the
+/// partition may return, beyond the first batch.
+fn down_convert(ctx: &RequestContext, stored: &[u8], version: i16, offset: i64, limit: usize) -> Result<Bytes, i16> {
+    let magic = if version <= 1 { 0 } else { 1 };
+    crate::log::legacy::to_message_set(stored, magic, offset, limit, ctx.broker.config.socket_request_max_bytes)
+        .map(Bytes::from)
+        .map_err(|e| {
+            tracing::debug!(error = %e, "cannot down-convert for an old fetch");
+            e.kafka_code()
+        })
 }
 
 pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse {

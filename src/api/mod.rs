@@ -23,8 +23,8 @@ use crate::broker::Broker;
 /// Every API key gregor serves with the versions it really implements, within Kafka 3.9's. The
 /// `kafka-protocol` crate decodes the newer ones, `legacy` the older (checked by a test).
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
-    (ApiKey::Fetch, 4, 16),
+    (ApiKey::Produce, 0, 11),
+    (ApiKey::Fetch, 0, 16),
     (ApiKey::ListOffsets, 0, 8),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),

@@ -67,24 +67,27 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                     (Some(_), None) => ErrorCode::CorruptMessage.code(),
                     // Below min.insync.replicas an acks=all write is refused before it is written.
                     (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => NOT_ENOUGH_REPLICAS,
-                    (Some(p), Some(records)) => {
-                        let result = p.append(records, max_bytes);
-                        out.base_offset = result.base_offset;
-                        out.log_start_offset = result.log_start_offset;
-                        if result.error_code == 0 {
-                            appended = true;
-                            if acks == -1 && p.high_watermark() <= result.last_offset {
-                                pending.push(Pending {
-                                    topic: ti,
-                                    slot: partitions.len(),
-                                    partition: p,
-                                    last_offset: result.last_offset,
-                                    min_isr,
-                                });
+                    (Some(p), Some(records)) => match up_convert(ctx, records) {
+                        Err(code) => code,
+                        Ok(records) => {
+                            let result = p.append(records, max_bytes);
+                            out.base_offset = result.base_offset;
+                            out.log_start_offset = result.log_start_offset;
+                            if result.error_code == 0 {
+                                appended = true;
+                                if acks == -1 && p.high_watermark() <= result.last_offset {
+                                    pending.push(Pending {
+                                        topic: ti,
+                                        slot: partitions.len(),
+                                        partition: p,
+                                        last_offset: result.last_offset,
+                                        min_isr,
+                                    });
+                                }
                             }
+                            result.error_code
                         }
-                        result.error_code
-                    }
+                    },
                 }
             };
             out.error_code = code;
@@ -114,6 +117,22 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let mut r = ProduceResponse::default();
     r.responses = responses;
     Some(r)
+}
+
+/// Produce v0-v2 carry message sets of format v0/v1: they become one v2 batch before the log
+/// sees them (as in Kafka 3.x, which stores v2 only). A v2 batch sent with an old version is
+/// taken as it is, as Kafka does. A decompressed set may be no larger than the largest request
+/// this broker accepts.
+fn up_convert(ctx: &RequestContext, records: bytes::Bytes) -> Result<bytes::Bytes, i16> {
+    if ctx.version() >= 3 || crate::log::legacy::first_magic(&records).is_none_or(|m| m >= 2) {
+        return Ok(records);
+    }
+    crate::log::legacy::to_record_batch(&records, ctx.broker.config.socket_request_max_bytes)
+        .map(bytes::Bytes::from)
+        .map_err(|e| {
+            tracing::debug!(error = %e, "old-format message set refused");
+            e.kafka_code()
+        })
 }
 
 /// Waits, woken by high-watermark moves, until `w` is committed or the request times out.

@@ -13,7 +13,9 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod compression;
 pub mod index;
+pub mod legacy;
 pub mod manager;
 pub mod partition_log;
 pub mod segment;
@@ -40,6 +42,8 @@ pub enum LogError {
     InvalidRecord(String),
     #[error("unsupported version: {0}")]
     UnsupportedVersion(String),
+    #[error("unsupported compression: {0}")]
+    UnsupportedCompression(String),
     #[error("message larger than max.message.bytes")]
     MessageTooLarge,
     #[error("record set larger than segment.bytes")]
@@ -61,6 +65,7 @@ impl LogError {
             LogError::CorruptMessage(_) => 2,
             LogError::InvalidRecord(_) => 87,
             LogError::UnsupportedVersion(_) => 35,
+            LogError::UnsupportedCompression(_) => 76, // UNSUPPORTED_COMPRESSION_TYPE
             LogError::MessageTooLarge => 10,
             LogError::RecordListTooLarge => 18,
             LogError::OffsetOutOfRange { .. } => 1,

@@ -10,12 +10,15 @@
 pub mod wire;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, GroupId, ListOffsetsRequest,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest, GroupId,
+    ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -25,6 +28,8 @@ use wire::{Put, Reader, WireResult};
 /// The lowest version Kafka 3.9 serves, for each API whose old versions are read here. The
 /// versions from there up to the crate's lowest are this module's.
 const LOWEST: &[(ApiKey, i16)] = &[
+    (ApiKey::Produce, 0),
+    (ApiKey::Fetch, 0),
     (ApiKey::ListOffsets, 0),
     (ApiKey::OffsetCommit, 0),
     (ApiKey::OffsetFetch, 0),
@@ -45,6 +50,10 @@ pub fn serves(key: ApiKey, version: i16) -> bool {
 
 /// A decoded old request.
 pub enum LegacyRequest {
+    /// Produce v0-v2: message sets of format v0/v1, converted by the handler.
+    Produce(ProduceRequest),
+    /// Fetch v0-v3: answered with message sets of format v0 (Fetch v0/v1) or v1 (v2/v3).
+    Fetch(FetchRequest),
     /// ListOffsets v0: a list of offsets per partition, up to a count.
     ListOffsetsV0(ListOffsetsRequest, Vec<i32>),
     OffsetCommit(OffsetCommitRequest),
@@ -70,6 +79,8 @@ fn with_suffix(body: Bytes, extra: &[u8]) -> Bytes {
 
 pub fn decode(key: ApiKey, version: i16, body: Bytes) -> WireResult<LegacyRequest> {
     Ok(match key {
+        ApiKey::Produce => LegacyRequest::Produce(decode_produce(body)?),
+        ApiKey::Fetch => LegacyRequest::Fetch(decode_fetch(body, version)?),
         ApiKey::ListOffsets => {
             let (req, max_counts) = decode_list_offsets_v0(body)?;
             LegacyRequest::ListOffsetsV0(req, max_counts)
@@ -96,6 +107,40 @@ pub async fn handle(ctx: &RequestContext, request: LegacyRequest) -> Result<Opti
     let version = ctx.version();
     let mut out = BytesMut::with_capacity(256);
     let encoded = match request {
+        LegacyRequest::Produce(req) => {
+            let Some(r) = super::produce::handle(ctx, req).await else { return Ok(None) };
+            for_each_counted(&mut out, &r.responses, |out, t| {
+                out.string(t.name.0.as_str());
+                for_each_counted(out, &t.partition_responses, |out, p| {
+                    out.put_i32(p.index);
+                    out.put_i16(p.error_code);
+                    out.put_i64(p.base_offset);
+                    if version >= 2 {
+                        out.put_i64(p.log_append_time_ms);
+                    }
+                });
+            });
+            if version >= 1 {
+                out.put_i32(r.throttle_time_ms);
+            }
+            Ok(())
+        }
+        LegacyRequest::Fetch(req) => {
+            let r = super::fetch::handle(ctx, req).await;
+            if version >= 1 {
+                out.put_i32(r.throttle_time_ms);
+            }
+            for_each_counted(&mut out, &r.responses, |out, t| {
+                out.string(t.topic.0.as_str());
+                for_each_counted(out, &t.partitions, |out, p| {
+                    out.put_i32(p.partition_index);
+                    out.put_i16(p.error_code);
+                    out.put_i64(p.high_watermark);
+                    out.nullable_bytes(Some(p.records.as_deref().unwrap_or_default()));
+                });
+            });
+            Ok(())
+        }
         LegacyRequest::ListOffsetsV0(req, max_counts) => {
             encode_list_offsets_v0(&super::fetch::list_offsets_v0(ctx, req, &max_counts), &mut out);
             Ok(())
@@ -162,6 +207,53 @@ fn for_each_counted<T>(out: &mut BytesMut, items: &[T], mut f: impl FnMut(&mut B
     for item in items {
         f(out, item);
     }
+}
+
+/// Produce v0-v2 are v3 without the transactional id.
+fn decode_produce(body: Bytes) -> WireResult<ProduceRequest> {
+    let mut r = Reader::new(body);
+    let mut req = ProduceRequest::default();
+    req.acks = r.i16()?;
+    req.timeout_ms = r.i32()?;
+    req.topic_data = r.array(6, |r| {
+        let mut t = TopicProduceData::default();
+        t.name = TopicName(r.string()?);
+        t.partition_data = r.array(8, |r| {
+            let mut p = PartitionProduceData::default();
+            p.index = r.i32()?;
+            p.records = r.nullable_bytes()?;
+            Ok(p)
+        })?;
+        Ok(t)
+    })?;
+    Ok(req)
+}
+
+/// Fetch v0-v3: no isolation level (read_uncommitted), no sessions; v3 adds the response
+/// size limit (before it, unlimited).
+fn decode_fetch(body: Bytes, version: i16) -> WireResult<FetchRequest> {
+    let mut r = Reader::new(body);
+    let mut req = FetchRequest::default();
+    req.replica_id = BrokerId(r.i32()?);
+    req.max_wait_ms = r.i32()?;
+    req.min_bytes = r.i32()?;
+    req.max_bytes = if version >= 3 { r.i32()? } else { i32::MAX };
+    req.isolation_level = 0;
+    req.session_id = 0;
+    req.session_epoch = -1;
+    req.topics = r.array(6, |r| {
+        let mut t = FetchTopic::default();
+        t.topic = TopicName(r.string()?);
+        t.partitions = r.array(16, |r| {
+            let mut p = FetchPartition::default();
+            p.partition = r.i32()?;
+            p.fetch_offset = r.i64()?;
+            p.partition_max_bytes = r.i32()?;
+            Ok(p)
+        })?;
+        Ok(t)
+    })?;
+    Ok(req)
 }
 
 /// ListOffsets v0: `replica_id`, then per partition a timestamp and how many offsets to list.
@@ -321,6 +413,33 @@ mod tests {
         let p = &req.topics[0].partitions[0];
         assert_eq!((p.partition_index, p.committed_offset), (2, 42));
         assert_eq!(p.committed_metadata.as_deref(), Some("meta"));
+    }
+
+    #[test]
+    fn fetch_v2_has_no_response_size_limit_and_v3_reads_it() {
+        let body = |v3: bool| {
+            let mut b = BytesMut::new();
+            b.put_i32(-1);
+            b.put_i32(500);
+            b.put_i32(1);
+            if v3 {
+                b.put_i32(1000);
+            }
+            b.count(1);
+            b.string("t");
+            b.count(1);
+            b.put_i32(0);
+            b.put_i64(17);
+            b.put_i32(4096);
+            b.freeze()
+        };
+        let v2 = decode_fetch(body(false), 2).unwrap();
+        assert_eq!((v2.max_wait_ms, v2.min_bytes, v2.max_bytes), (500, 1, i32::MAX));
+        let v3 = decode_fetch(body(true), 3).unwrap();
+        assert_eq!(v3.max_bytes, 1000);
+        let p = &v3.topics[0].partitions[0];
+        assert_eq!((p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch), (17, 4096, -1));
+        assert!(decode_fetch(body(false), 3).is_err());
     }
 
     #[test]
