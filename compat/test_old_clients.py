@@ -187,5 +187,20 @@ def test_old_formats_in_a_cluster(request, zookeeper):
             got = kcat_consume(c.bootstrap(), topic, extra)
             assert [(o, k, v) for o, _ts, k, v in got] == want
         del ck
+        # OffsetCommit v0 (kafka-python's 0.8.1 mode) writes ZooKeeper, where Kafka 3.9 keeps it
+        kafka = pytest.importorskip("kafka")
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        group = uniq("zk-offsets")
+        kc = kafka.KafkaConsumer(bootstrap_servers=c.bootstrap(), api_version=(0, 8, 1), group_id=group,
+                                 enable_auto_commit=False)
+        try:
+            tp = TopicPartition(topic, 0)
+            kc.assign([tp])
+            kc.commit({tp: OffsetAndMetadata(123, "", -1)})
+            assert c.get_text(f"/consumers/{group}/offsets/{topic}/0") == "123"
+            assert kc.committed(tp) == 123
+        finally:
+            kc.close()
     finally:
         c.cleanup(keep=_failed(request))
