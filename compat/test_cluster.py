@@ -550,3 +550,61 @@ def test_consumer_group_across_brokers(cluster: Cluster):
         fresh.close()
     assert all(tp.error is None for tp in back), back
     assert {tp.partition: tp.offset for tp in back} == {p: 20 for p in range(6)}, back
+
+
+# -- a new topic is answered whole or not at all --------------------------------
+
+def test_new_topic_never_answered_with_some_of_its_partitions(cluster):
+    """While topics are created on the controller, every broker's Metadata answers each one
+    either with an error (not yet known) or with all its partitions, never with error 0 and
+    fewer: librdkafka takes such an answer as the partition count and fails messages for the
+    missing partitions with _UNKNOWN_PARTITION. Two controller propagations (the CreateTopics
+    request's and a watch pass's) that queued their UpdateMetadata in the opposite order from
+    the one they diffed in used to hand non-controllers one partition of a new topic first."""
+    import sys
+    import threading
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto
+
+    parts, rounds = 6, 12
+    partial, errors = [], []
+
+    def hammer(b, topic, stop):
+        try:
+            with kproto.Conn(b.host, b.port, timeout=10) as conn:
+                while not stop.is_set():
+                    t = kproto.metadata(conn, [topic], version=9)["topics"][0]
+                    if t["error_code"] == 0 and len(t["partitions"]) != parts:
+                        partial.append((topic, b.broker_id, sorted(p["partition_index"] for p in t["partitions"])))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    admin = cluster.admin(cluster.controller())
+    for _ in range(rounds):
+        topic = f"whole-{uuid.uuid4().hex[:8]}"
+        stop = threading.Event()
+        threads = [threading.Thread(target=hammer, args=(b, topic, stop), daemon=True) for b in cluster.live()]
+        for t in threads:
+            t.start()
+        try:
+            fs = admin.create_topics([NewTopic(topic, num_partitions=parts, replication_factor=3)],
+                                     operation_timeout=30)
+            fs[topic].result(timeout=60)
+
+            def whole_everywhere():
+                for b in cluster.live():
+                    with kproto.Conn(b.host, b.port, timeout=10) as conn:
+                        t = kproto.metadata(conn, [topic], version=9)["topics"][0]
+                        if t["error_code"] != 0 or len(t["partitions"]) != parts:
+                            return False
+                return True
+
+            wait_until(whole_everywhere, 30, f"every broker to answer all {parts} partitions of {topic}",
+                       interval=0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=20)
+        assert not errors, errors[:3]
+        assert not partial, partial[:5]

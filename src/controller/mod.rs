@@ -244,7 +244,22 @@ impl Broker {
             return self.create_topic(req).map(Some);
         }
         let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.store.set(&zk_data::topic_config_path(&req.name), &zk_data::topic_config_json(&req.configs))?;
+        // The config goes first, as Kafka writes it, but never over a topic that exists: the
+        // existence check in plan_topic may have raced with another broker's creation, and a
+        // blind set would replace that topic's overrides with the broker defaults.
+        let config_path = zk_data::topic_config_path(&req.name);
+        let config = zk_data::topic_config_json(&req.configs);
+        match self.store.create(&config_path, &config, false) {
+            Ok(()) => {}
+            Err(crate::metadata::StoreError::NodeExists(_)) => {
+                if self.store.try_get(&zk_data::topic_path(&req.name))?.is_some() {
+                    return Ok(None);
+                }
+                // A config left by an earlier topic of this name: overwrite it.
+                self.store.set(&config_path, &config)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
         match self.store.create(
             &zk_data::topic_path(&req.name),
             &zk_data::topic_json(&req.assignment, zk_data::new_kafka_uuid()),

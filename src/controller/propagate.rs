@@ -62,6 +62,12 @@ impl Broker {
         if !self.store.is_zookeeper() || !self.is_controller() {
             return;
         }
+        // One propagation at a time, from the snapshot read under the lock to the requests
+        // queued under it: two passes that diffed in one order and queued in the other would
+        // hand a broker the second diff (say one partition of a new topic) before the first
+        // (the whole topic), and for that moment its Metadata would show the topic with fewer
+        // partitions than it has. Queueing never blocks (a full queue marks a resync).
+        let mut sent = self.propagated.lock().unwrap_or_else(|p| p.into_inner());
         let snapshot = self.cache.snapshot();
         let me = self.config.broker_id;
         let live: BTreeMap<i32, i64> = snapshot.brokers.iter().map(|b| (b.id, b.epoch)).collect();
@@ -69,7 +75,6 @@ impl Broker {
         let new_brokers: BTreeSet<i32>;
         let live_changed;
         {
-            let mut sent = self.propagated.lock().unwrap_or_else(|p| p.into_inner());
             new_brokers = live.iter().filter(|(id, e)| sent.brokers.get(id) != Some(e)).map(|(id, _)| *id).collect();
             live_changed = sent.brokers != live;
             sent.brokers = live.clone();
@@ -124,6 +129,7 @@ impl Broker {
             self.channels.retain(&me, &live_ids);
         }
         let epoch = self.controller_epoch();
+        let mut own = (None, None);
         for (&id, &broker_epoch) in &live {
             if id != me && new_brokers.contains(&id) {
                 // Its channel is new and starts with the whole state.
@@ -146,13 +152,7 @@ impl Broker {
                 .then(|| leader_and_isr(me, epoch, broker_epoch, &leadership, &snapshot, false));
             let stop = (!stop.is_empty()).then(|| stop_replica(me, epoch, broker_epoch, &stop));
             if id == me {
-                // The controller applies its own share directly; its image is already current.
-                if let (Some(r), Some(me)) = (lai, self.arc()) {
-                    me.become_leader_or_follower(&r);
-                }
-                if let Some(r) = stop {
-                    self.stop_replicas(&r);
-                }
+                own = (lai, stop);
                 continue;
             }
             // Leadership first, then metadata, as Kafka orders them: a broker never tells
@@ -168,6 +168,16 @@ impl Broker {
             if let Some(r) = stop {
                 self.channels.send(id, ControlRequest::StopReplica(r));
             }
+        }
+        drop(sent);
+        // The controller applies its own share directly (it opens and closes logs, so not
+        // under the lock); its image is already current.
+        let (lai, stop) = own;
+        if let (Some(r), Some(me)) = (lai, self.arc()) {
+            me.become_leader_or_follower(&r);
+        }
+        if let Some(r) = stop {
+            self.stop_replicas(&r);
         }
     }
 
