@@ -706,6 +706,20 @@ fn check_security(
             ),
         ));
     }
+    // The ZooKeeper client has no TLS and no SASL, so these would be served with less than
+    // asked: metadata in the clear, or znodes open to anyone.
+    for (key, what) in [
+        ("zookeeper.ssl.client.enable", "TLS to ZooKeeper is not supported yet; the connection would be plaintext"),
+        (
+            "zookeeper.set.acl",
+            "ZooKeeper ACLs need a SASL-authenticated ZooKeeper session, which gregor does not support yet; the \
+             znodes would be left open",
+        ),
+    ] {
+        if !get(key).is_empty() && boolean(key, get(key))? {
+            return Err(unsupported(key, what));
+        }
+    }
     Ok(())
 }
 
@@ -1132,6 +1146,16 @@ mod tests {
         secured.push(("control.plane.listener.name", "internal"));
         let err = refusal(&secured);
         assert!(err.starts_with("control.plane.listener.name: listener INTERNAL (INTERNAL://127.0.0.1:9092)"), "{err}");
+    }
+
+    #[test]
+    fn zookeeper_tls_and_acls_are_refused_when_asked_for() {
+        for key in ["zookeeper.ssl.client.enable", "zookeeper.set.acl"] {
+            let err = refusal(&[(key, "true")]);
+            assert!(err.starts_with(&format!("{key}: ")), "{err}");
+            assert!(load(&[(key, "false")]).is_ok());
+            assert!(refusal(&[(key, "yes")]).contains(key));
+        }
     }
 
     #[test]
