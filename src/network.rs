@@ -309,28 +309,15 @@ impl Connection {
             }
             return Err(FrameError::UnsupportedVersion(key, version));
         }
-        let malformed = |e: String| FrameError::Malformed(key, version, e);
         if api::legacy::serves(key, version) {
             return self.process_legacy(key, version, correlation_id, frame).await;
         }
-        // kafka-protocol's decoders are not written for hostile input; a panic inside one must
-        // cost this connection, not the broker.
-        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let (header, request) = decode_guarded(key, version, || {
             let header = RequestHeader::decode(&mut frame, key.request_header_version(version))?;
             let request = RequestKind::decode(key, &mut frame, version)?;
             Ok::<_, anyhow::Error>((header, request))
-        }));
-        let (header, request) = match decoded {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(e)) => return Err(malformed(e.to_string())),
-            Err(_) => return Err(malformed("decoder panicked".into())),
-        };
-        let ctx = RequestContext {
-            broker: self.broker.clone(),
-            listener: self.listener.clone(),
-            header,
-            peer: self.peer.clone(),
-        };
+        })?;
+        let ctx = self.context(header);
         let from_follower = match &request {
             RequestKind::Fetch(f) => (if version >= 15 { f.replica_state.replica_id.0 } else { f.replica_id.0 }) >= 0,
             _ => false,
@@ -347,6 +334,10 @@ impl Connection {
 }
 
 impl Connection {
+    fn context(&self, header: RequestHeader) -> RequestContext {
+        RequestContext { broker: self.broker.clone(), listener: self.listener.clone(), header, peer: self.peer.clone() }
+    }
+
     /// A version older than the protocol crate knows: decoded and answered by `api::legacy`,
     /// behind the same guard against a panicking decoder.
     async fn process_legacy(
@@ -357,23 +348,13 @@ impl Connection {
         mut frame: Bytes,
     ) -> Result<Option<Bytes>, FrameError> {
         let malformed = |e: String| FrameError::Malformed(key, version, e);
-        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let (header, request) = decode_guarded(key, version, || {
             let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
                 .map_err(|e| format!("header: {e}"))?;
             let request = api::legacy::decode(key, version, frame)?;
             Ok::<_, String>((header, request))
-        }));
-        let (header, request) = match decoded {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(e)) => return Err(malformed(e)),
-            Err(_) => return Err(malformed("decoder panicked".into())),
-        };
-        let ctx = RequestContext {
-            broker: self.broker.clone(),
-            listener: self.listener.clone(),
-            header,
-            peer: self.peer.clone(),
-        };
+        })?;
+        let ctx = self.context(header);
         let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
         let Some(body) = api::legacy::handle(&ctx, request).instrument(span).await.map_err(malformed)? else {
             return Ok(None);
@@ -408,6 +389,20 @@ impl Connection {
         let len = (buf.len() - 4) as i32;
         buf[..4].copy_from_slice(&len.to_be_bytes());
         Ok(buf.freeze())
+    }
+}
+
+/// Runs a decoder: kafka-protocol's (and ours) are not written for hostile input, so a
+/// panic inside one must cost this connection, not the broker.
+fn decode_guarded<T, E: std::fmt::Display>(
+    key: ApiKey,
+    version: i16,
+    decode: impl FnOnce() -> Result<T, E>,
+) -> Result<T, FrameError> {
+    match std::panic::catch_unwind(AssertUnwindSafe(decode)) {
+        Ok(Ok(decoded)) => Ok(decoded),
+        Ok(Err(e)) => Err(FrameError::Malformed(key, version, e.to_string())),
+        Err(_) => Err(FrameError::Malformed(key, version, "decoder panicked".into())),
     }
 }
 
