@@ -42,6 +42,8 @@ pub struct Broker {
     pub replicas: ReplicaManager,
     pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
+    /// Committed offsets waiting to be copied into ZooKeeper's old offsets tree.
+    pub offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror,
     pub fetchers: FetcherManager,
     /// Leader side of the followers' fetch sessions.
     pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
@@ -151,6 +153,9 @@ impl Broker {
             metrics,
             producer_ids: ProducerIdManager::new(id, store.clone()),
             groups: GroupCoordinator::new(coordinator_config(&config)?),
+            offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror::new(
+                config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
+            ),
             fetchers: FetcherManager::default(),
             fetch_sessions: Default::default(),
             config,

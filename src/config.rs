@@ -150,6 +150,11 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("leader.imbalance.check.interval.seconds", "300"),
     ("broker.id.generation.enable", "true"),
     ("offsets.retention.minutes", "10080"),
+    // Committed offsets copied to /consumers/<group>/offsets/<topic>/<partition> for the tools
+    // of ZooKeeper-era clusters (Burrow's kafka_zk module, CMAK): the latest offset of each
+    // partition, written at most max.writes at a time per interval (0 ms: no copy).
+    ("gregor.offsets.zookeeper.mirror.interval.ms", "5000"),
+    ("gregor.offsets.zookeeper.mirror.max.writes", "5000"),
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),
     ("transaction.state.log.num.partitions", "50"),
@@ -221,6 +226,11 @@ pub struct BrokerConfig {
     pub listener_max_connections: HashMap<String, usize>,
     /// How `__consumer_offsets` is created.
     pub offsets_topic: InternalTopicConfig,
+    /// `gregor.offsets.zookeeper.mirror.interval.ms`: how often committed offsets are copied
+    /// into ZooKeeper's old offsets tree; None: never.
+    pub offsets_zk_mirror_interval: Option<std::time::Duration>,
+    /// `gregor.offsets.zookeeper.mirror.max.writes`: znode writes per copy at most.
+    pub offsets_zk_mirror_max_writes: usize,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
     /// The topic-level defaults derived from the `log.*` keys.
@@ -424,6 +434,16 @@ impl BrokerConfig {
             )?),
             listener_max_connections,
             offsets_topic: InternalTopicConfig::parse("offsets.topic", &get)?,
+            offsets_zk_mirror_interval: Some(num::<u64>(
+                "gregor.offsets.zookeeper.mirror.interval.ms",
+                get("gregor.offsets.zookeeper.mirror.interval.ms"),
+            )?)
+            .filter(|ms| *ms > 0)
+            .map(std::time::Duration::from_millis),
+            offsets_zk_mirror_max_writes: positive::<usize>(
+                "gregor.offsets.zookeeper.mirror.max.writes",
+                get("gregor.offsets.zookeeper.mirror.max.writes"),
+            )?,
             transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
             log,
             values: values.clone(),

@@ -2,6 +2,9 @@
 //! OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete. The rules
 //! live in `group::coordinator`; this file translates between it and the wire types.
 
+// Kafka 3.9 keeps OffsetCommit/OffsetFetch v0 offsets in ZooKeeper (here: the znode store,
+// which is ZooKeeper in a cluster), as the pre-0.8.2 consumers did.
+use crate::group::zk_mirror::{is_znode_name, offset_path as zk_offset_path};
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -299,18 +302,6 @@ async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
             return p.high_watermark() >= target;
         }
     }
-}
-
-/// Where Kafka 3.9 keeps OffsetCommit/OffsetFetch v0 offsets: ZooKeeper (here: the znode
-/// store, which is ZooKeeper in a cluster), as the pre-0.8.2 consumers did, one decimal znode
-/// per partition.
-fn zk_offset_path(group: &str, topic: &str, partition: i32) -> String {
-    format!("/consumers/{group}/offsets/{topic}/{partition}")
-}
-
-/// A group id that names one znode: anything else would write elsewhere in the tree.
-fn is_znode_name(s: &str) -> bool {
-    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
 }
 
 fn partition_exists(ctx: &RequestContext, topic: &str, partition: i32) -> bool {

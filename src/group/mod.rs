@@ -7,6 +7,7 @@
 pub mod coordinator;
 pub mod offsets_log;
 pub mod persistence;
+pub mod zk_mirror;
 
 pub use coordinator::{GroupCoordinator, JoinResult, SyncResult};
 

@@ -60,7 +60,11 @@ impl GroupStore for BrokerGroupStore<'_> {
                 (key.encode(), value)
             })
             .collect();
-        self.append(group, records)
+        self.append(group, records)?;
+        for ((topic, partition), value) in offsets {
+            self.0.offsets_zk_mirror.record(group, topic, *partition, value.as_ref().map(|v| v.offset));
+        }
+        Ok(())
     }
 
     fn store_group(&self, group: &Group) -> Result<(), i16> {

@@ -146,6 +146,36 @@ impl ZnodeStore {
         }
     }
 
+    /// Creates or overwrites many nodes that mostly exist already (offsets rewritten again and
+    /// again): in ZooKeeper mode pipelined overwrites first, then pipelined creates of the
+    /// missing ones.
+    pub fn upsert_many(&self, entries: &[(String, String)]) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => {
+                let refs: Vec<(&str, &str)> = entries.iter().map(|(p, d)| (p.as_str(), d.as_str())).collect();
+                s.set_many(&refs)
+            }
+            ZnodeStore::ZooKeeper(z) => {
+                let mut missing = Vec::new();
+                for (result, (path, data)) in z.overwrite_many(entries)?.into_iter().zip(entries) {
+                    match result {
+                        Ok(()) => {}
+                        Err(StoreError::NoNode(_)) => missing.push((path.clone(), data.clone(), None)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                for (result, (path, data, _)) in z.write_many(&missing)?.into_iter().zip(&missing) {
+                    match result {
+                        Ok(()) => {}
+                        Err(StoreError::NodeExists(_)) => z.set(path, data)?,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
         match self {
             ZnodeStore::Embedded(s) => s.put_ephemeral(path, data),

@@ -358,6 +358,23 @@ impl ZkStore {
             .collect())
     }
 
+    /// Overwrites many nodes whatever their versions, pipelined: one result per write, in
+    /// order, `NoNode` for each that does not exist yet.
+    pub fn overwrite_many(&self, writes: &[(String, String)]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let writes = writes.to_vec();
+        let answers = self.call(move |c| {
+            pipelined(c, writes, |c, (p, d): (String, String)| async move { c.set_data(&p, d.as_bytes(), None).await })
+        })?;
+        Ok(answers
+            .into_iter()
+            .map(|a| match a {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(StoreError::ZooKeeper("a pipelined write was lost".into())),
+            })
+            .collect())
+    }
+
     /// Creates or overwrites; a concurrent creator just means overwriting instead.
     pub fn set(&self, path: &str, data: &str) -> Result<(), StoreError> {
         loop {
