@@ -7,6 +7,8 @@ formats v0 and v1.
 * kafka-python with api_version (0, 8, 1) to (0, 10, 0): the same produce and fetch
   paths, consumer groups from 0.9 on (JoinGroup v0, OffsetCommit v2/v1), offsets kept in the
   znode tree with OffsetCommit/OffsetFetch v0 for 0.8.1.
+* kafka-python 1.4.7 (the release ZooKeeper-era deployments pinned) with api_version (0, 10)
+  and with auto-negotiation (it settles on 1.0.0): produce, group consume, commit, resume.
 * what a modern client wrote (v2 batches, headers, every codec) reads back through the
   down-converted old fetches with the same keys, values and (format v1) timestamps; zstd
   batches cannot be expressed in v0/v1 and an old fetch of them answers
@@ -161,6 +163,30 @@ def test_kafka_python_old_api_versions(broker, api_version, codec):
     assert [(o, k, v) for o, _ts, k, v in modern] == [(i, f"k{i}", f"v{i}") for i in range(200)]
     if with_ts:
         assert [ts for _o, ts, _k, _v in modern] == want_ts
+
+
+KP_OLD = Path(__file__).resolve().parent.parent / ".cache" / "kafka-python-1.4.7"
+KP_OLD_CASES = [(a, c) for a in ("0.10", "auto") for c in ("none", "gzip", "snappy", "lz4")]
+
+
+@pytest.mark.parametrize("api,codec", KP_OLD_CASES, ids=[f"{a}-{c}" for a, c in KP_OLD_CASES])
+def test_kafka_python_1_4_7(broker, api, codec):
+    if not (KP_OLD / "kafka" / "version.py").is_file():
+        pytest.skip(f"kafka-python 1.4.7 not installed in {KP_OLD} (scripts/test installs it)")
+    import json
+    import os
+    topic, group = uniq("kp147"), uniq("kp147-g")
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "kafka_python_legacy.py"),
+                        broker.bootstrap, topic, group, "200", api, codec],
+                       env=dict(os.environ, PYTHONPATH=str(KP_OLD)), capture_output=True, timeout=180)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    r = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    assert r["version"] == "1.4.7"
+    assert r["api_version"] == ([0, 10] if api == "0.10" else [1, 0, 0])
+    assert r["records"] == [[i, 1_700_000_000_000 + i, f"k{i}", f"v{i}"] for i in range(200)]
+    assert r["committed"] == 200 and r["resumed"] == 200
+    modern = kcat_consume(broker.bootstrap, topic)
+    assert modern == [(i, 1_700_000_000_000 + i, f"k{i}", f"v{i}") for i in range(200)]
 
 
 def test_old_formats_in_a_cluster(request, zookeeper):
