@@ -11,10 +11,14 @@ What Kafka 3.9 does and these tests hold gregor to:
   offset, compressed ones come as one wrapper each; a fetch is down-converted no further than
   its size limit after the first batch.
 """
+import socket
+import urllib.request
+import uuid
+
 import pytest
 
 import kproto as kp
-from test_apis import new_topic
+from test_apis import new_topic, wait_leader
 
 CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE = 2, 87, 76
 CODECS = [kp.CODEC_GZIP, kp.CODEC_SNAPPY, kp.CODEC_LZ4]
@@ -170,3 +174,65 @@ def test_v2_batch_in_an_old_produce_is_taken_as_it_is(broker):
         recs = [kp.Record(value=b"v2-in-old", headers=[("h", b"1")], timestamp=TS)]
         assert produce(c, topic, 1, kp.build_batch(recs))["error_code"] == 0
         assert [(o, v) for o, _k, v, _t, _c in fetch_v11(c, topic)] == [(0, b"v2-in-old")]
+
+
+UNSUPPORTED_VERSION = 35
+
+
+def _metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("where", ["topic", "broker"])
+def test_down_conversion_disabled_answers_unsupported_version(broker_factory, where):
+    """message.downconversion.enable=false (topic) or log.message.downconversion.enable=false
+    (broker): every partition fetched with v0-v3 is UNSUPPORTED_VERSION, stored data or not,
+    as Kafka's maybeConvertFetchedData answers; v4+ and produce are unaffected."""
+    overrides = {"log.message.downconversion.enable": "false"} if where == "broker" else {}
+    b = broker_factory(overrides)
+    with kp.Conn(b.host, b.port) as c:
+        name = f"noconv-{where}-{uuid.uuid4().hex[:8]}"
+        configs = {"message.downconversion.enable": "false"} if where == "topic" else None
+        r = kp.decode_create_topics(c.call(kp.CREATE_TOPICS, 5, kp.create_topics_request(5, [(name, 1, 1)], configs=configs)), 5)
+        assert r["topics"][0]["error_code"] == 0, r
+        wait_leader(c, name, 1)
+        allowed = new_topic(c) if where == "topic" else None
+        for v in (0, 1, 2, 3):
+            p = fetch_old(c, name, v)
+            assert p["error_code"] == UNSUPPORTED_VERSION, (v, p)
+        # produce in an old format still works; a v4+ reader gets the records
+        assert produce(c, name, 2, kp.message_set(msgs(3, 1)))["error_code"] == 0
+        for v in (0, 3):
+            assert fetch_old(c, name, v)["error_code"] == UNSUPPORTED_VERSION
+        assert [k for _o, k, _v, _t, _c in fetch_v11(c, name)] == [None, b"m-k1", None]
+        if allowed:
+            assert produce(c, allowed, 2, kp.message_set(msgs(2, 1)))["error_code"] == 0
+            p = fetch_old(c, allowed, 2)
+            assert p["error_code"] == 0 and len(kp.decode_message_set(p["records"])) == 2
+
+
+def test_conversions_are_counted_in_metrics(broker_factory):
+    port = _free_port()
+    b = broker_factory({"metrics.port": str(port), "metrics.host": "127.0.0.1"})
+    produced = "kafka_server_brokertopicmetrics_producemessageconversions_total"
+    fetched = "kafka_server_brokertopicmetrics_fetchmessageconversions_total"
+    assert (_metric(port, produced), _metric(port, fetched)) == (0, 0)
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c)
+        assert produce(c, topic, 1, kp.compressed_message_set(msgs(7, 0), kp.CODEC_GZIP, 0))["error_code"] == 0
+        assert produce(c, topic, 8, kp.build_batch([kp.Record(b"v", b"k")] * 4))["error_code"] == 0
+        assert _metric(port, produced) == 7
+        assert len(kp.decode_message_set(fetch_old(c, topic, 3)["records"])) == 11
+        assert _metric(port, fetched) == 11
+        fetch_v11(c, topic)
+        assert _metric(port, fetched) == 11

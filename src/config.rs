@@ -127,6 +127,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("log.cleanup.policy", "delete"),
     ("log.cleaner.enable", "true"),
     ("log.message.timestamp.type", "CreateTime"),
+    ("log.message.downconversion.enable", "true"),
     ("compression.type", "producer"),
     ("min.insync.replicas", "1"),
     ("unclean.leader.election.enable", "false"),
@@ -366,6 +367,10 @@ impl BrokerConfig {
             )?,
             flush_interval_ms,
             file_delete_delay_ms: num::<u64>("log.segment.delete.delay.ms", get("log.segment.delete.delay.ms"))?,
+            message_downconversion_enable: boolean(
+                "log.message.downconversion.enable",
+                get("log.message.downconversion.enable"),
+            )?,
         };
         let zk = get("zookeeper.connect").trim().to_string();
         let session_ms = positive::<u64>("zookeeper.session.timeout.ms", get("zookeeper.session.timeout.ms"))?;
@@ -508,6 +513,7 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("flush.ms", "log.flush.interval.ms"),
     ("index.interval.bytes", "log.index.interval.bytes"),
     ("max.message.bytes", "message.max.bytes"),
+    ("message.downconversion.enable", "log.message.downconversion.enable"),
     ("message.timestamp.type", "log.message.timestamp.type"),
     ("min.insync.replicas", "min.insync.replicas"),
     ("retention.bytes", "log.retention.bytes"),
@@ -545,6 +551,7 @@ impl BrokerConfig {
                 "flush.messages" => c.flush_interval_messages = positive(k, v)?,
                 "flush.ms" => c.flush_interval_ms = num(k, v)?,
                 "file.delete.delay.ms" => c.file_delete_delay_ms = num(k, v)?,
+                "message.downconversion.enable" => c.message_downconversion_enable = boolean(k, v)?,
                 _ => {}
             }
         }
@@ -574,7 +581,7 @@ impl BrokerConfig {
                     return Err(invalid(key, value, "expected CreateTime or LogAppendTime"));
                 }
             }
-            "unclean.leader.election.enable" => {
+            "unclean.leader.election.enable" | "message.downconversion.enable" => {
                 boolean(key, value)?;
             }
             "min.insync.replicas" => {

@@ -48,7 +48,7 @@ fn config_type(name: &str) -> i8 {
         return 9;
     }
     match name {
-        "unclean.leader.election.enable" => 1,
+        "unclean.leader.election.enable" | "message.downconversion.enable" => 1,
         "compression.type" | "message.timestamp.type" => 2,
         "cleanup.policy" => 7,
         "index.interval.bytes"

@@ -257,6 +257,10 @@ fn read_all(
         let mut topic = FetchableTopicResponse::default();
         topic.topic = TopicName(StrBytes::from_string(w.name.clone()));
         topic.topic_id = w.id;
+        // Kafka refuses every partition of a topic that forbids down-conversion to a consumer
+        // whose Fetch version needs it, whatever the stored batches hold; followers never
+        // convert.
+        let conversion_refused = version < 4 && replica < 0 && !down_conversion_enabled(broker, &w.name);
         for wp in &w.partitions {
             let mut pd = PartitionData::default();
             pd.partition_index = wp.index;
@@ -266,6 +270,10 @@ fn read_all(
             pd.preferred_read_replica = BrokerId(-1);
             let partition = if w.name.is_empty() { None } else { broker.replicas.partition(&w.name, wp.index) };
             match partition {
+                Some(_) if conversion_refused => {
+                    pd.error_code = ErrorCode::UnsupportedVersion.code();
+                    any_error = true;
+                }
                 None => {
                     pd.error_code = if version >= 13 && w.name.is_empty() {
                         ErrorCode::UnknownTopicId.code()
@@ -342,13 +350,26 @@ fn read_all(
     (out, total, any_error)
 }
 
+/// `message.downconversion.enable` of the topic, else the broker's
+/// `log.message.downconversion.enable`.
+fn down_conversion_enabled(broker: &crate::broker::Broker, topic: &str) -> bool {
+    broker
+        .cache
+        .topic(topic)
+        .and_then(|t| t.configs.get("message.downconversion.enable").map(|v| v.trim() != "false"))
+        .unwrap_or(broker.config.log.message_downconversion_enable)
+}
+
 /// Fetch v0-v3 readers get message sets: format v0 for Fetch v0/v1, v1 for v2/v3 (Kafka's
 /// down-conversion; the log holds v2 batches only). The conversion is bounded by what the
 /// partition may return, beyond the first batch.
 fn down_convert(ctx: &RequestContext, stored: &[u8], version: i16, offset: i64, limit: usize) -> Result<Bytes, i16> {
     let magic = if version <= 1 { 0 } else { 1 };
-    crate::log::legacy::to_message_set(stored, magic, offset, limit, ctx.broker.config.socket_request_max_bytes)
-        .map(Bytes::from)
+    crate::log::legacy::to_message_set_counted(stored, magic, offset, limit, ctx.broker.config.socket_request_max_bytes)
+        .map(|(set, records)| {
+            ctx.broker.metrics.conversions.fetch.inc_by(records);
+            Bytes::from(set)
+        })
         .map_err(|e| {
             tracing::debug!(error = %e, "cannot down-convert for an old fetch");
             e.kafka_code()

@@ -128,7 +128,11 @@ fn up_convert(ctx: &RequestContext, records: bytes::Bytes) -> Result<bytes::Byte
         return Ok(records);
     }
     crate::log::legacy::to_record_batch(&records, ctx.broker.config.socket_request_max_bytes)
-        .map(bytes::Bytes::from)
+        .map(|batch| {
+            let records = crate::log::batch::BatchHeader::parse(&batch).map_or(0, |h| h.records_count.max(0));
+            ctx.broker.metrics.conversions.produce.inc_by(records as u64);
+            bytes::Bytes::from(batch)
+        })
         .map_err(|e| {
             tracing::debug!(error = %e, "old-format message set refused");
             e.kafka_code()

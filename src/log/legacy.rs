@@ -267,6 +267,7 @@ fn write_message_parts(
 /// `fetch_offset`. Conversion stops once `max_bytes` are out, after the first batch at least
 /// (so the reader always progresses); a trailing partial batch is left out. A zstd batch
 /// cannot be expressed in v0/v1: UNSUPPORTED_COMPRESSION_TYPE, as Kafka answers such readers.
+#[cfg(test)]
 pub fn to_message_set(
     stored: &[u8],
     magic: i8,
@@ -274,6 +275,18 @@ pub fn to_message_set(
     max_bytes: usize,
     decompress_limit: usize,
 ) -> Result<Vec<u8>, LogError> {
+    to_message_set_counted(stored, magic, fetch_offset, max_bytes, decompress_limit).map(|(set, _)| set)
+}
+
+/// [`to_message_set`], with the number of records converted (Kafka's message conversions).
+pub fn to_message_set_counted(
+    stored: &[u8],
+    magic: i8,
+    fetch_offset: i64,
+    max_bytes: usize,
+    decompress_limit: usize,
+) -> Result<(Vec<u8>, u64), LogError> {
+    let mut converted = 0u64;
     let mut out = Vec::new();
     let mut pos = 0usize;
     while let Some(h) = BatchHeader::parse(&stored[pos..]) {
@@ -302,6 +315,7 @@ pub fn to_message_set(
         if codec == NONE {
             for r in records.iter().filter(|r| r.offset >= fetch_offset) {
                 write_message(&mut out, r.offset, magic, time_bit, r.timestamp, r);
+                converted += 1;
             }
             continue;
         }
@@ -315,8 +329,9 @@ pub fn to_message_set(
         let compressed = compression::compress(codec, &inner)?;
         let wrapper_time = records.iter().map(|r| r.timestamp).max().unwrap_or(-1).max(h.max_timestamp);
         write_message_parts(&mut out, last, magic, codec | time_bit, wrapper_time, None, Some(&compressed));
+        converted += records.len() as u64;
     }
-    Ok(out)
+    Ok((out, converted))
 }
 
 #[cfg(test)]

@@ -100,6 +100,9 @@ pub struct LogConfig {
     /// file.delete.delay.ms (accepted but files are removed at once, see
     /// `partition_log`)
     pub file_delete_delay_ms: u64,
+    /// message.downconversion.enable / log.message.downconversion.enable: whether Fetch
+    /// v0-v3 consumers get the log down-converted or UNSUPPORTED_VERSION.
+    pub message_downconversion_enable: bool,
 }
 
 impl Default for LogConfig {
@@ -115,6 +118,7 @@ impl Default for LogConfig {
             flush_interval_messages: u64::MAX,
             flush_interval_ms: u64::MAX,
             file_delete_delay_ms: 60_000,
+            message_downconversion_enable: true,
         }
     }
 }

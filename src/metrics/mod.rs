@@ -63,6 +63,7 @@ pub struct BrokerMetrics {
     pub requests: RequestMetrics,
     /// Handed to every partition, which counts the ISR changes it applies as leader.
     pub isr: IsrMetrics,
+    pub conversions: ConversionMetrics,
     purgatory: IntGaugeVec,
     produce_purgatory: IntGauge,
     fetch_purgatory: IntGauge,
@@ -95,6 +96,16 @@ impl BrokerMetrics {
                 expands: IntCounter::new(
                     "kafka_server_replicamanager_isrexpands_total",
                     "ISR expansions of partitions led here, counted as the leader applies them",
+                )?,
+            },
+            conversions: ConversionMetrics {
+                produce: IntCounter::new(
+                    "kafka_server_brokertopicmetrics_producemessageconversions_total",
+                    "Records of message formats v0/v1 (Produce v0-v2) converted to record batches on append",
+                )?,
+                fetch: IntCounter::new(
+                    "kafka_server_brokertopicmetrics_fetchmessageconversions_total",
+                    "Records down-converted to message formats v0/v1 for Fetch v0-v3 consumers",
                 )?,
             },
             purgatory,
@@ -139,6 +150,8 @@ impl BrokerMetrics {
         families.extend(self.requests.collect());
         families.extend(self.isr.shrinks.collect());
         families.extend(self.isr.expands.collect());
+        families.extend(self.conversions.produce.collect());
+        families.extend(self.conversions.fetch.collect());
         families.extend(self.purgatory.collect());
         families.extend(self.connections.collect());
         families.extend(self.connections_created.collect());
@@ -281,6 +294,12 @@ impl TopicCounter {
         self.topic.inc_by(n);
         self.all.inc_by(n);
     }
+}
+
+/// Kafka's message-format conversions (broker-wide here; Kafka also keeps them per topic).
+pub struct ConversionMetrics {
+    pub produce: IntCounter,
+    pub fetch: IntCounter,
 }
 
 /// Kafka's `BrokerTopicMetrics`.
