@@ -2,8 +2,8 @@
 formats v0 and v1.
 
 * kcat (librdkafka 2.0.2) with api.version.request=false and broker.version.fallback 0.8.2,
-  0.9.0, 0.10.0: Metadata v0, Produce v0/v0/v2 (message format v0/v0/v1), Fetch v0/v0/v2,
-  ListOffsets v0, each codec the format has (gzip, snappy, lz4).
+  0.9.0, 0.10.0, 0.11.0: Metadata v0, Produce v0/v0/v2/v3 (message format v0/v0/v1/v2), Fetch
+  v0/v0/v2/v4, ListOffsets v0, each codec the format has (gzip, snappy, lz4).
 * kafka-python with api_version (0, 8, 1) to (0, 10, 0): the same produce and fetch
   paths, consumer groups from 0.9 on (JoinGroup v0, OffsetCommit v2/v1), offsets kept in the
   znode tree with OffsetCommit/OffsetFetch v0 for 0.8.1.
@@ -40,6 +40,8 @@ FALLBACK_CODECS = {
     "0.8.2": ["none", "gzip", "snappy", "lz4"],
     "0.9.0": ["none", "gzip", "snappy", "lz4"],
     "0.10.0": ["none", "gzip", "snappy", "lz4"],
+    # 0.11.0: record batches (Produce v3, Fetch v4) without ApiVersions; zstd needs Produce v7
+    "0.11.0": ["none", "gzip", "snappy", "lz4"],
 }
 UNSUPPORTED_COMPRESSION_TYPE = 76
 
@@ -81,7 +83,7 @@ def test_kcat_old_broker_mode_round_trip(broker, fallback, codec):
     assert [(o, k, v) for o, _ts, k, v in got] == want
     modern = kcat_consume(broker.bootstrap, topic)
     assert [(o, k, v) for o, _ts, k, v in modern] == want
-    if fallback == "0.10.0":  # format v1: the producer's timestamps survive both ways
+    if fallback in ("0.10.0", "0.11.0"):  # formats v1/v2: the producer's timestamps survive both ways
         assert all(t0 - 1000 <= ts <= t1 + 1000 for _o, ts, _k, _v in modern), modern[:3]
         assert [r[1] for r in got] == [r[1] for r in modern]
     else:  # format v0 has no timestamps
