@@ -112,6 +112,56 @@ def test_zookeeper_stall_keeps_brokers_serving_and_they_reregister(cluster, zook
                c.failover_timeout, f"broker {victim} dropped from every ISR", interval=0.2)
 
 
+def test_zookeeper_stall_does_not_stall_consumer_groups(cluster, zookeeper):
+    """The coordinator copies membership to /consumers/<group> in ZooKeeper; while ZooKeeper is
+    stopped, a member still joins, the group rebalances and commits, and the copy catches up
+    once ZooKeeper is back."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = cluster
+    topic, group = f"zkgrp-{uuid.uuid4().hex[:8]}", f"zkgrp-g-{uuid.uuid4().hex[:8]}"
+    create_topic(c, topic, 4, 3)
+    p = Producer({"bootstrap.servers": c.bootstrap()})
+    for i in range(400):
+        p.produce(topic, value=b"%d" % i, partition=i % 4)
+    assert p.flush(30) == 0
+    conf = {"bootstrap.servers": c.bootstrap(), "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
+    a = Consumer(dict(conf, **{"client.id": "a"}))
+    a.subscribe([topic])
+    wait_until(lambda: a.poll(0.2) is not None and len(a.assignment()) == 4, 60, "the first member to own all 4")
+    wait_until(lambda: c.exists(f"/consumers/{group}/ids") and len(c.kz.get_children(f"/consumers/{group}/ids")) == 1,
+               60, "the first member in ZooKeeper", interval=0.2)
+    b = Consumer(dict(conf, **{"client.id": "b"}))
+    pids = zk_pids(zookeeper)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        stalled_at = time.monotonic()
+        b.subscribe([topic])
+
+        def rebalanced():
+            a.poll(0.1)
+            b.poll(0.1)
+            got_a, got_b = {tp.partition for tp in a.assignment()}, {tp.partition for tp in b.assignment()}
+            return got_a and got_b and not (got_a & got_b) and (got_a | got_b) == {0, 1, 2, 3}
+        # Bounded by the stall itself: the rebalance must finish while ZooKeeper is stopped.
+        wait_until(rebalanced, STALL_S, "both members to share the partitions during the stall", interval=0)
+        a.commit(offsets=[TopicPartition(topic, tp.partition, 7) for tp in a.assignment()], asynchronous=False)
+        assert time.monotonic() - stalled_at < STALL_S, "ZooKeeper was resumed before the group rebalanced"
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    members = {a.memberid(), b.memberid()}
+    wait_until(lambda: c.exists(f"/consumers/{group}/ids")
+               and set(c.kz.get_children(f"/consumers/{group}/ids")) == members, 90,
+               "both members in ZooKeeper after the stall", interval=0.2)
+    committed = a.committed([TopicPartition(topic, tp.partition) for tp in a.assignment()], timeout=30)
+    assert {tp.offset for tp in committed} == {7}
+    a.close()
+    b.close()
+
+
 def test_stalled_broker_is_fenced_and_rejoins(cluster):
     c = cluster
     topic = f"brstall-{uuid.uuid4().hex[:8]}"

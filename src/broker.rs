@@ -44,6 +44,8 @@ pub struct Broker {
     pub groups: GroupCoordinator,
     /// Committed offsets waiting to be copied into ZooKeeper's old offsets tree.
     pub offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror,
+    /// Group membership waiting to be written under `/consumers/<group>`.
+    pub membership_zk_mirror: crate::group::zk_mirror::MembershipMirror,
     pub fetchers: FetcherManager,
     /// Leader side of the followers' fetch sessions.
     pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
@@ -156,6 +158,7 @@ impl Broker {
             offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror::new(
                 config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
             ),
+            membership_zk_mirror: Default::default(),
             fetchers: FetcherManager::default(),
             fetch_sessions: Default::default(),
             config,

@@ -1,12 +1,9 @@
 //! How the coordinator's state reaches disk and the znode tree on this broker: offsets and group
 //! metadata as records in `__consumer_offsets`, membership under `/consumers/<group>`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::json;
-
-use super::coordinator::{subscribed_topics, CommittedOffset, Group, GroupState, GroupStore, Member};
+use super::coordinator::{CommittedOffset, Group, GroupState, GroupStore, Member};
 use super::offsets_log::{self, OffsetValue, OffsetsKey, StoredMember};
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::broker::Broker;
@@ -17,10 +14,6 @@ const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 
 pub struct BrokerGroupStore<'a>(pub &'a Broker);
-
-fn consumers_ids(group: &str) -> String {
-    format!("/consumers/{group}/ids")
-}
 
 impl BrokerGroupStore<'_> {
     fn append(&self, group: &str, records: Vec<(bytes::Bytes, Option<bytes::Bytes>)>) -> Result<(), i16> {
@@ -115,42 +108,18 @@ impl GroupStore for BrokerGroupStore<'_> {
         self.0.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
     }
 
+    // ZooKeeper (or the embedded store's journal) is written by a background task: the
+    // coordinator calls these holding the lock every group request waits for.
     fn member_joined(&self, group: &str, member: &Member) {
-        let topics: BTreeMap<String, i32> = subscribed_topics(member, None).into_iter().map(|t| (t, 1)).collect();
-        let data = json!({
-            "version": 1,
-            "subscription": topics,
-            "pattern": "static",
-            "timestamp": crate::log::now_ms().to_string(),
-            "client_id": member.client_id,
-            "host": member.client_host,
-        })
-        .to_string();
-        let path = format!("{}/{}", consumers_ids(group), member.id);
-        if let Err(e) = self.0.store.put_ephemeral(&path, &data) {
-            tracing::warn!(%path, error = %e, "could not register group member");
-        }
+        self.0.membership_zk_mirror.member_joined(group, member);
     }
 
     fn member_left(&self, group: &str, member_id: &str) {
-        let path = format!("{}/{member_id}", consumers_ids(group));
-        if let Err(e) = self.0.store.delete_recursive(&path) {
-            tracing::warn!(%path, error = %e, "could not remove group member");
-        }
+        self.0.membership_zk_mirror.member_left(group, member_id);
     }
 
     fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]) {
-        let root = format!("/consumers/{group}/owners");
-        let mut result = self.0.store.delete_recursive(&root);
-        for (topic, partition, member) in owners {
-            if result.is_err() {
-                break;
-            }
-            result = self.0.store.put_ephemeral(&format!("{root}/{topic}/{partition}"), member);
-        }
-        if let Err(e) = result {
-            tracing::warn!(%group, error = %e, "could not record partition owners");
-        }
+        self.0.membership_zk_mirror.owners_changed(group, owners);
     }
 }
 

@@ -1,15 +1,26 @@
-//! Committed offsets copied into ZooKeeper's old offsets tree,
-//! `/consumers/<group>/offsets/<topic>/<partition>` (one decimal znode per partition), where the
-//! tools of ZooKeeper-era clusters read them: Burrow's `kafka_zk` module, CMAK, old offset
-//! checkers. `__consumer_offsets` stays the source of truth; the copy may lag by an interval.
+//! The group coordinator's copies in ZooKeeper, written off the request path.
 //!
-//! A commit only marks its partitions in a map (latest offset wins, no I/O); a background pass
-//! writes what is marked once per interval, at most `max_writes` znodes per pass, so ZooKeeper's
-//! load is bounded by the configuration, never by how often groups commit.
+//! * Committed offsets, in the old offsets tree `/consumers/<group>/offsets/<topic>/<partition>`
+//!   (one decimal znode per partition), where the tools of ZooKeeper-era clusters read them:
+//!   Burrow's `kafka_zk` module, CMAK, old offset checkers. `__consumer_offsets` stays the
+//!   source of truth; the copy may lag by an interval. A background pass writes what commits
+//!   marked once per interval, at most `max_writes` znodes per pass, so ZooKeeper's load is
+//!   bounded by the configuration, never by how often groups commit.
+//! * Membership, `/consumers/<group>/ids/<member>` and `/consumers/<group>/owners/...`, as the
+//!   seed's layout has it: written as soon as possible, but never by the coordinator itself,
+//!   which holds the lock every group request waits for; a stalled ZooKeeper must not stall
+//!   heartbeats and joins.
+//!
+//! Both only mark what changed (latest wins per znode, no I/O) and are bounded by the number of
+//! live partitions, members and groups, however long ZooKeeper is away.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
+use serde_json::json;
+
+use super::coordinator::{subscribed_topics, Member};
 use crate::broker::Broker;
 
 /// Where an old consumer (and Kafka 3.9's OffsetCommit v0) keeps a partition's offset.
@@ -22,51 +33,131 @@ pub fn is_znode_name(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
 }
 
-type Key = (String, String, i32);
+/// Latest value per key, waiting to be written.
+struct Pending<K, V>(Mutex<HashMap<K, V>>);
 
-/// What is waiting to be copied: the latest committed offset per (group, topic, partition),
-/// None for an offset that was deleted.
-#[derive(Default)]
-pub struct OffsetMirror {
-    enabled: bool,
-    pending: Mutex<HashMap<Key, Option<i64>>>,
+impl<K: Eq + Hash + Clone, V> Default for Pending<K, V> {
+    fn default() -> Self {
+        Pending(Mutex::new(HashMap::new()))
+    }
 }
 
-impl OffsetMirror {
-    pub fn new(enabled: bool) -> OffsetMirror {
-        OffsetMirror { enabled, pending: Mutex::default() }
+impl<K: Eq + Hash + Clone, V> Pending<K, V> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn record(&self, group: &str, topic: &str, partition: i32, offset: Option<i64>) {
-        if !self.enabled || !is_znode_name(group) || !is_znode_name(topic) {
-            return;
-        }
-        self.lock().insert((group.to_string(), topic.to_string(), partition), offset);
+    fn insert(&self, k: K, v: V) {
+        self.lock().insert(k, v);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Option<i64>>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn take(&self, max: usize) -> Vec<(Key, Option<i64>)> {
+    fn take(&self, max: usize) -> Vec<(K, V)> {
         let mut pending = self.lock();
         if pending.len() <= max {
             return pending.drain().collect();
         }
-        let keys: Vec<Key> = pending.keys().take(max).cloned().collect();
+        let keys: Vec<K> = pending.keys().take(max).cloned().collect();
         keys.into_iter().filter_map(|k| pending.remove_entry(&k)).collect()
     }
 
-    /// Puts back what a failed pass took, unless a newer commit was marked meanwhile.
-    fn requeue(&self, entries: Vec<(Key, Option<i64>)>) {
+    /// Puts back what a failed pass took, unless a newer value was marked meanwhile.
+    fn requeue(&self, entries: Vec<(K, V)>) {
         let mut pending = self.lock();
         for (k, v) in entries {
             pending.entry(k).or_insert(v);
         }
     }
 
-    pub fn pending(&self) -> usize {
+    fn len(&self) -> usize {
         self.lock().len()
+    }
+}
+
+type OffsetKey = (String, String, i32);
+
+/// Committed offsets waiting to be copied: the latest per (group, topic, partition), None for
+/// an offset that was deleted.
+pub struct OffsetMirror {
+    enabled: bool,
+    pending: Pending<OffsetKey, Option<i64>>,
+}
+
+impl OffsetMirror {
+    pub fn new(enabled: bool) -> OffsetMirror {
+        OffsetMirror { enabled, pending: Pending::default() }
+    }
+
+    pub fn record(&self, group: &str, topic: &str, partition: i32, offset: Option<i64>) {
+        if !self.enabled || !is_znode_name(group) || !is_znode_name(topic) {
+            return;
+        }
+        self.pending.insert((group.to_string(), topic.to_string(), partition), offset);
+    }
+
+    fn take(&self, max: usize) -> Vec<(OffsetKey, Option<i64>)> {
+        self.pending.take(max)
+    }
+
+    fn requeue(&self, entries: Vec<(OffsetKey, Option<i64>)>) {
+        self.pending.requeue(entries)
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+enum MembershipKey {
+    Member { group: String, member: String },
+    Owners { group: String },
+}
+
+#[derive(Debug)]
+enum MembershipWrite {
+    /// The member's registration JSON, as Kafka's old consumers wrote it.
+    Joined(String),
+    Left,
+    Owners(Vec<(String, i32, String)>),
+}
+
+/// Membership changes waiting to be written, and the wake-up of the task that writes them.
+#[derive(Default)]
+pub struct MembershipMirror {
+    pending: Pending<MembershipKey, MembershipWrite>,
+    wake: tokio::sync::Notify,
+}
+
+impl MembershipMirror {
+    pub fn member_joined(&self, group: &str, member: &Member) {
+        let topics: std::collections::BTreeMap<String, i32> =
+            subscribed_topics(member, None).into_iter().map(|t| (t, 1)).collect();
+        let data = json!({
+            "version": 1,
+            "subscription": topics,
+            "pattern": "static",
+            "timestamp": crate::log::now_ms().to_string(),
+            "client_id": member.client_id,
+            "host": member.client_host,
+        })
+        .to_string();
+        self.mark(
+            MembershipKey::Member { group: group.into(), member: member.id.clone() },
+            MembershipWrite::Joined(data),
+        );
+    }
+
+    pub fn member_left(&self, group: &str, member_id: &str) {
+        self.mark(MembershipKey::Member { group: group.into(), member: member_id.into() }, MembershipWrite::Left);
+    }
+
+    pub fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]) {
+        self.mark(MembershipKey::Owners { group: group.into() }, MembershipWrite::Owners(owners.to_vec()));
+    }
+
+    fn mark(&self, key: MembershipKey, write: MembershipWrite) {
+        self.pending.insert(key, write);
+        self.wake.notify_one();
     }
 }
 
@@ -95,7 +186,7 @@ impl Broker {
         });
     }
 
-    fn write_offsets_to_zk(&self, batch: Vec<(Key, Option<i64>)>) {
+    fn write_offsets_to_zk(&self, batch: Vec<(OffsetKey, Option<i64>)>) {
         let writes: Vec<(String, String)> =
             batch.iter().filter_map(|((g, t, p), o)| o.map(|o| (offset_path(g, t, *p), o.to_string()))).collect();
         let mut result = self.store.upsert_many(&writes);
@@ -109,6 +200,69 @@ impl Broker {
             tracing::warn!(error = %e, znodes = batch.len(), "could not copy committed offsets to ZooKeeper; retrying");
             self.offsets_zk_mirror.requeue(batch);
         }
+    }
+
+    /// Writes membership changes as they come (standalone too: the embedded store's journal
+    /// is disk I/O, which the coordinator's lock must not wait for either).
+    pub fn spawn_membership_zk_mirror(self: &Arc<Self>) {
+        let b = self.clone();
+        tokio::spawn(async move {
+            loop {
+                b.membership_zk_mirror.wake.notified().await;
+                loop {
+                    let batch = b.membership_zk_mirror.pending.take(usize::MAX);
+                    if batch.is_empty() {
+                        break;
+                    }
+                    let b2 = b.clone();
+                    let failed = tokio::task::spawn_blocking(move || b2.write_membership(batch)).await;
+                    if !matches!(failed, Ok(None)) {
+                        // ZooKeeper is away: try again in a second, without spinning.
+                        if let Ok(Some(rest)) = failed {
+                            b.membership_zk_mirror.pending.requeue(rest);
+                        }
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Applies `batch`; on a failure, what is left (from the failed write on) comes back.
+    fn write_membership(
+        &self,
+        batch: Vec<(MembershipKey, MembershipWrite)>,
+    ) -> Option<Vec<(MembershipKey, MembershipWrite)>> {
+        let mut iter = batch.into_iter();
+        while let Some((key, write)) = iter.next() {
+            let result = match (&key, &write) {
+                (MembershipKey::Member { group, member }, MembershipWrite::Joined(data)) => {
+                    self.store.put_ephemeral(&format!("/consumers/{group}/ids/{member}"), data)
+                }
+                (MembershipKey::Member { group, member }, _) => {
+                    self.store.delete_recursive(&format!("/consumers/{group}/ids/{member}"))
+                }
+                (MembershipKey::Owners { group }, MembershipWrite::Owners(owners)) => {
+                    let root = format!("/consumers/{group}/owners");
+                    let mut result = self.store.delete_recursive(&root);
+                    for (topic, partition, member) in owners {
+                        if result.is_err() {
+                            break;
+                        }
+                        result = self.store.put_ephemeral(&format!("{root}/{topic}/{partition}"), member);
+                    }
+                    result
+                }
+                (MembershipKey::Owners { .. }, _) => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::warn!(?key, error = %e, "could not record group membership in ZooKeeper; retrying");
+                let mut rest = vec![(key, write)];
+                rest.extend(iter);
+                return Some(rest);
+            }
+        }
+        None
     }
 }
 
@@ -141,6 +295,19 @@ mod tests {
         m.record("g", "t", 0, Some(2));
         m.requeue(taken);
         assert_eq!(m.take(10), vec![(("g".into(), "t".into(), 0), Some(2))]);
+    }
+
+    #[test]
+    fn membership_keeps_the_latest_change_per_znode() {
+        let m = MembershipMirror::default();
+        m.owners_changed("g", &[("t".into(), 0, "a".into())]);
+        m.member_left("g", "a");
+        m.owners_changed("g", &[]);
+        let mut taken = m.pending.take(usize::MAX);
+        taken.sort_by_key(|(k, _)| format!("{k:?}"));
+        assert_eq!(taken.len(), 2);
+        assert!(matches!(&taken[0], (MembershipKey::Member { member, .. }, MembershipWrite::Left) if member == "a"));
+        assert!(matches!(&taken[1], (MembershipKey::Owners { .. }, MembershipWrite::Owners(o)) if o.is_empty()));
     }
 
     #[test]
