@@ -843,8 +843,10 @@ impl GroupCoordinator {
         }
         let tombstones: Vec<((String, i32), Option<CommittedOffset>)> =
             group.offsets.keys().map(|tp| (tp.clone(), None)).collect();
-        if let Err(code) = store.store_offsets(group_id, &tombstones) {
-            return code;
+        if !tombstones.is_empty() {
+            if let Err(code) = store.store_offsets(group_id, &tombstones) {
+                return code;
+            }
         }
         group.state = GroupState::Dead;
         let _ = store.store_group(group);
@@ -929,7 +931,11 @@ mod tests {
     }
 
     impl GroupStore for Recorder {
-        fn store_offsets(&self, _: &str, _: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+        fn store_offsets(&self, _: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+            // As the log does: a batch without records is not a valid batch.
+            if offsets.is_empty() {
+                return Err(87);
+            }
             Ok(())
         }
         fn store_group(&self, group: &Group) -> Result<(), i16> {
@@ -1060,5 +1066,16 @@ mod tests {
         assert_eq!(c.leave(&*store, "g", &[(j.member_id.clone(), None)]), Ok(vec![NONE]));
         assert_eq!(state(&c), (GroupState::Empty, 2, 0));
         assert_eq!(store.groups_stored.lock().unwrap().last(), Some(&(GroupState::Empty, 2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_without_offsets_is_deleted_without_writing_offset_tombstones() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let j = stable_single(&c, &store).await;
+        assert_eq!(c.delete_group(&*store, "g"), NON_EMPTY_GROUP);
+        assert_eq!(c.leave(&*store, "g", &[(j.member_id.clone(), None)]), Ok(vec![NONE]));
+        assert_eq!(c.delete_group(&*store, "g"), NONE);
+        assert_eq!(store.groups_stored.lock().unwrap().last().map(|s| s.0), Some(GroupState::Dead));
+        assert_eq!(c.delete_group(&*store, "g"), GROUP_ID_NOT_FOUND);
     }
 }

@@ -17,6 +17,11 @@ pub struct BrokerGroupStore<'a>(pub &'a Broker);
 
 impl BrokerGroupStore<'_> {
     fn append(&self, group: &str, records: Vec<(bytes::Bytes, Option<bytes::Bytes>)>) -> Result<(), i16> {
+        // A batch of no records is invalid on disk (the log refuses it with INVALID_RECORD),
+        // and there is nothing to persist: e.g. DeleteGroups after OffsetDelete removed all.
+        if records.is_empty() {
+            return Ok(());
+        }
         let b = self.0;
         let p = b.offsets_partition(group).ok_or(NOT_COORDINATOR)?;
         let partition = b.replicas.partition(OFFSETS_TOPIC, p).ok_or(NOT_COORDINATOR)?;

@@ -1,0 +1,111 @@
+"""Kafka's admin surface through real admin clients (confluent-kafka's AdminClient,
+kafka-python's KafkaAdminClient): the group fixes, ListGroups v5, AlterConfigs, manual replica
+assignments, and the operator workflows of issue 15.
+
+One standalone broker serves the single-node checks; the cluster checks start their own.
+"""
+import time
+
+import pytest
+
+from common import uniq, wait_until
+
+ck = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kafka import KafkaConsumer  # noqa: E402
+from kafka import TopicPartition as KTP  # noqa: E402
+from kafka.admin import KafkaAdminClient  # noqa: E402
+
+WAIT = 60
+# The shortest session a group member may ask for: what the static-member checks wait out.
+SESSION_MS = 2000
+GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+
+
+@pytest.fixture
+def single(broker_factory):
+    return broker_factory(GROUP_OVERRIDES)
+
+
+def ck_admin(b):
+    return AdminClient({"bootstrap.servers": b.bootstrap})
+
+
+def kp_admin(b):
+    return KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=30000)
+
+
+def ck_create(a, name, partitions=1, rf=1, **kw):
+    a.create_topics([NewTopic(name, partitions, rf, **kw)])[name].result(WAIT)
+
+
+def delete_group_error(a, group):
+    """None when confluent's DeleteGroups succeeds, else the error code."""
+    try:
+        a.delete_consumer_groups([group])[group].result(WAIT)
+        return None
+    except ck.KafkaException as e:
+        return e.args[0].code()
+
+
+# ---------------------------------------------------------------------------
+# 1. group fixes
+# ---------------------------------------------------------------------------
+
+def test_delete_group_after_offset_delete_removed_every_offset(single):
+    a, ka = ck_admin(single), kp_admin(single)
+    topic, group = uniq("od"), uniq("g")
+    ck_create(a, topic, 2)
+    c = ck.Consumer({"bootstrap.servers": single.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[ck.TopicPartition(topic, 0, 5), ck.TopicPartition(topic, 1, 7)], asynchronous=False)
+    c.close()
+    try:
+        res = ka.delete_group_offsets(group, [KTP(topic, 0), KTP(topic, 1)])
+        assert all(getattr(e, "errno", 0) == 0 for e in res.values()), res
+        left = ka.list_group_offsets(group)
+        assert left in ({}, {group: {}}), left
+        # The coordinator has nothing left to tombstone but the group itself: DeleteGroups
+        # must succeed, not fail writing an empty batch (INVALID_RECORD).
+        assert delete_group_error(a, group) is None
+        assert group not in {g.group_id for g in a.list_consumer_groups().result(WAIT).valid}
+        assert delete_group_error(a, group) == ck.KafkaError.GROUP_ID_NOT_FOUND
+    finally:
+        ka.close()
+
+
+def _static_member_expires(a, group, close_member):
+    """`close_member` joins `group` as a static member, reads its assignment and closes
+    (static members send no LeaveGroup). The group stays non-empty until the session timeout,
+    then DeleteGroups succeeds."""
+    closed_at = close_member()
+    # Right after the close the member still holds its place (KIP-345: it may come back).
+    err = delete_group_error(a, group)
+    if time.monotonic() - closed_at < SESSION_MS / 1000:
+        assert err == ck.KafkaError.NON_EMPTY_GROUP, err
+    wait_until(lambda: delete_group_error(a, group) is None, WAIT,
+               f"static member of {group} expired and the group deleted", interval=0.25)
+    assert time.monotonic() - closed_at >= SESSION_MS / 1000 * 0.9
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_closed_static_member_expires_at_session_timeout(single, client):
+    a = ck_admin(single)
+    topic, group = uniq("static"), uniq("g")
+    ck_create(a, topic, 1)
+
+    def close_member():
+        if client == "confluent":
+            c = ck.Consumer({"bootstrap.servers": single.bootstrap, "group.id": group,
+                             "group.instance.id": "inst-1", "session.timeout.ms": SESSION_MS})
+            c.subscribe([topic])
+            wait_until(lambda: c.poll(0.2) is None and c.assignment(), WAIT, "static member assigned")
+        else:
+            c = KafkaConsumer(topic, bootstrap_servers=single.bootstrap, group_id=group,
+                              group_instance_id="inst-1", session_timeout_ms=SESSION_MS,
+                              heartbeat_interval_ms=500)
+            wait_until(lambda: c.poll(200) is not None and c.assignment(), WAIT, "static member assigned")
+        c.close()
+        return time.monotonic()
+
+    _static_member_expires(a, group, close_member)
