@@ -109,3 +109,29 @@ def test_closed_static_member_expires_at_session_timeout(single, client):
         return time.monotonic()
 
     _static_member_expires(a, group, close_member)
+
+
+# ---------------------------------------------------------------------------
+# 2. ListGroups v5, AlterConfigs, manual assignments
+# ---------------------------------------------------------------------------
+
+def test_list_groups_v5_reports_and_filters_the_group_type(single):
+    a, ka = ck_admin(single), kp_admin(single)
+    topic, group = uniq("lg"), uniq("g")
+    ck_create(a, topic, 1)
+    c = ck.Consumer({"bootstrap.servers": single.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[ck.TopicPartition(topic, 0, 1)], asynchronous=False)
+    c.close()
+    try:
+        listed = {g["group_id"]: g for g in ka.list_groups(types_filter=["classic"])}
+        assert group in listed, listed
+        # kafka-python reports the v5 field only when it used v5
+        assert listed[group]["group_type"] == "classic", listed[group]
+        assert group not in {g["group_id"] for g in ka.list_groups(types_filter=["consumer"])}
+    finally:
+        ka.close()
+    res = a.list_consumer_groups(types={ck.ConsumerGroupType.CLASSIC}).result(WAIT)
+    got = {g.group_id: g for g in res.valid}
+    assert group in got and got[group].type == ck.ConsumerGroupType.CLASSIC, res.valid
+    res = a.list_consumer_groups(types={ck.ConsumerGroupType.CONSUMER}).result(WAIT)
+    assert group not in {g.group_id for g in res.valid}, res.valid

@@ -31,7 +31,7 @@ FLEX = {
 }
 ENCODER_RANGES = {
     OFFSET_COMMIT: (0, 9), OFFSET_FETCH: (0, 9), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5), SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
+    LEAVE_GROUP: (0, 5), SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 5),
     OFFSET_FOR_LEADER_EPOCH: (0, 4), DELETE_GROUPS: (0, 2), OFFSET_DELETE: (0, 0),
 }
 kp.API_NAMES.update(NAMES)
@@ -419,10 +419,12 @@ def decode_describe_groups(r: R, v: int) -> dict:
     return out
 
 
-def list_groups_request(v: int, states: Optional[List[str]] = None) -> bytes:
+def list_groups_request(v: int, states: Optional[List[str]] = None, types: Optional[List[str]] = None) -> bytes:
     w = _w(LIST_GROUPS, v)
     if v >= 4:
         w.array(states or [], lambda w, s: w.string(s))
+    if v >= 5:
+        w.array(types or [], lambda w, s: w.string(s))
     return w.tags().done()
 
 
@@ -432,6 +434,7 @@ def decode_list_groups(r: R, v: int) -> dict:
     def group(r):
         g = {"group_id": r.string(), "protocol_type": r.string()}
         g["state"] = r.string() if v >= 4 else None
+        g["type"] = r.string() if v >= 5 else None
         r.tags()
         return g
     out["groups"] = r.array(group)

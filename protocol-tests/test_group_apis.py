@@ -123,6 +123,12 @@ def test_consumer_group_life(broker, which):
             assert mine[0]["state"] == "Stable", mine
             empty = kg.call(c, kg.LIST_GROUPS, v, kg.list_groups_request(v, ["Empty"]))
             assert group not in [g["group_id"] for g in empty["groups"]], empty
+        if v >= 5:
+            assert mine[0]["type"] == "classic", mine
+            for types, listed in ((["Classic"], True), (["consumer"], False), (["consumer", "classic"], True)):
+                lt = kg.call(c, kg.LIST_GROUPS, v, kg.list_groups_request(v, types=types))
+                assert lt["error_code"] == 0 and (group in [g["group_id"] for g in lt["groups"]]) == listed, \
+                    (types, lt)
 
         # commit as the member; a stale generation is refused (v0 commits bypass the coordinator
         # and keep offsets in ZooKeeper: test_offsets_v0_are_kept_in_the_znode_tree)

@@ -57,7 +57,7 @@ def build(api, v):
     if api == kg.DESCRIBE_GROUPS:
         return kg.describe_groups_request(v, ["grp", "grp2"], include_ops=v >= 3)
     if api == kg.LIST_GROUPS:
-        return kg.list_groups_request(v, ["Stable"] if v >= 4 else None)
+        return kg.list_groups_request(v, ["Stable"] if v >= 4 else None, ["classic"] if v >= 5 else None)
     if api == kg.OFFSET_FOR_LEADER_EPOCH:
         return kg.offset_for_leader_epoch_request(v, {t: {0: (2, 1), 4: (-1, 0)}})
     if api == kg.DELETE_GROUPS:

@@ -528,9 +528,16 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
     r
 }
 
+const GROUP_TYPE_CLASSIC: &str = "classic";
+
 pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let mut r = ListGroupsResponse::default();
+    // Every group here is a classic one (KIP-848 groups are not offered): a type filter
+    // (v5) that leaves out "classic" matches none, as with Kafka's ZooKeeper-mode coordinator.
+    if !req.types_filter.is_empty() && !req.types_filter.iter().any(|t| t.eq_ignore_ascii_case(GROUP_TYPE_CLASSIC)) {
+        return r;
+    }
     for (id, protocol_type, state) in ctx.broker.groups.list() {
         // Each coordinator lists the groups it coordinates, as Kafka's do.
         if ctx.broker.check_coordinator(&id).is_err() {
@@ -543,7 +550,7 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
         g.group_id = GroupId(s(id));
         g.protocol_type = s(protocol_type);
         g.group_state = s(state.name());
-        g.group_type = s("classic");
+        g.group_type = s(GROUP_TYPE_CLASSIC);
         r.groups.push(g);
     }
     r
