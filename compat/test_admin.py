@@ -8,7 +8,9 @@ import time
 
 import pytest
 
+from cluster_harness import Cluster
 from common import uniq, wait_until
+from gregor_fixtures import _failed, _register
 
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -26,6 +28,15 @@ GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "group.min.session.t
 @pytest.fixture
 def single(broker_factory):
     return broker_factory(GROUP_OVERRIDES)
+
+
+@pytest.fixture
+def cluster(request, zookeeper):
+    c = Cluster(zookeeper, 3, overrides={"auto.leader.rebalance.enable": "false"},
+                on_new_broker=lambda b: _register(request, b))
+    c.start()
+    yield c
+    c.cleanup(keep=_failed(request))
 
 
 def ck_admin(b):
@@ -135,3 +146,90 @@ def test_list_groups_v5_reports_and_filters_the_group_type(single):
     assert group in got and got[group].type == ck.ConsumerGroupType.CLASSIC, res.valid
     res = a.list_consumer_groups(types={ck.ConsumerGroupType.CONSUMER}).result(WAIT)
     assert group not in {g.group_id for g in res.valid}, res.valid
+
+
+def _topic_configs(a, topic):
+    res = ck.admin.ConfigResource(ck.admin.ResourceType.TOPIC, topic)
+    entries = a.describe_configs([res])[res].result(WAIT)
+    return {k: (e.value, e.source) for k, e in entries.items()}
+
+
+DYNAMIC_TOPIC = ck.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+DEFAULT = ck.admin.ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_alter_configs_through_kafka_python_and_librdkafka(single):
+    from kafka.admin import ConfigResource, ConfigResourceType
+    a, ka = ck_admin(single), kp_admin(single)
+    topic = uniq("ac")
+    ck_create(a, topic, 1, config={"retention.ms": "7200000"})
+    try:
+        # kafka-python on AlterConfigs (key 33): the override set becomes what it sends
+        res = ka.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                               {"cleanup.policy": "compact", "retention.ms": "3600000"})],
+                               incremental=False)
+        assert res == {"topic": {topic: "OK"}}, res
+        got = _topic_configs(a, topic)
+        assert got["cleanup.policy"] == ("compact", DYNAMIC_TOPIC), got
+        assert got["retention.ms"] == ("3600000", DYNAMIC_TOPIC), got
+    finally:
+        ka.close()
+    # librdkafka's alter_configs is AlterConfigs too (it refuses the call unless advertised)
+    res = ck.admin.ConfigResource(ck.admin.ResourceType.TOPIC, topic, set_config={"segment.bytes": "2097152"})
+    a.alter_configs([res])[res].result(WAIT)
+    got = _topic_configs(a, topic)
+    assert got["segment.bytes"] == ("2097152", DYNAMIC_TOPIC), got
+    assert got["cleanup.policy"][1] == DEFAULT and got["retention.ms"][1] == DEFAULT, got
+    bad = ck.admin.ConfigResource(ck.admin.ResourceType.TOPIC, topic, set_config={"cleanup.policy": "never"})
+    with pytest.raises(ck.KafkaException) as e:
+        a.alter_configs([bad])[bad].result(WAIT)
+    assert e.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+    assert _topic_configs(a, topic)["segment.bytes"] == ("2097152", DYNAMIC_TOPIC)
+
+
+def _replicas(c, broker_id, topic):
+    md = c.metadata(broker_id, topic).topics[topic]
+    return {p: (m.replicas, m.leader) for p, m in md.partitions.items()}
+
+
+def test_manual_assignments_create_topics_and_partitions(cluster):
+    from kafka.admin import NewPartitions as KNewPartitions
+    c = cluster
+    a = c.admin(1)
+    topic = uniq("manual")
+    # librdkafka wants num_partitions = len(replica_assignment) and sends -1 on the wire
+    ck_create_assigned = [NewTopic(topic, 3, replica_assignment=[[1, 2], [2, 3], [3, 1]])]
+    a.create_topics(ck_create_assigned)[topic].result(WAIT)
+    want = {0: [1, 2], 1: [2, 3], 2: [3, 1]}
+    assert c.zk_assignment(topic) == want
+    c.wait_topic_online(topic, 3)
+    wait_until(lambda: {p: r for p, (r, _) in _replicas(c, 2, topic).items()} == want, WAIT,
+               "Metadata to show the manual assignment")
+    # the preferred (first) replica leads
+    assert {p: s["leader"] for p, s in c.partition_states(topic).items()} == {0: 1, 1: 2, 2: 3}
+
+    for bad in ([[1, 7]], [[1, 1]], [[1, 2, 3]]):
+        bad_topic = uniq("bad")
+        with pytest.raises(ck.KafkaException) as e:
+            a.create_topics([NewTopic(bad_topic, 1 + len(bad), replica_assignment=[[1, 2]] + bad)])[bad_topic].result(WAIT)
+        assert e.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT, (bad, e.value)
+
+    # add partitions with a manual assignment: librdkafka, then kafka-python
+    a.create_partitions([ck.admin.NewPartitions(topic, 4, replica_assignment=[[3, 2]])])[topic].result(WAIT)
+    for bad in ([[1, 9]], [[2, 2]], [[2]], [[1, 2], [2, 3]]):
+        with pytest.raises(ck.KafkaException) as e:
+            a.create_partitions([ck.admin.NewPartitions(topic, 5, replica_assignment=bad)])[topic].result(WAIT)
+        assert e.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT, (bad, e.value)
+    ka = KafkaAdminClient(bootstrap_servers=c.bootstrap(), request_timeout_ms=30000)
+    try:
+        res = ka.create_partitions({topic: KNewPartitions(6, [[1, 3], [2, 1]])})
+        assert [(r.name, r.error_code) for r in res.results] == [(topic, 0)], res
+        with pytest.raises(kafka.errors.InvalidReplicationAssignmentError):
+            ka.create_partitions({topic: KNewPartitions(7, [[3, 3]])})
+    finally:
+        ka.close()
+    want.update({3: [3, 2], 4: [1, 3], 5: [2, 1]})
+    wait_until(lambda: c.zk_assignment(topic) == want, WAIT, "the added partitions in the topic znode")
+    c.wait_topic_online(topic, 6)
+    wait_until(lambda: {p: r for p, (r, _) in _replicas(c, 3, topic).items()} == want, WAIT,
+               "Metadata to show the added partitions' assignment")

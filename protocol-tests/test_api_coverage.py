@@ -4,6 +4,7 @@ a test for it is added and listed in COVERAGE."""
 import importlib
 
 import kproto as kp
+import kproto_admin as ka
 import kproto_groups as kg
 
 # api key -> (module, test function) that exercise it at the min and max advertised version
@@ -33,11 +34,12 @@ COVERAGE = {
     kg.DELETE_GROUPS: ("test_group_apis", "test_consumer_group_life"),
     kg.OFFSET_DELETE: ("test_group_apis", "test_consumer_group_life"),
     kg.OFFSET_FOR_LEADER_EPOCH: ("test_group_apis", "test_offset_for_leader_epoch"),
+    ka.ALTER_CONFIGS: ("test_admin_apis", "test_alter_configs_replaces_the_override_set"),
 }
 
 
 def encoder_range(api):
-    return kp.ENCODER_RANGES.get(api) or kg.ENCODER_RANGES.get(api)
+    return kp.ENCODER_RANGES.get(api) or kg.ENCODER_RANGES.get(api) or ka.ENCODER_RANGES.get(api)
 
 
 def test_every_advertised_api_has_a_wire_test(broker):

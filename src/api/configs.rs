@@ -1,11 +1,13 @@
-//! DescribeConfigs and IncrementalAlterConfigs for topics (and DescribeConfigs for the broker).
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and DescribeConfigs
+//! for the broker).
 
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{
-    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -198,6 +200,56 @@ pub fn incremental_alter_configs(
             .collect();
         let result = match res.resource_type {
             RESOURCE_TOPIC => alter_topic(ctx, res.resource_name.as_str(), &ops, req.validate_only),
+            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic configs can be altered")),
+        };
+        if let Err(e) = result {
+            out.error_code = e.code;
+            out.error_message = Some(StrBytes::from_string(e.message));
+        }
+        r.responses.push(out);
+    }
+    r
+}
+
+/// AlterConfigs (the pre-incremental API): the resource's overrides become exactly the
+/// entries given, as Kafka's `ConfigAdminManager` sets them; entries with a null value are
+/// left out, so they fall back to the default.
+fn replace_topic_configs(
+    ctx: &RequestContext,
+    name: &str,
+    entries: &[(String, Option<String>)],
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let broker = &ctx.broker;
+    if broker.cache.topic(name).is_none() {
+        return Err(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("Topic {name} does not exist")));
+    }
+    let mut configs = BTreeMap::new();
+    for (key, value) in entries {
+        let Some(v) = value else { continue };
+        broker
+            .config
+            .validate_topic_config(key, v)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        configs.insert(key.clone(), v.clone());
+    }
+    if validate_only {
+        return Ok(());
+    }
+    broker.set_topic_configs(name, configs)
+}
+
+pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    let mut r = AlterConfigsResponse::default();
+    for res in req.resources {
+        let mut out = AlterConfigsResourceResponse::default();
+        out.resource_type = res.resource_type;
+        out.resource_name = res.resource_name.clone();
+        let entries: Vec<(String, Option<String>)> =
+            res.configs.iter().map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()))).collect();
+        let result = match res.resource_type {
+            RESOURCE_TOPIC => replace_topic_configs(ctx, res.resource_name.as_str(), &entries, req.validate_only),
             _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic configs can be altered")),
         };
         if let Err(e) = result {

@@ -34,6 +34,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::OffsetCommit, 0, 9),
@@ -105,6 +106,9 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
             ResponseKind::DeleteRecords(off_runtime(ctx, move |c| topics::delete_records(c, r)).await?)
         }
         RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(configs::describe_configs(ctx, r)),
+        RequestKind::AlterConfigs(r) => {
+            ResponseKind::AlterConfigs(off_runtime(ctx, move |c| configs::alter_configs(c, r)).await?)
+        }
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             off_runtime(ctx, move |c| configs::incremental_alter_configs(c, r)).await?,
         ),

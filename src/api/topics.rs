@@ -201,15 +201,13 @@ pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> 
     for t in req.topics {
         let mut out = CreatePartitionsTopicResult::default();
         let name = t.name.0.to_string();
-        let result = if t.assignments.is_some() {
-            Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, "Manual assignments are not supported yet."))
-        } else {
-            ctx.broker.check_partition_bound(t.count).and_then(|_| budget.claim(t.count)).and_then(|_| {
-                ctx.broker
-                    .check_controller()
-                    .and_then(|_| ctx.broker.create_partitions(&name, t.count, req.validate_only))
-            })
-        };
+        let manual: Option<Vec<Vec<i32>>> =
+            t.assignments.as_ref().map(|a| a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect());
+        let result = ctx.broker.check_partition_bound(t.count).and_then(|_| budget.claim(t.count)).and_then(|_| {
+            ctx.broker
+                .check_controller()
+                .and_then(|_| ctx.broker.create_partitions(&name, t.count, manual, req.validate_only))
+        });
         if let Err(e) = result {
             out.error_code = e.code;
             out.error_message = Some(StrBytes::from_string(e.message));

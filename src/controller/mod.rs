@@ -57,6 +57,53 @@ pub fn assign_replicas(brokers: &[i32], first_partition: i32, count: i32, rf: i1
         .collect()
 }
 
+/// One partition's manual replica list, as Kafka's `AdminZkClient.validateReplicaAssignment`
+/// checks it: no empty list, no broker twice, only registered brokers.
+fn check_replicas(partition: i32, replicas: &[i32], live: &[i32]) -> Result<(), ApiError> {
+    let bad = |m: String| Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, m));
+    if replicas.is_empty() {
+        return bad(format!("Cannot have replication factor of 0 for partition id {partition}."));
+    }
+    let distinct: std::collections::BTreeSet<i32> = replicas.iter().copied().collect();
+    if distinct.len() != replicas.len() {
+        return bad(format!(
+            "Duplicate brokers not allowed in replica assignment: {replicas:?} for partition id {partition}."
+        ));
+    }
+    let unknown: Vec<i32> = distinct.iter().copied().filter(|r| !live.contains(r)).collect();
+    if !unknown.is_empty() {
+        return bad(format!("Unknown broker(s) in replica assignment: {unknown:?}."));
+    }
+    Ok(())
+}
+
+/// The manual assignment of the partitions CreatePartitions adds: one list per new
+/// partition, each of the topic's replication factor.
+fn check_added_partitions(added: &BTreeMap<i32, Vec<i32>>, adding: i32, rf: i16, live: &[i32]) -> Result<(), ApiError> {
+    if added.len() as i64 != i64::from(adding) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidReplicaAssignment,
+            format!("Increasing the number of partitions by {adding} but {} assignments provided.", added.len()),
+        ));
+    }
+    for (p, replicas) in added {
+        check_replicas(*p, replicas, live)?;
+    }
+    let bad: Vec<(i32, usize)> =
+        added.iter().filter(|(_, r)| r.len() != rf as usize).map(|(p, r)| (*p, r.len())).collect();
+    if !bad.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidReplicaAssignment,
+            format!(
+                "Inconsistent replication factor between partitions, partition 0 has {rf} while partitions {:?} have replication factors {:?}, respectively.",
+                bad.iter().map(|b| b.0).collect::<Vec<_>>(),
+                bad.iter().map(|b| b.1).collect::<Vec<_>>()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub struct TopicRequest {
     pub name: String,
     pub num_partitions: i32,
@@ -132,13 +179,15 @@ impl Broker {
             if req.assignment.keys().copied().collect::<Vec<_>>() != expected {
                 return Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, "Partitions must be numbered 0..n-1."));
             }
-            for replicas in req.assignment.values() {
-                if replicas.is_empty() || replicas.iter().any(|r| !live.contains(r)) {
-                    return Err(ApiError::new(
-                        ErrorCode::InvalidReplicaAssignment,
-                        "Replica assignment names an unknown broker.",
-                    ));
-                }
+            let sizes: std::collections::BTreeSet<usize> = req.assignment.values().map(Vec::len).collect();
+            if sizes.len() != 1 {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidReplicaAssignment,
+                    "All partitions should have the same number of replicas",
+                ));
+            }
+            for (p, replicas) in &req.assignment {
+                check_replicas(*p, replicas, &live)?;
             }
             req.num_partitions = req.assignment.len() as i32;
             req.replication_factor = req.assignment.values().next().map(|r| r.len() as i16).unwrap_or(0);
@@ -396,7 +445,15 @@ impl Broker {
         Ok(topic.id)
     }
 
-    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), ApiError> {
+    /// Adds partitions up to `count`, placed by `manual` (one replica list per new partition)
+    /// or by the assignment rule.
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        manual: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
         let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
         let Some(topic) = self.cache.topic(name) else {
             return Err(ApiError::new(
@@ -414,15 +471,25 @@ impl Broker {
         self.check_partition_bound(count)?;
         let rf = topic.partitions.first().map(|p| p.replicas.len() as i16).unwrap_or(1);
         let live = self.live_broker_ids();
-        if rf as usize > live.len() {
-            return Err(ApiError::new(ErrorCode::InvalidReplicationFactor, "Not enough live brokers."));
-        }
+        let added = match manual {
+            Some(lists) => {
+                let added: BTreeMap<i32, Vec<i32>> = (current..).zip(lists).collect();
+                check_added_partitions(&added, count - current, rf, &live)?;
+                added
+            }
+            None => {
+                if rf as usize > live.len() {
+                    return Err(ApiError::new(ErrorCode::InvalidReplicationFactor, "Not enough live brokers."));
+                }
+                assign_replicas(&live, current, count - current, rf)
+            }
+        };
         if validate_only {
             return Ok(());
         }
         let mut assignment: BTreeMap<i32, Vec<i32>> =
             topic.partitions.iter().map(|p| (p.index, p.replicas.clone())).collect();
-        assignment.extend(assign_replicas(&live, current, count - current, rf));
+        assignment.extend(added);
         self.store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, topic.id))?;
         self.write_partition_states(name, topic.id, &assignment, topic.configs.clone())?;
         Ok(())

@@ -1,0 +1,235 @@
+"""Request encoders and response decoders for the admin APIs of issue 15 (AlterConfigs,
+ElectLeaders, DescribeLogDirs, DescribeTopicPartitions) and manual replica assignments in
+CreateTopics/CreatePartitions, written from Kafka's JSON schemas. Cross-checked against
+kafka-python's classes in test_kproto_admin_crosscheck.py."""
+from typing import Dict, List, Optional, Tuple
+
+import kproto as kp
+from kproto import R, W
+
+ALTER_CONFIGS, DESCRIBE_LOG_DIRS, ELECT_LEADERS, DESCRIBE_TOPIC_PARTITIONS = 33, 35, 43, 75
+
+NAMES = {
+    ALTER_CONFIGS: "AlterConfigs", DESCRIBE_LOG_DIRS: "DescribeLogDirs", ELECT_LEADERS: "ElectLeaders",
+    DESCRIBE_TOPIC_PARTITIONS: "DescribeTopicPartitions",
+}
+FLEX = {ALTER_CONFIGS: 2, DESCRIBE_LOG_DIRS: 2, ELECT_LEADERS: 2, DESCRIBE_TOPIC_PARTITIONS: 0}
+ENCODER_RANGES = {ALTER_CONFIGS: (0, 2), DESCRIBE_LOG_DIRS: (1, 4), ELECT_LEADERS: (0, 2),
+                  DESCRIBE_TOPIC_PARTITIONS: (0, 0)}
+kp.API_NAMES.update(NAMES)
+kp.FLEX.update(FLEX)
+
+INVALID_REPLICA_ASSIGNMENT = 39
+ELECTION_NOT_NEEDED = 84
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+
+
+def _w(api: int, v: int) -> W:
+    return W(kp.is_flexible(api, v))
+
+
+# AlterConfigs --------------------------------------------------------------
+
+def alter_configs_request(v: int, resources: List[Tuple[int, str, Dict[str, Optional[str]]]],
+                          validate_only: bool = False) -> bytes:
+    w = _w(ALTER_CONFIGS, v)
+
+    def cfg(w, item):
+        w.string(item[0]).nullable_string(item[1]).tags()
+
+    def res(w, item):
+        w.i8(item[0]).string(item[1])
+        w.array(list(item[2].items()), cfg)
+        w.tags()
+
+    w.array(resources, res)
+    w.bool(validate_only)
+    return w.tags().done()
+
+
+def decode_alter_configs(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+
+    def res(rr):
+        x = {"error_code": rr.i16(), "error_message": rr.nullable_string(), "resource_type": rr.i8(),
+             "resource_name": rr.string()}
+        rr.tags()
+        return x
+
+    out["responses"] = r.array(res)
+    r.tags()
+    r.end()
+    return out
+
+
+# CreateTopics / CreatePartitions with manual assignments ---------------------
+
+def create_topics_assigned_request(v: int, name: str, assignment: Dict[int, List[int]],
+                                   num_partitions: int = -1, replication_factor: int = -1,
+                                   validate_only: bool = False) -> bytes:
+    w = W(kp.is_flexible(kp.CREATE_TOPICS, v))
+
+    def asg(w, item):
+        w.i32(item[0])
+        w.array(item[1], lambda w, b: w.i32(b))
+        w.tags()
+
+    def topic(w, _):
+        w.string(name).i32(num_partitions).i16(replication_factor)
+        w.array(sorted(assignment.items()), asg)
+        w.array([], lambda w, x: None)  # configs
+        w.tags()
+
+    w.array([None], topic)
+    w.i32(30000)
+    if v >= 1:
+        w.bool(validate_only)
+    return w.tags().done()
+
+
+def create_partitions_assigned_request(v: int, name: str, count: int, assignments: Optional[List[List[int]]],
+                                       validate_only: bool = False) -> bytes:
+    w = W(kp.is_flexible(kp.CREATE_PARTITIONS, v))
+
+    def asg(w, brokers):
+        w.array(brokers, lambda w, b: w.i32(b))
+        w.tags()
+
+    def topic(w, _):
+        w.string(name).i32(count)
+        w.array(assignments, asg)
+        w.tags()
+
+    w.array([None], topic)
+    w.i32(30000).bool(validate_only)
+    return w.tags().done()
+
+
+# ElectLeaders --------------------------------------------------------------
+
+def elect_leaders_request(v: int, partitions: Optional[Dict[str, List[int]]], election_type: int = 0,
+                          timeout_ms: int = 30000) -> bytes:
+    w = _w(ELECT_LEADERS, v)
+    if v >= 1:
+        w.i8(election_type)
+
+    def topic(w, item):
+        w.string(item[0])
+        w.array(item[1], lambda w, p: w.i32(p))
+        w.tags()
+
+    w.array(None if partitions is None else sorted(partitions.items()), topic)
+    w.i32(timeout_ms)
+    return w.tags().done()
+
+
+def decode_elect_leaders(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+    out["error_code"] = r.i16() if v >= 1 else 0
+
+    def part(rr):
+        p = (rr.i32(), rr.i16(), rr.nullable_string())
+        rr.tags()
+        return p
+
+    def topic(rr):
+        t = rr.string()
+        ps = rr.array(part)
+        rr.tags()
+        return t, ps
+
+    out["results"] = {(t, p): (e, m) for t, ps in r.array(topic) for p, e, m in ps}
+    r.tags()
+    r.end()
+    return out
+
+
+# DescribeLogDirs -----------------------------------------------------------
+
+def describe_log_dirs_request(v: int, topics: Optional[Dict[str, List[int]]]) -> bytes:
+    w = _w(DESCRIBE_LOG_DIRS, v)
+
+    def topic(w, item):
+        w.string(item[0])
+        w.array(item[1], lambda w, p: w.i32(p))
+        w.tags()
+
+    w.array(None if topics is None else sorted(topics.items()), topic)
+    return w.tags().done()
+
+
+def decode_describe_log_dirs(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+    out["error_code"] = r.i16() if v >= 3 else 0
+
+    def part(rr):
+        p = {"partition": rr.i32(), "size": rr.i64(), "offset_lag": rr.i64(), "is_future": rr.bool()}
+        rr.tags()
+        return p
+
+    def topic(rr):
+        t = {"name": rr.string(), "partitions": rr.array(part)}
+        rr.tags()
+        return t
+
+    def result(rr):
+        d = {"error_code": rr.i16(), "log_dir": rr.string(), "topics": rr.array(topic)}
+        if v >= 4:
+            d["total_bytes"], d["usable_bytes"] = rr.i64(), rr.i64()
+        rr.tags()
+        return d
+
+    out["results"] = r.array(result)
+    r.tags()
+    r.end()
+    return out
+
+
+# DescribeTopicPartitions ---------------------------------------------------
+
+def describe_topic_partitions_request(v: int, topics: List[str], limit: int = 2000,
+                                      cursor: Optional[Tuple[str, int]] = None) -> bytes:
+    w = _w(DESCRIBE_TOPIC_PARTITIONS, v)
+
+    def topic(w, name):
+        w.string(name).tags()
+
+    w.array(topics, topic)
+    w.i32(limit)
+    if cursor is None:
+        w.i8(-1)  # null cursor
+    else:
+        w.i8(1)
+        w.string(cursor[0]).i32(cursor[1]).tags()
+    return w.tags().done()
+
+
+def decode_describe_topic_partitions(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+
+    def ints(rr):
+        return rr.array(lambda x: x.i32())
+
+    def part(rr):
+        p = {"error_code": rr.i16(), "partition": rr.i32(), "leader": rr.i32(), "leader_epoch": rr.i32(),
+             "replicas": ints(rr), "isr": ints(rr), "eligible_leader_replicas": ints(rr),
+             "last_known_elr": ints(rr), "offline_replicas": ints(rr)}
+        rr.tags()
+        return p
+
+    def topic(rr):
+        t = {"error_code": rr.i16(), "name": rr.string(), "topic_id": rr.uuid(), "is_internal": rr.bool(),
+             "partitions": rr.array(part), "authorized_operations": rr.i32()}
+        rr.tags()
+        return t
+
+    out["topics"] = r.array(topic)
+    if r.i8() == -1:
+        out["next_cursor"] = None
+    else:
+        out["next_cursor"] = (r.string(), r.i32())
+        r.tags()
+    r.tags()
+    r.end()
+    return out

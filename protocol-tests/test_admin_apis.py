@@ -1,0 +1,86 @@
+"""The admin APIs of issue 15 by hand-built frames, at the lowest and highest advertised
+version: AlterConfigs, manual replica assignments in CreateTopics/CreatePartitions."""
+import pytest
+
+import kproto as kp
+import kproto_admin as ka
+from test_apis import new_topic, topic_name, wait_leader
+
+
+def versions(broker, api):
+    lo, hi = broker.api_versions[api]
+    return [lo, hi] if lo != hi else [lo]
+
+
+def describe(c, name, keys=None):
+    r = c.call(kp.DESCRIBE_CONFIGS, 1, kp.describe_configs_request(1, [(kp.RESOURCE_TOPIC, name, keys)]))
+    [res] = kp.decode_describe_configs(r, 1)["results"]
+    return {x["name"]: (x["value"], x["config_source"]) for x in res["configs"]}
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_alter_configs_replaces_the_override_set(broker, which):
+    lo, hi = broker.api_versions[ka.ALTER_CONFIGS]
+    v = lo if which == "min" else hi
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c)
+
+        def alter(configs, validate_only=False, rtype=kp.RESOURCE_TOPIC, target=name):
+            r = c.call(ka.ALTER_CONFIGS, v, ka.alter_configs_request(v, [(rtype, target, configs)], validate_only))
+            [res] = ka.decode_alter_configs(r, v)["responses"]
+            assert (res["resource_type"], res["resource_name"]) == (rtype, target), res
+            return res["error_code"]
+
+        assert alter({"retention.ms": "3600000", "cleanup.policy": "compact"}) == 0
+        got = describe(c, name)
+        assert got["retention.ms"] == ("3600000", 1) and got["cleanup.policy"] == ("compact", 1), got
+        # the whole set is replaced: retention.ms goes back to the default
+        assert alter({"segment.bytes": "1048576"}) == 0
+        got = describe(c, name)
+        assert got["segment.bytes"] == ("1048576", 1), got
+        assert got["retention.ms"][1] == 5 and got["cleanup.policy"] == ("delete", 5), got
+        # validate_only changes nothing; bad values and keys are refused with INVALID_CONFIG
+        assert alter({"retention.ms": "1"}, validate_only=True) == 0
+        assert describe(c, name)["retention.ms"][1] == 5
+        assert alter({"cleanup.policy": "sometimes"}) == 40
+        assert alter({"no.such.key": "1"}) == 40
+        assert describe(c, name)["segment.bytes"] == ("1048576", 1)
+        assert alter({"retention.ms": "1"}, target=topic_name("missing")) == 3
+
+
+def test_manual_assignments_in_create_topics_and_create_partitions(broker):
+    ct_hi = broker.api_versions[kp.CREATE_TOPICS][1]
+    cp_lo, cp_hi = broker.api_versions[kp.CREATE_PARTITIONS]
+    with kp.Conn(broker.host, broker.port) as c:
+        def create(name, assignment, **kw):
+            r = c.call(kp.CREATE_TOPICS, ct_hi, ka.create_topics_assigned_request(ct_hi, name, assignment, **kw))
+            [t] = kp.decode_create_topics(r, ct_hi)["topics"]
+            return t
+
+        name = topic_name("manual")
+        t = create(name, {0: [0], 1: [0]})
+        assert t["error_code"] == 0 and (t.get("num_partitions"), t.get("replication_factor")) in \
+            ((2, 1), (None, None)), t
+        wait_leader(c, name, 2)
+        for bad in ({0: [1]}, {0: [0, 0]}, {0: [0], 1: []}, {1: [0]}):
+            assert create(topic_name("bad"), bad)["error_code"] == ka.INVALID_REPLICA_ASSIGNMENT, bad
+        # partition counts and replication factor together with an assignment: INVALID_REQUEST
+        assert create(topic_name("bad"), {0: [0]}, num_partitions=1)["error_code"] == 42
+
+        for v in sorted({cp_lo, cp_hi}):
+            def add(count, assignments, validate_only=False):
+                r = c.call(kp.CREATE_PARTITIONS, v,
+                           ka.create_partitions_assigned_request(v, name, count, assignments, validate_only))
+                [res] = kp.decode_create_partitions(r, v)["results"]
+                return res["error_code"], res["error_message"]
+
+            have = len(kp.metadata(c, [name], version=9)["topics"][0]["partitions"])
+            for bad in ([[1]], [[0, 0]], [[0], [0]], [[]]):
+                err, msg = add(have + 1, bad)
+                assert err == ka.INVALID_REPLICA_ASSIGNMENT, (bad, err, msg)
+            assert add(have + 1, [[0]], validate_only=True) == (0, None)
+            assert add(have + 1, [[0]])[0] == 0
+            wait_leader(c, name, have + 1)
+            md = kp.metadata(c, [name], version=9)["topics"][0]
+            assert [p["replica_nodes"] for p in sorted(md["partitions"], key=lambda p: p["partition_index"])] == \
+                [[0]] * (have + 1), md
