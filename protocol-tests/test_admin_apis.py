@@ -84,3 +84,54 @@ def test_manual_assignments_in_create_topics_and_create_partitions(broker):
             md = kp.metadata(c, [name], version=9)["topics"][0]
             assert [p["replica_nodes"] for p in sorted(md["partitions"], key=lambda p: p["partition_index"])] == \
                 [[0]] * (have + 1), md
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_elect_leaders_on_a_single_broker(broker, which):
+    lo, hi = broker.api_versions[ka.ELECT_LEADERS]
+    v = lo if which == "min" else hi
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c, 2)
+        missing = topic_name("missing")
+        r = ka.decode_elect_leaders(c.call(ka.ELECT_LEADERS, v, ka.elect_leaders_request(
+            v, {name: [0, 1, 7], missing: [0]})), v)
+        assert r["error_code"] == 0, r
+        codes = {tp: e for tp, (e, _m) in r["results"].items()}
+        # the only broker already leads (it is every partition's preferred replica)
+        assert codes == {(name, 0): ka.ELECTION_NOT_NEEDED, (name, 1): ka.ELECTION_NOT_NEEDED,
+                         (name, 7): 3, (missing, 0): 3}, r
+        # all partitions: those that needed no election are left out
+        r = ka.decode_elect_leaders(c.call(ka.ELECT_LEADERS, v, ka.elect_leaders_request(v, None)), v)
+        assert r["error_code"] == 0 and r["results"] == {}, r
+        if v >= 1:
+            r = ka.decode_elect_leaders(c.call(ka.ELECT_LEADERS, v, ka.elect_leaders_request(
+                v, {name: [0]}, election_type=1)), v)
+            assert {tp: e for tp, (e, _m) in r["results"].items()} == {(name, 0): ka.ELECTION_NOT_NEEDED}, r
+            r = ka.decode_elect_leaders(c.call(ka.ELECT_LEADERS, v, ka.elect_leaders_request(
+                v, {name: [0]}, election_type=5)), v)
+            assert r["error_code"] == 42, r
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_describe_log_dirs_reports_partition_sizes(broker, which):
+    lo, hi = broker.api_versions[ka.DESCRIBE_LOG_DIRS]
+    v = lo if which == "min" else hi
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c, 2)
+        batch = kp.build_batch([kp.Record(value=b"x" * 500, key=b"k")] * 4)
+        assert kp.produce(c, name, 1, batch)["error_code"] == 0
+        r = ka.decode_describe_log_dirs(c.call(ka.DESCRIBE_LOG_DIRS, v, ka.describe_log_dirs_request(v, None)), v)
+        assert r["error_code"] == 0, r
+        [d] = r["results"]
+        assert d["error_code"] == 0 and d["log_dir"] == str(broker.data_dir), d
+        if v >= 4:
+            assert d["total_bytes"] > 0 and 0 <= d["usable_bytes"] <= d["total_bytes"], d
+        sizes = {(t["name"], p["partition"]): p["size"] for t in d["topics"] for p in t["partitions"]}
+        on_disk = sum(f.stat().st_size for f in (broker.data_dir / f"{name}-1").glob("*.log"))
+        assert sizes[(name, 0)] == 0 and sizes[(name, 1)] == on_disk == len(batch), (sizes, on_disk)
+        assert all(not p["is_future"] and p["offset_lag"] == 0 for t in d["topics"] for p in t["partitions"])
+        # only what was asked for
+        r = ka.decode_describe_log_dirs(c.call(ka.DESCRIBE_LOG_DIRS, v, ka.describe_log_dirs_request(
+            v, {name: [1], topic_name("missing"): [0]})), v)
+        [d] = r["results"]
+        assert [(t["name"], [p["partition"] for p in t["partitions"]]) for t in d["topics"]] == [(name, [1])], d

@@ -35,6 +35,8 @@ COVERAGE = {
     kg.OFFSET_DELETE: ("test_group_apis", "test_consumer_group_life"),
     kg.OFFSET_FOR_LEADER_EPOCH: ("test_group_apis", "test_offset_for_leader_epoch"),
     ka.ALTER_CONFIGS: ("test_admin_apis", "test_alter_configs_replaces_the_override_set"),
+    ka.ELECT_LEADERS: ("test_admin_apis", "test_elect_leaders_on_a_single_broker"),
+    ka.DESCRIBE_LOG_DIRS: ("test_admin_apis", "test_describe_log_dirs_reports_partition_sizes"),
 }
 
 

@@ -3,6 +3,7 @@
 
 pub mod error;
 
+mod admin;
 mod api_versions;
 mod configs;
 mod fetch;
@@ -35,7 +36,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::OffsetCommit, 0, 9),
     (ApiKey::OffsetFetch, 0, 9),
@@ -112,6 +115,8 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             off_runtime(ctx, move |c| configs::incremental_alter_configs(c, r)).await?,
         ),
+        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(admin::elect_leaders(ctx, r).await?),
+        RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(admin::describe_log_dirs(ctx, r)),
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(metadata::describe_cluster(ctx, r)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
         RequestKind::OffsetForLeaderEpoch(r) => {

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::api::error::{ApiError, ErrorCode};
 use crate::broker::Broker;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, PartitionState};
@@ -276,6 +277,104 @@ impl Broker {
     }
 }
 
+/// An ElectLeaders request's kind (Kafka's `ElectionType`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ElectionType {
+    Preferred,
+    Unclean,
+}
+
+/// What an admin-requested election decides for one partition from its state: the state to
+/// write, or the error Kafka answers (ELECTION_NOT_NEEDED when the preferred replica already
+/// leads, or, unclean, when the leader is alive).
+pub fn admin_election(
+    kind: ElectionType,
+    replicas: &[i32],
+    state: &PartitionState,
+    live: &BTreeSet<i32>,
+    controller_epoch: i32,
+) -> Result<PartitionState, ErrorCode> {
+    match kind {
+        ElectionType::Preferred => {
+            if replicas.first() == Some(&state.leader) {
+                return Err(ErrorCode::ElectionNotNeeded);
+            }
+            preferred_leader_state(replicas, state, live, controller_epoch)
+                .ok_or(ErrorCode::PreferredLeaderNotAvailable)
+        }
+        ElectionType::Unclean => {
+            if state.leader >= 0 && live.contains(&state.leader) {
+                return Err(ErrorCode::ElectionNotNeeded);
+            }
+            next_state(replicas, Some(state), live, true, controller_epoch)
+                .filter(|s| s.leader >= 0)
+                .ok_or(ErrorCode::EligibleLeadersNotAvailable)
+        }
+    }
+}
+
+/// Writes to a partition's state before an admin election gives up on compare-and-set races
+/// with the controller's own passes.
+const ADMIN_ELECTION_ATTEMPTS: usize = 3;
+
+impl Broker {
+    /// ElectLeaders on the controller: decides each partition from its state in ZooKeeper and
+    /// writes the new state (compare-and-set); the controller's next pass, woken by the watch on
+    /// that znode, tells the brokers. Returns the new (leader, leader epoch) per partition.
+    pub fn elect_leaders(&self, kind: ElectionType, partitions: &[(String, i32)]) -> Vec<Result<(i32, i32), ApiError>> {
+        let snapshot = self.cache.snapshot();
+        let live: BTreeSet<i32> = {
+            let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+            snapshot.brokers.iter().map(|b| b.id).filter(|b| !leaving.contains(b)).collect()
+        };
+        let epoch = self.controller_epoch();
+        partitions
+            .iter()
+            .map(|(topic, partition)| {
+                let Some(p) = snapshot.topics.get(topic).and_then(|t| t.partitions.iter().find(|p| p.index == *partition))
+                else {
+                    return Err(ApiError::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("The partition {topic}-{partition} does not exist."),
+                    ));
+                };
+                let fail = |code: ErrorCode| {
+                    let why = match code {
+                        ErrorCode::ElectionNotNeeded => "Leader election not needed for topic partition.".to_string(),
+                        _ => format!("Failed to elect leader for partition {topic}-{partition} under strategy {kind:?}"),
+                    };
+                    ApiError::new(code, why)
+                };
+                if !self.store.is_zookeeper() {
+                    // Standalone, the one broker leads every partition it has.
+                    let state = cached_state(p).ok_or_else(|| fail(ErrorCode::EligibleLeadersNotAvailable))?;
+                    return admin_election(kind, &p.replicas, &state, &live, epoch)
+                        .map(|s| (s.leader, s.leader_epoch))
+                        .map_err(fail);
+                }
+                let path = zk_data::partition_state_path(topic, *partition);
+                for _ in 0..ADMIN_ELECTION_ATTEMPTS {
+                    let Some((data, version)) = self.store.get_versioned(&path)? else {
+                        return Err(fail(ErrorCode::EligibleLeadersNotAvailable));
+                    };
+                    let state = zk_data::parse_partition_state(&data)
+                        .ok_or_else(|| ApiError::new(ErrorCode::UnknownServerError, format!("unreadable {path}")))?;
+                    let next = admin_election(kind, &p.replicas, &state, &live, epoch).map_err(fail)?;
+                    match self.store.set_if_version(&path, &zk_data::partition_state_json(&next), version) {
+                        Ok(()) => {
+                            tracing::info!(%topic, partition, leader = next.leader, epoch = next.leader_epoch, ?kind, "leader elected by request");
+                            return Ok((next.leader, next.leader_epoch));
+                        }
+                        Err(StoreError::BadVersion(_)) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(ApiError::new(ErrorCode::UnknownServerError, format!("{path} kept changing; try again")))
+            })
+            .collect()
+    }
+}
+
 /// The partition state a cached partition was read from; None if it had none.
 fn cached_state(p: &PartitionInfo) -> Option<PartitionState> {
     (p.leader_epoch >= 0).then(|| PartitionState {
@@ -387,5 +486,34 @@ mod tests {
         assert!(next_state(&[0, 1], Some(&clean), &live(&[1]), false, 1).is_none());
         let back = next_state(&[0, 1], Some(&clean), &live(&[0, 1]), false, 1).unwrap();
         assert_eq!(back.leader, 0);
+    }
+
+    #[test]
+    fn admin_elections_follow_kafkas_rules() {
+        let st =
+            |leader, isr: &[i32]| PartitionState { leader, leader_epoch: 4, isr: isr.to_vec(), controller_epoch: 1 };
+        let all = live(&[1, 2, 3]);
+        // preferred: already leading, back to the preferred one, preferred out of the ISR
+        assert_eq!(
+            admin_election(ElectionType::Preferred, &[1, 2], &st(1, &[1, 2]), &all, 2),
+            Err(ErrorCode::ElectionNotNeeded)
+        );
+        let s = admin_election(ElectionType::Preferred, &[1, 2], &st(2, &[2, 1]), &all, 2).unwrap();
+        assert_eq!((s.leader, s.leader_epoch, s.controller_epoch), (1, 5, 2));
+        assert_eq!(
+            admin_election(ElectionType::Preferred, &[1, 2], &st(2, &[2]), &all, 2),
+            Err(ErrorCode::PreferredLeaderNotAvailable)
+        );
+        // unclean: a live leader needs none; a dead one is replaced by any live replica
+        assert_eq!(
+            admin_election(ElectionType::Unclean, &[1, 2], &st(1, &[1]), &all, 2),
+            Err(ErrorCode::ElectionNotNeeded)
+        );
+        let s = admin_election(ElectionType::Unclean, &[1, 2], &st(-1, &[1]), &live(&[2, 3]), 2).unwrap();
+        assert_eq!((s.leader, s.isr.clone(), s.leader_epoch), (2, vec![2], 5));
+        assert_eq!(
+            admin_election(ElectionType::Unclean, &[1, 2], &st(-1, &[1]), &live(&[3]), 2),
+            Err(ErrorCode::EligibleLeadersNotAvailable)
+        );
     }
 }

@@ -205,6 +205,23 @@ impl LogManager {
         }
     }
 
+    /// Each log dir with whether it is online and the partitions placed in it (what
+    /// DescribeLogDirs reports), read without touching any log's lock.
+    pub fn placement(&self) -> Vec<(&Path, bool, Vec<Key>)> {
+        let st = self.state();
+        let mut out: Vec<(&Path, bool, Vec<Key>)> =
+            self.dirs.iter().zip(&self.online).map(|(d, &on)| (d.as_path(), on, Vec::new())).collect();
+        for (k, e) in &st.logs {
+            if let Some(slot) = out.get_mut(e.dir_idx) {
+                slot.2.push(k.clone());
+            }
+        }
+        for slot in &mut out {
+            slot.2.sort();
+        }
+        out
+    }
+
     pub fn all(&self) -> Vec<(Key, Arc<Mutex<Log>>)> {
         self.state().logs.iter().map(|(k, e)| (k.clone(), e.log.clone())).collect()
     }

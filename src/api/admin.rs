@@ -1,0 +1,169 @@
+//! Cluster administration beyond topics and configs: ElectLeaders (served by the controller,
+//! as in ZooKeeper-mode Kafka) and DescribeLogDirs (each broker describes its own log dirs).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+use kafka_protocol::messages::{
+    DescribeLogDirsRequest, DescribeLogDirsResponse, ElectLeadersRequest, ElectLeadersResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::error::{ApiError, ErrorCode};
+use super::RequestContext;
+use crate::controller::election::ElectionType;
+
+/// How often a waiting ElectLeaders looks whether the brokers have been told of its leaders.
+const ELECTION_POLL: Duration = Duration::from_millis(20);
+
+type Outcome = ((String, i32), Result<(i32, i32), ApiError>);
+
+/// Decides and writes the elections (blocking: ZooKeeper reads and writes).
+fn run_elections(ctx: &RequestContext, req: &ElectLeadersRequest) -> Result<Vec<Outcome>, ErrorCode> {
+    let broker = &ctx.broker;
+    let kind = match (ctx.version(), req.election_type) {
+        (0, _) | (_, 0) => ElectionType::Preferred,
+        (_, 1) => ElectionType::Unclean,
+        _ => return Err(ErrorCode::InvalidRequest),
+    };
+    let snapshot = broker.cache.snapshot();
+    let wanted: Vec<(String, i32)> = match &req.topic_partitions {
+        Some(list) => {
+            let mut seen = BTreeSet::new();
+            list.iter()
+                .flat_map(|t| t.partitions.iter().map(move |&p| (t.topic.0.to_string(), p)))
+                .filter(|tp| seen.insert(tp.clone()))
+                .collect()
+        }
+        None => {
+            snapshot.topics.values().flat_map(|t| t.partitions.iter().map(move |p| (t.name.clone(), p.index))).collect()
+        }
+    };
+    if let Err(e) = broker.check_controller() {
+        return Ok(wanted.into_iter().map(|tp| (tp, Err(e.clone()))).collect());
+    }
+    let results = broker.elect_leaders(kind, &wanted);
+    Ok(wanted.into_iter().zip(results).collect())
+}
+
+pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> Result<ElectLeadersResponse, String> {
+    let mut r = ElectLeadersResponse::default();
+    let all = req.topic_partitions.is_none();
+    let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let c = ctx.clone();
+    let outcomes = tokio::task::spawn_blocking(move || run_elections(&c, &req))
+        .await
+        .map_err(|e| format!("admin request failed: {e}"))?;
+    let mut outcomes = match outcomes {
+        Ok(o) => o,
+        Err(code) => {
+            r.error_code = code.code();
+            return Ok(r);
+        }
+    };
+    // As Kafka's DelayedElectLeader: answer once this broker's image shows each new leader
+    // (the controller's pass has told the brokers), or at the timeout with REQUEST_TIMED_OUT.
+    loop {
+        let snapshot = ctx.broker.cache.snapshot();
+        let pending = |((t, p), res): &Outcome| {
+            let Ok((leader, epoch)) = res else { return false };
+            let now = snapshot.topics.get(t).and_then(|t| t.partitions.iter().find(|x| x.index == *p));
+            now.is_none_or(|x| !(x.leader == *leader && x.leader_epoch >= *epoch))
+        };
+        if !outcomes.iter().any(pending) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            for o in outcomes.iter_mut().filter(|o| pending(o)) {
+                o.1 = Err(ApiError::new(ErrorCode::RequestTimedOut, "Timed out waiting for the leader election"));
+            }
+            break;
+        }
+        tokio::time::sleep(ELECTION_POLL).await;
+    }
+    for ((topic, partition), res) in outcomes {
+        let mut pr = PartitionResult::default();
+        pr.partition_id = partition;
+        if let Err(e) = res {
+            // Asked for every partition, Kafka leaves out those that needed no election.
+            if all && e.code == ErrorCode::ElectionNotNeeded.code() {
+                continue;
+            }
+            pr.error_code = e.code;
+            pr.error_message = Some(StrBytes::from_string(e.message));
+        }
+        match r.replica_election_results.iter_mut().find(|x| x.topic.0.as_str() == topic) {
+            Some(t) => t.partition_result.push(pr),
+            None => {
+                let mut t = ReplicaElectionResult::default();
+                t.topic = TopicName(StrBytes::from_string(topic));
+                t.partition_result.push(pr);
+                r.replica_election_results.push(t);
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// Total and usable bytes of the file system holding `dir`; -1 each when unknown, as Kafka
+/// reports them.
+fn volume_bytes(dir: &std::path::Path) -> (i64, i64) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return (-1, -1) };
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is a NUL-terminated string and `st` points to writable memory of the
+    // right size; statvfs only writes into it.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return (-1, -1);
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    let block = st.f_frsize as i64;
+    (block.saturating_mul(st.f_blocks as i64), block.saturating_mul(st.f_bavail as i64))
+}
+
+pub fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+    let broker = &ctx.broker;
+    let wanted: Option<BTreeSet<(String, i32)>> = req
+        .topics
+        .as_ref()
+        .map(|ts| ts.iter().flat_map(|t| t.partitions.iter().map(move |&p| (t.topic.0.to_string(), p))).collect());
+    let mut r = DescribeLogDirsResponse::default();
+    for (dir, online, keys) in broker.replicas.logs().placement() {
+        let mut out = DescribeLogDirsResult::default();
+        out.log_dir = StrBytes::from_string(dir.display().to_string());
+        (out.total_bytes, out.usable_bytes) = if online { volume_bytes(dir) } else { (-1, -1) };
+        if !online {
+            out.error_code = ErrorCode::KafkaStorageError.code();
+            r.results.push(out);
+            continue;
+        }
+        for (topic, partition) in keys {
+            if wanted.as_ref().is_some_and(|w| !w.contains(&(topic.clone(), partition))) {
+                continue;
+            }
+            let Some(part) = broker.replicas.hosted(&topic, partition) else { continue };
+            let mut p = DescribeLogDirsPartition::default();
+            p.partition_index = partition;
+            p.partition_size = part.log_stats().size_bytes().min(i64::MAX as u64) as i64;
+            // Only a future replica (AlterReplicaLogDirs, not offered) lags its current one.
+            p.offset_lag = 0;
+            match out.topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+                Some(t) => t.partitions.push(p),
+                None => {
+                    let mut t = DescribeLogDirsTopic::default();
+                    t.name = TopicName(StrBytes::from_string(topic));
+                    t.partitions.push(p);
+                    out.topics.push(t);
+                }
+            }
+        }
+        r.results.push(out);
+    }
+    r
+}
