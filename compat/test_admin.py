@@ -233,3 +233,100 @@ def test_manual_assignments_create_topics_and_partitions(cluster):
     c.wait_topic_online(topic, 6)
     wait_until(lambda: {p: r for p, (r, _) in _replicas(c, 3, topic).items()} == want, WAIT,
                "Metadata to show the added partitions' assignment")
+
+
+# ---------------------------------------------------------------------------
+# 3. ElectLeaders, DescribeLogDirs
+# ---------------------------------------------------------------------------
+
+def _leaders(c, topic):
+    return {p: s["leader"] for p, s in c.partition_states(topic).items()}
+
+
+def test_elect_leaders_preferred_after_restart_and_unclean(cluster):
+    from kafka.protocol.admin.topics import ElectionType as KElectionType
+    c = cluster
+    a = c.admin(2)
+    topic, lonely = uniq("elect"), uniq("unclean")
+    a.create_topics([NewTopic(topic, 3, replica_assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]]),
+                     NewTopic(lonely, 1, replica_assignment=[[2, 3]])])[topic].result(WAIT)
+    c.wait_topic_online(topic, 3)
+    c.wait_topic_online(lonely, 1)
+    p = ck.Producer({"bootstrap.servers": c.bootstrap(), "acks": "all"})
+    for i in range(30):
+        p.produce(topic, value=b"v%d" % i, partition=i % 3)
+    assert p.flush(WAIT) == 0
+
+    # a restart of broker 1 leaves partition 0 led by another replica
+    c.brokers[1].restart()
+    wait_until(lambda: all(1 in s["isr"] for s in c.partition_states(topic).values()), WAIT,
+               "broker 1 back in every ISR")
+    assert _leaders(c, topic)[0] != 1, c.partition_states(topic)
+
+    # a fresh client: the restart may have moved the controller, and librdkafka does not
+    # refresh its controller id on a partition-level NOT_CONTROLLER
+    a = c.admin(2)
+    res = a.elect_leaders(ck.ElectionType.PREFERRED,
+                          [ck.TopicPartition(topic, i) for i in range(3)]).result(WAIT)
+    errors = {tp.partition: (e.code() if e else None) for tp, e in res.items()}
+    assert errors == {0: None, 1: ck.KafkaError.ELECTION_NOT_NEEDED, 2: ck.KafkaError.ELECTION_NOT_NEEDED}, res
+    # answered once the brokers know: the controller's record and every broker's Metadata agree
+    assert _leaders(c, topic) == {0: 1, 1: 2, 2: 3}
+    for i in (1, 2, 3):
+        wait_until(lambda i=i: _replicas(c, i, topic)[0][1] == 1, WAIT, f"broker {i} to name leader 1")
+    lows_highs = [ck.Consumer({"bootstrap.servers": c.bootstrap(), "group.id": uniq("w")})
+                  .get_watermark_offsets(ck.TopicPartition(topic, i), timeout=WAIT) for i in range(3)]
+    assert [hw for _lo, hw in lows_highs] == [10, 10, 10], lows_highs
+
+    # unclean: the only ISR member dies; the out-of-sync replica leads only when asked to
+    c.brokers[3].stop()
+    wait_until(lambda: c.partition_state(lonely, 0)["isr"] == [2], WAIT, "the ISR of the lonely partition to shrink")
+    c.brokers[2].stop()
+    wait_until(lambda: c.partition_state(lonely, 0)["leader"] == -1, WAIT, "the lonely partition to lose its leader")
+    c.brokers[3]._fixed_port = True
+    c.brokers[3].start()
+    c.wait_registered([1, 3])
+    assert c.partition_state(lonely, 0)["leader"] == -1
+    ka = KafkaAdminClient(bootstrap_servers=c.bootstrap([1, 3]), request_timeout_ms=30000)
+    try:
+        with pytest.raises(Exception) as e:
+            ka.elect_leaders(KElectionType.PREFERRED, {lonely: [0]})
+        assert "PreferredLeaderNotAvailable" in repr(e.value) or "PREFERRED_LEADER" in repr(e.value), e.value
+        ka.elect_leaders(KElectionType.UNCLEAN, {lonely: [0]})
+    finally:
+        ka.close()
+    st = c.partition_state(lonely, 0)
+    assert (st["leader"], st["isr"]) == (3, [3]), st
+
+
+def test_describe_log_dirs_on_every_broker(cluster):
+    c = cluster
+    a = c.admin(1)
+    topic = uniq("dirs")
+    a.create_topics([NewTopic(topic, 2, 3)])[topic].result(WAIT)
+    c.wait_topic_online(topic, 2)
+    p = ck.Producer({"bootstrap.servers": c.bootstrap(), "acks": "all"})
+    for i in range(20):
+        p.produce(topic, value=b"x" * 200, partition=0)
+    assert p.flush(WAIT) == 0
+    ka = KafkaAdminClient(bootstrap_servers=c.bootstrap(), request_timeout_ms=30000)
+    try:
+        def sizes():
+            out = {}
+            for entry in ka.describe_log_dirs(topic_partitions={topic: [0, 1]}):
+                [d] = entry["log_dirs"]
+                assert d["error_code"] == 0 and d["total_bytes"] >= d["usable_bytes"] > 0, d
+                assert d["log_dir"] == str(c.brokers[entry["broker"]].data_dir), d
+                for t in d["topics"]:
+                    for part in t["partitions"]:
+                        out[(entry["broker"], t["name"], part["partition_index"])] = part["partition_size"]
+            return out
+
+        def replicated():
+            s = sizes()
+            leader_size = sum(f.stat().st_size for f in (c.brokers[1].data_dir / f"{topic}-0").glob("*.log"))
+            want = {(b, topic, 0): leader_size for b in (1, 2, 3)} | {(b, topic, 1): 0 for b in (1, 2, 3)}
+            return s if leader_size > 0 and s == want else None
+        wait_until(replicated, WAIT, "every broker to report the same partition sizes as on disk", interval=0.2)
+    finally:
+        ka.close()
