@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import java_client
 from cluster_harness import Cluster
 from common import uniq, wait_until
 from gregor_fixtures import _failed, _register
@@ -21,7 +22,7 @@ from kafka.admin import KafkaAdminClient  # noqa: E402
 
 WAIT = 60
 # The shortest session a group member may ask for: what the static-member checks wait out.
-SESSION_MS = 2000
+SESSION_MS = 4000
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 
 
@@ -32,7 +33,8 @@ def single(broker_factory):
 
 @pytest.fixture
 def cluster(request, zookeeper):
-    c = Cluster(zookeeper, 3, overrides={"auto.leader.rebalance.enable": "false"},
+    c = Cluster(zookeeper, 3, overrides={"auto.leader.rebalance.enable": "false",
+                                         "log.retention.check.interval.ms": "300"},
                 on_new_broker=lambda b: _register(request, b))
     c.start()
     yield c
@@ -330,3 +332,79 @@ def test_describe_log_dirs_on_every_broker(cluster):
         wait_until(replicated, WAIT, "every broker to report the same partition sizes as on disk", interval=0.2)
     finally:
         ka.close()
+
+
+# ---------------------------------------------------------------------------
+# 4. dynamic broker configs
+# ---------------------------------------------------------------------------
+
+def _segments(b, topic):
+    return sorted(int(f.stem) for f in (b.data_dir / f"{topic}-0").glob("*.log"))
+
+
+def _broker_configs(c, broker_id):
+    res = ck.admin.ConfigResource(ck.admin.ResourceType.BROKER, str(broker_id))
+    a = c.admin(broker_id)  # kept until the result is in: a dropped client fails its futures
+    return a.describe_configs([res])[res].result(WAIT)
+
+
+def test_cluster_wide_retention_applies_on_every_broker_without_restart(cluster):
+    c = cluster
+    a = c.admin(1)
+    topic = uniq("dynret")
+    a.create_topics([NewTopic(topic, 1, 3, config={"segment.bytes": "1024"})])[topic].result(WAIT)
+    c.wait_topic_online(topic, 1)
+    p = ck.Producer({"bootstrap.servers": c.bootstrap(), "acks": "all", "linger.ms": 0})
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    for i in range(40):
+        p.produce(topic, value=b"x" * 200, partition=0, timestamp=hour_ago)
+        p.flush(WAIT)
+    starts = {i: c.brokers[i].starts for i in (1, 2, 3)}
+    wait_until(lambda: all(len(_segments(c.brokers[i], topic)) > 3 for i in (1, 2, 3)), WAIT,
+               "every replica to have rolled segments")
+    # a week's default retention keeps hour-old records (checked every 300 ms)
+    time.sleep(1)  # several retention checks: nothing may be deleted
+    assert all(_segments(c.brokers[i], topic)[0] == 0 for i in (1, 2, 3))
+
+    before = _broker_configs(c, 2)
+    assert before["log.retention.ms"].source == ck.admin.ConfigSource.DEFAULT_CONFIG.value, before["log.retention.ms"]
+    assert before["broker.id"].is_read_only and before["broker.id"].source == \
+        ck.admin.ConfigSource.STATIC_BROKER_CONFIG.value, before["broker.id"]
+    assert not before["log.retention.ms"].is_read_only
+
+    # cluster-wide (resource name "", which librdkafka and kafka-python cannot send): the Java
+    # AdminClient's IncrementalAlterConfigs, as kafka-configs --entity-default sends it
+    java_client.run(java_client.compile_client()[0], c.bootstrap(), c.brokers[1].base_dir / "java-tmp",
+                    "set-cluster-config", "log.retention.ms", "60000")
+    assert c.get_json("/config/brokers/<default>")["config"] == {"log.retention.ms": "60000"}
+    notes = [c.get_json(f"/config/changes/{n}") for n in c.kz.get_children("/config/changes")]
+    assert {"version": 2, "entity_path": "brokers/<default>"} in notes, notes
+
+    # every broker deletes the hour-old segments, none restarted
+    wait_until(lambda: all(_segments(c.brokers[i], topic)[0] > 0 for i in (1, 2, 3)), WAIT,
+               "retention to delete old segments on every broker")
+    assert {i: c.brokers[i].starts for i in (1, 2, 3)} == starts
+    for i in (1, 2, 3):
+        got = _broker_configs(c, i)["log.retention.ms"]
+        assert (got.value, got.source) == ("60000", ck.admin.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), got
+        ai = c.admin(i)
+        t = _topic_configs(ai, topic)["retention.ms"]
+        assert t == ("60000", ck.admin.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), t
+
+    # a static-only key is refused; a per-broker value wins over the default on that broker only
+    bad = ck.admin.ConfigResource(ck.admin.ResourceType.BROKER, "1", incremental_configs=[
+        ck.admin.ConfigEntry("broker.id", "7", incremental_operation=ck.admin.AlterConfigOpType.SET)])
+    with pytest.raises(ck.KafkaException) as e:
+        a.incremental_alter_configs([bad])[bad].result(WAIT)
+    assert e.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+    ka = KafkaAdminClient(bootstrap_servers=c.brokers[3].bootstrap, request_timeout_ms=30000)
+    try:
+        from kafka.admin import ConfigResource, ConfigResourceType
+        r = ka.alter_configs([ConfigResource(ConfigResourceType.BROKER, "3", {"log.retention.ms": "120000"})],
+                             incremental=False, raise_on_unknown=False)
+        assert "OK" in str(r), r
+    finally:
+        ka.close()
+    got = _broker_configs(c, 3)["log.retention.ms"]
+    assert (got.value, got.source) == ("120000", ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value), got
+    assert _broker_configs(c, 2)["log.retention.ms"].value == "60000"

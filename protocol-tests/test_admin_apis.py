@@ -135,3 +135,39 @@ def test_describe_log_dirs_reports_partition_sizes(broker, which):
             v, {name: [1], topic_name("missing"): [0]})), v)
         [d] = r["results"]
         assert [(t["name"], [p["partition"] for p in t["partitions"]]) for t in d["topics"]] == [(name, [1])], d
+
+
+def broker_view(c, name, keys=None):
+    r = c.call(kp.DESCRIBE_CONFIGS, 1, kp.describe_configs_request(1, [(kp.RESOURCE_BROKER, name, keys)]))
+    [res] = kp.decode_describe_configs(r, 1)["results"]
+    assert res["error_code"] == 0, res
+    return {x["name"]: (x["value"], x["config_source"], x["read_only"]) for x in res["configs"]}
+
+
+def test_dynamic_broker_configs_and_their_sources(broker):
+    v = broker.api_versions[ka.ALTER_CONFIGS][1]
+    with kp.Conn(broker.host, broker.port) as c:
+        def alter(name, configs):
+            r = c.call(ka.ALTER_CONFIGS, v, ka.alter_configs_request(v, [(kp.RESOURCE_BROKER, name, configs)]))
+            [res] = ka.decode_alter_configs(r, v)["responses"]
+            return res["error_code"]
+
+        got = broker_view(c, "0")
+        # set by the harness: static; never set: Kafka's default; broker.id is read-only
+        assert got["broker.id"] == ("0", 4, True), got["broker.id"]
+        assert got["log.retention.ms"][1:] == (5, False), got["log.retention.ms"]
+        assert got["num.io.threads"][1] == 5, got["num.io.threads"]
+        assert alter("", {"log.retention.ms": "3600000"}) == 0
+        assert broker_view(c, "0", ["log.retention.ms"])["log.retention.ms"] == ("3600000", 3, False)
+        assert broker_view(c, "")["log.retention.ms"] == ("3600000", 3, False)
+        name = new_topic(c)
+        assert describe(c, name, ["retention.ms"])["retention.ms"] == ("3600000", 3)
+        assert alter("0", {"log.retention.ms": "7200000"}) == 0
+        assert broker_view(c, "0", ["log.retention.ms"])["log.retention.ms"] == ("7200000", 2, False)
+        # static-only keys, bad values and other brokers' ids are refused
+        assert alter("", {"broker.id": "5"}) == 40
+        assert alter("", {"log.retention.ms": "soon"}) == 40
+        assert alter("7", {"log.retention.ms": "1"}) == 42
+        # AlterConfigs replaces the entity: without the key it falls back to the default entity
+        assert alter("0", {}) == 0
+        assert broker_view(c, "0", ["log.retention.ms"])["log.retention.ms"] == ("3600000", 3, False)

@@ -192,7 +192,7 @@ def test_secrets_are_described_as_sensitive(broker_factory):
         "num.partitions": "3",
     })
     with kp.Conn(b.host, b.port) as c:
-        body = kp.describe_configs_request(4, [(4, "", None)])
+        body = kp.describe_configs_request(4, [(4, str(b.broker_id), None)])
         r = kp.decode_describe_configs(c.call(kp.DESCRIBE_CONFIGS, 4, body), 4)
     configs = {x["name"]: x for x in r["results"][0]["configs"]}
     for key in ("sasl.jaas.config", "ssl.keystore.password"):

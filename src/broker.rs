@@ -36,7 +36,9 @@ const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
 type IsrChange = (Arc<Partition>, Vec<i32>);
 
 pub struct Broker {
+    /// The static configuration; what is in force is `effective_config()`.
     pub config: BrokerConfig,
+    pub dynamic: crate::dynamic_config::DynamicConfigs,
     pub cache: MetadataCache,
     pub store: Arc<ZnodeStore>,
     pub replicas: ReplicaManager,
@@ -161,6 +163,7 @@ impl Broker {
             membership_zk_mirror: Default::default(),
             fetchers: FetcherManager::default(),
             fetch_sessions: Default::default(),
+            dynamic: crate::dynamic_config::DynamicConfigs::new(&config),
             config,
             cache,
             store,
@@ -181,6 +184,7 @@ impl Broker {
             self_ref: std::sync::OnceLock::new(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
+        broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
@@ -308,7 +312,7 @@ impl Broker {
     pub fn metrics_sample(&self) -> crate::metrics::StateSample {
         use crate::metrics::{PartitionSample, StateSample, ZooKeeperSample};
         let snapshot = self.cache.snapshot();
-        let default_min_isr = self.config.min_insync_replicas.max(1) as usize;
+        let default_min_isr = self.effective_config().min_insync_replicas.max(1) as usize;
         let partitions = self
             .replicas
             .all_partitions()

@@ -85,7 +85,7 @@ impl std::fmt::Display for Endpoint {
 
 /// Kafka's broker keys that gregor reads, with Kafka's defaults. The value strings are parsed by
 /// [`BrokerConfig::from_map`]; keys absent here but known to Kafka are accepted silently.
-const DEFAULTS: &[(&str, &str)] = &[
+pub const DEFAULTS: &[(&str, &str)] = &[
     ("broker.id", "0"),
     ("broker.rack", ""),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
@@ -238,9 +238,35 @@ pub struct BrokerConfig {
     pub log: LogConfig,
     /// Every key as finally resolved (defaults included), for DescribeConfigs.
     pub values: BTreeMap<String, String>,
+    /// The keys the operator set (file, environment, overrides), as given: what DescribeConfigs
+    /// reports as STATIC_BROKER_CONFIG rather than DEFAULT_CONFIG.
+    pub given: BTreeMap<String, String>,
+}
+
+/// The broker keys that can be changed at run time through `/config/brokers/<id>` and
+/// `/config/brokers/<default>` (a subset of Kafka's `DynamicBrokerConfig`): the defaults of
+/// the topic-level configs.
+pub fn is_dynamic_broker_config(key: &str) -> bool {
+    TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key)
 }
 
 impl BrokerConfig {
+    /// This configuration with dynamic values (cluster-wide defaults overlaid with this
+    /// broker's own) over the static ones; `given` stays what the operator set statically.
+    pub fn with_dynamic(&self, dynamic: &BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
+        if let Some(key) = dynamic.keys().find(|k| !is_dynamic_broker_config(k)) {
+            return Err(invalid(key, &dynamic[key], "cannot be updated dynamically"));
+        }
+        let mut map = self.given.clone();
+        map.extend(dynamic.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // Kafka's precedence among the retention keys is ms, minutes, hours: a dynamic
+        // log.retention.ms must win over a static log.retention.hours, which it does.
+        let mut next = BrokerConfig::from_map(map)?;
+        next.broker_id = self.broker_id;
+        next.given = self.given.clone();
+        Ok(next)
+    }
+
     /// Reads the file (if any), then the environment, then the overrides.
     pub fn load(
         file: Option<&Path>,
@@ -285,6 +311,7 @@ impl BrokerConfig {
         }
         let mut values: BTreeMap<String, String> =
             DEFAULTS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let given_keys = given.clone();
         values.extend(given);
         // `log.dir` is Kafka's single-directory alias, used only when `log.dirs` is not given.
         if let Some(dir) = values.get("log.dir").cloned() {
@@ -452,6 +479,7 @@ impl BrokerConfig {
             transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
             log,
             values: values.clone(),
+            given: given_keys,
         };
         for key in ["log.cleaner.enable", "unclean.leader.election.enable", "controlled.shutdown.enable"] {
             boolean(key, get(key))?;
@@ -983,6 +1011,20 @@ mod tests {
 
     fn load(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
         BrokerConfig::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn dynamic_values_override_static_ones_and_only_dynamic_keys_are_taken() {
+        let c = load(&[("log.retention.hours", "1"), ("num.partitions", "4")]).unwrap();
+        assert_eq!(c.log.retention_ms, 3_600_000);
+        let dynamic: BTreeMap<String, String> = [("log.retention.ms".to_string(), "5000".to_string())].into();
+        let d = c.with_dynamic(&dynamic).unwrap();
+        assert_eq!((d.log.retention_ms, d.num_partitions), (5000, 4));
+        assert_eq!(d.given, c.given, "what the operator set statically is unchanged");
+        let fixed: BTreeMap<String, String> = [("num.partitions".to_string(), "9".to_string())].into();
+        assert!(c.with_dynamic(&fixed).is_err());
+        let bad: BTreeMap<String, String> = [("log.retention.ms".to_string(), "soon".to_string())].into();
+        assert!(c.with_dynamic(&bad).is_err());
     }
 
     #[test]

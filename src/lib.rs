@@ -9,6 +9,7 @@ pub mod api;
 pub mod broker;
 pub mod config;
 pub mod controller;
+pub mod dynamic_config;
 pub mod group;
 pub mod log;
 pub mod metadata;

@@ -68,6 +68,7 @@ public class GregorCompat {
                 case "verify": verifyN(args[3], Integer.parseInt(args[2])); break;
                 case "produce-stream": produceStream(args[2]); break;
                 case "verify-acked": verifyAcked(args[2], args[3]); break;
+                case "set-cluster-config": setClusterConfig(args[2], args[3]); break;
                 default:
                     System.err.println("unknown scenario " + scenario);
                     System.exit(2);
@@ -456,6 +457,20 @@ public class GregorCompat {
                     org.apache.kafka.common.config.ConfigResource.Type.BROKER, Integer.toString(nodes.iterator().next().id()));
             Config bc = a.describeConfigs(List.of(br)).all().get(60, TimeUnit.SECONDS).get(br);
             check(!bc.entries().isEmpty(), "no broker configs");
+        }
+    }
+
+    /** kafka-configs --entity-default --alter: the cluster-wide dynamic broker config. */
+    static void setClusterConfig(String key, String value) throws Exception {
+        try (Admin a = admin()) {
+            org.apache.kafka.common.config.ConfigResource all = new org.apache.kafka.common.config.ConfigResource(
+                    org.apache.kafka.common.config.ConfigResource.Type.BROKER, "");
+            a.incrementalAlterConfigs(Map.of(all, List.of(new AlterConfigOp(new ConfigEntry(key, value),
+                    AlterConfigOp.OpType.SET)))).all().get(60, TimeUnit.SECONDS);
+            Config c = a.describeConfigs(List.of(all)).all().get(60, TimeUnit.SECONDS).get(all);
+            ConfigEntry e = c.get(key);
+            check(e != null && value.equals(e.value()) && e.source() == ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                    "cluster default " + key + " after alter: " + c);
         }
     }
 

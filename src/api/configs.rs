@@ -1,5 +1,5 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and DescribeConfigs
-//! for the broker).
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and for the broker's
+//! dynamic configs (this broker's `/config/brokers/<id>`, or the cluster-wide `<default>`).
 
 use std::collections::BTreeMap;
 
@@ -13,13 +13,15 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::error::{ApiError, ErrorCode};
 use super::RequestContext;
-use crate::config::{BrokerConfig, TOPIC_CONFIGS};
+use crate::broker::Broker;
+use crate::config::{is_dynamic_broker_config, TOPIC_CONFIGS};
+use crate::dynamic_config::{DynamicValues, DEFAULT_ENTITY};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs config sources (Kafka's `ConfigSource`).
 const SOURCE_TOPIC: i8 = 1;
-const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = crate::dynamic_config::SOURCE_DYNAMIC_DEFAULT_BROKER;
 const SOURCE_DEFAULT: i8 = 5;
 
 const OP_SET: i8 = 0;
@@ -31,15 +33,37 @@ pub struct ConfigEntry {
     pub name: &'static str,
     pub value: String,
     pub source: i8,
+    /// (name, value, source) of every value that applies, highest precedence first.
+    pub synonyms: Vec<(String, String, i8)>,
 }
 
-/// Every topic-level key with its effective value and where that value comes from.
-pub fn topic_config_entries(config: &BrokerConfig, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
+/// Every topic-level key with its effective value and where that value comes from: the
+/// topic's override, else the broker key it defaults to, at that key's own source (dynamic,
+/// static or default), as Kafka reports them.
+pub fn topic_config_entries(broker: &Broker, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
+    let effective = broker.effective_config();
+    let dynamic = broker.dynamic.values();
     TOPIC_CONFIGS
         .iter()
-        .map(|&(name, _)| match overrides.get(name) {
-            Some(v) => ConfigEntry { name, value: v.clone(), source: SOURCE_TOPIC },
-            None => ConfigEntry { name, value: config.topic_default(name).unwrap_or_default(), source: SOURCE_DEFAULT },
+        .map(|&(name, broker_key)| {
+            let mut synonyms: Vec<(String, String, i8)> = dynamic
+                .sources(&broker.config, broker_key)
+                .into_iter()
+                .map(|(v, source)| (broker_key.to_string(), v, source))
+                .collect();
+            let default_source = synonyms.first().map(|s| s.2).unwrap_or(SOURCE_DEFAULT);
+            match overrides.get(name) {
+                Some(v) => {
+                    synonyms.insert(0, (name.to_string(), v.clone(), SOURCE_TOPIC));
+                    ConfigEntry { name, value: v.clone(), source: SOURCE_TOPIC, synonyms }
+                }
+                None => ConfigEntry {
+                    name,
+                    value: effective.topic_default(name).unwrap_or_default(),
+                    source: default_source,
+                    synonyms,
+                },
+            }
         })
         .collect()
 }
@@ -85,6 +109,49 @@ fn entry(name: &str, value: String, source: i8) -> DescribeConfigsResourceResult
     e
 }
 
+fn with_synonyms(
+    mut e: DescribeConfigsResourceResult,
+    synonyms: Vec<(String, String, i8)>,
+    include: bool,
+) -> DescribeConfigsResourceResult {
+    use kafka_protocol::messages::describe_configs_response::DescribeConfigsSynonym;
+    if include {
+        e.synonyms = synonyms
+            .into_iter()
+            .map(|(name, value, source)| {
+                let mut s = DescribeConfigsSynonym::default();
+                s.value = (!is_sensitive(&name)).then(|| StrBytes::from_string(value));
+                s.name = StrBytes::from_string(name);
+                s.source = source;
+                s
+            })
+            .collect();
+    }
+    e
+}
+
+/// This broker's configs: each key's effective value at its source; only the dynamically
+/// updatable keys are writable (`broker.id` and the rest are read-only).
+fn broker_entries(
+    broker: &Broker,
+    dynamic: &DynamicValues,
+    include_synonyms: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    let effective = broker.effective_config();
+    effective
+        .values
+        .iter()
+        .map(|(k, v)| {
+            let synonyms: Vec<(String, String, i8)> =
+                dynamic.sources(&broker.config, k).into_iter().map(|(val, s)| (k.clone(), val, s)).collect();
+            let source = synonyms.first().map(|s| s.2).unwrap_or(SOURCE_DEFAULT);
+            let mut e = entry(k, v.clone(), source);
+            e.read_only = !is_dynamic_broker_config(k);
+            with_synonyms(e, synonyms, include_synonyms)
+        })
+        .collect()
+}
+
 pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let broker = &ctx.broker;
     let mut r = DescribeConfigsResponse::default();
@@ -97,10 +164,10 @@ pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> De
         match res.resource_type {
             RESOURCE_TOPIC => match broker.cache.topic(res.resource_name.as_str()) {
                 Some(t) => {
-                    out.configs = topic_config_entries(&broker.config, &t.configs)
+                    out.configs = topic_config_entries(broker, &t.configs)
                         .into_iter()
                         .filter(|e| wanted(e.name))
-                        .map(|e| entry(e.name, e.value, e.source))
+                        .map(|e| with_synonyms(entry(e.name, e.value, e.source), e.synonyms, req.include_synonyms))
                         .collect();
                 }
                 None => {
@@ -108,16 +175,26 @@ pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> De
                     out.error_message = Some(StrBytes::from_static_str("Topic does not exist"));
                 }
             },
-            RESOURCE_BROKER
-                if res.resource_name.is_empty()
-                    || res.resource_name.as_str() == broker.config.broker_id.to_string() =>
-            {
+            // The cluster-wide entity lists only what is set in it, as Kafka's does.
+            RESOURCE_BROKER if res.resource_name.is_empty() => {
                 out.configs = broker
-                    .config
-                    .values
-                    .iter()
+                    .dynamic
+                    .values()
+                    .cluster
+                    .into_iter()
                     .filter(|(k, _)| wanted(k))
-                    .map(|(k, v)| entry(k, v.clone(), SOURCE_STATIC_BROKER))
+                    .map(|(k, v)| {
+                        let mut e = entry(&k, v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER);
+                        e.read_only = !is_dynamic_broker_config(&k);
+                        with_synonyms(e, vec![(k, v, SOURCE_DYNAMIC_DEFAULT_BROKER)], req.include_synonyms)
+                    })
+                    .collect();
+            }
+            RESOURCE_BROKER if res.resource_name.as_str() == broker.config.broker_id.to_string() => {
+                let dynamic = broker.dynamic.values();
+                out.configs = broker_entries(broker, &dynamic, req.include_synonyms)
+                    .into_iter()
+                    .filter(|e| wanted(e.name.as_str()))
                     .collect();
             }
             _ => {
@@ -143,7 +220,8 @@ fn alter_topic(
         .ok_or_else(|| ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("Topic {name} does not exist")))?;
     let mut configs = topic.configs.clone();
     for (key, op, value) in ops {
-        let current = configs.get(key).cloned().or_else(|| broker.config.topic_default(key)).unwrap_or_default();
+        let current =
+            configs.get(key).cloned().or_else(|| broker.effective_config().topic_default(key)).unwrap_or_default();
         let list =
             |s: &str| s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::to_string).collect::<Vec<_>>();
         match *op {
@@ -200,7 +278,8 @@ pub fn incremental_alter_configs(
             .collect();
         let result = match res.resource_type {
             RESOURCE_TOPIC => alter_topic(ctx, res.resource_name.as_str(), &ops, req.validate_only),
-            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic configs can be altered")),
+            RESOURCE_BROKER => alter_broker(ctx, res.resource_name.as_str(), &ops, req.validate_only),
+            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
         };
         if let Err(e) = result {
             out.error_code = e.code;
@@ -209,6 +288,87 @@ pub fn incremental_alter_configs(
         r.responses.push(out);
     }
     r
+}
+
+/// The dynamic entity a BROKER resource names: "" is the cluster-wide `<default>`, otherwise
+/// it must be this broker's id (each broker stores its own, as Kafka's does).
+fn broker_entity(broker: &Broker, name: &str) -> Result<String, ApiError> {
+    if name.is_empty() {
+        return Ok(DEFAULT_ENTITY.to_string());
+    }
+    let me = broker.config.broker_id;
+    if name != me.to_string() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("Unexpected broker id, expected {me} or empty string, but received {name}"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// Validates and stores a broker entity's new dynamic configs.
+fn store_broker_entity(
+    ctx: &RequestContext,
+    entity: &str,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let broker = &ctx.broker;
+    let fixed: Vec<&str> = configs.keys().map(String::as_str).filter(|k| !is_dynamic_broker_config(k)).collect();
+    if !fixed.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidConfig,
+            format!("Cannot update these configs dynamically: {fixed:?}"),
+        ));
+    }
+    // Checked on its own (another entity may hide a bad value here) and merged with what
+    // the other entity holds now, which is what will be in force.
+    broker.config.with_dynamic(&configs).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+    let mut values = broker.dynamic.values();
+    if entity == DEFAULT_ENTITY {
+        values.cluster = configs.clone();
+    } else {
+        values.broker = configs.clone();
+    }
+    let mut merged = values.cluster.clone();
+    merged.extend(values.broker);
+    broker.config.with_dynamic(&merged).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+    if validate_only {
+        return Ok(());
+    }
+    broker.store_broker_configs(entity, &configs).map_err(ApiError::from)
+}
+
+fn current_broker_entity(ctx: &RequestContext, entity: &str) -> Result<BTreeMap<String, String>, ApiError> {
+    let data = ctx.broker.store.try_get(&crate::dynamic_config::entity_path(entity))?;
+    Ok(data.map(|d| crate::metadata::zk_data::parse_topic_config(&d)).unwrap_or_default())
+}
+
+fn alter_broker(
+    ctx: &RequestContext,
+    name: &str,
+    ops: &[(String, i8, Option<String>)],
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let entity = broker_entity(&ctx.broker, name)?;
+    let mut configs = current_broker_entity(ctx, &entity)?;
+    for (key, op, value) in ops {
+        match (*op, value) {
+            (OP_SET, Some(v)) => {
+                configs.insert(key.clone(), v.clone());
+            }
+            (OP_DELETE, _) => {
+                configs.remove(key);
+            }
+            (OP_SET, None) => {
+                return Err(ApiError::new(ErrorCode::InvalidRequest, format!("Null value for {key}")));
+            }
+            _ => {
+                return Err(ApiError::new(ErrorCode::InvalidConfig, format!("Operation {op} is not valid for {key}")));
+            }
+        }
+    }
+    store_broker_entity(ctx, &entity, configs, validate_only)
 }
 
 /// AlterConfigs (the pre-incremental API): the resource's overrides become exactly the
@@ -250,7 +410,11 @@ pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterCon
             res.configs.iter().map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()))).collect();
         let result = match res.resource_type {
             RESOURCE_TOPIC => replace_topic_configs(ctx, res.resource_name.as_str(), &entries, req.validate_only),
-            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic configs can be altered")),
+            RESOURCE_BROKER => broker_entity(&ctx.broker, res.resource_name.as_str()).and_then(|entity| {
+                let configs = entries.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
+                store_broker_entity(ctx, &entity, configs, req.validate_only)
+            }),
+            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
         };
         if let Err(e) = result {
             out.error_code = e.code;

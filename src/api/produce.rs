@@ -32,16 +32,16 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let mut appended = false;
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
+    let effective = broker.effective_config();
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
         let info = broker.cache.topic(&name);
         let config = |key: &str| info.as_ref().and_then(|t| t.configs.get(key).cloned());
-        let max_bytes = config("max.message.bytes")
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(broker.config.log.max_message_bytes);
+        let max_bytes =
+            config("max.message.bytes").and_then(|v| v.parse::<u32>().ok()).unwrap_or(effective.log.max_message_bytes);
         let min_isr = config("min.insync.replicas")
             .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(broker.config.min_insync_replicas.max(1) as usize);
+            .unwrap_or(effective.min_insync_replicas.max(1) as usize);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for pd in topic.partition_data {
             let mut out = PartitionProduceResponse::default();

@@ -93,7 +93,7 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
                 out.replication_factor = rf;
                 out.topic_id = id.unwrap_or_default();
                 out.configs = Some(
-                    topic_config_entries(&broker.config, &configs)
+                    topic_config_entries(broker, &configs)
                         .into_iter()
                         .map(|e: ConfigEntry| {
                             let mut c = CreatableTopicConfigs::default();

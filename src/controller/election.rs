@@ -171,7 +171,8 @@ impl Broker {
         // every pass looks at it (one read when there is none).
         self.reassign_partitions(live)?;
         let snapshot = self.cache.snapshot();
-        let unclean_default = self.config.values.get("unclean.leader.election.enable").is_some_and(|v| v == "true");
+        let unclean_default =
+            self.effective_config().values.get("unclean.leader.election.enable").is_some_and(|v| v == "true");
         let everything = scope.is_none_or(|c| c.brokers);
         let topics: Vec<&Arc<TopicInfo>> = match scope {
             Some(c) if !everything => {

@@ -404,7 +404,7 @@ impl Broker {
             return Ok(());
         }
         let log_config = self
-            .config
+            .effective_config()
             .log_config_for(&topic.configs)
             .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
         let id = zk_data::uuid_to_kafka(topic.id);
@@ -500,8 +500,10 @@ impl Broker {
         let Some(topic) = self.cache.topic(name) else {
             return Err(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("Topic {name} does not exist.")));
         };
-        let log_config =
-            self.config.log_config_for(&configs).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        let log_config = self
+            .effective_config()
+            .log_config_for(&configs)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
         self.store.set(&zk_data::topic_config_path(name), &zk_data::topic_config_json(&configs))?;
         let mut next = (*topic).clone();
         next.configs = configs;

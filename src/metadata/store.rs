@@ -50,6 +50,15 @@ impl ZnodeStore {
         }
     }
 
+    /// Creates a persistent sequential node `<prefix><10-digit counter>` (Kafka's change
+    /// notifications). Standalone no other broker reads them, so none is kept.
+    pub fn create_sequential(&self, prefix: &str, data: &str) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(_) => Ok(()),
+            ZnodeStore::ZooKeeper(z) => z.create_sequential(prefix, data),
+        }
+    }
+
     pub fn try_get(&self, path: &str) -> Result<Option<String>, StoreError> {
         match self {
             ZnodeStore::Embedded(s) => Ok(s.get(path)),

@@ -248,6 +248,15 @@ impl ZkStore {
         self.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| k != path && !k.starts_with(&prefix));
     }
 
+    pub fn create_sequential(&self, prefix: &str, data: &str) -> Result<(), StoreError> {
+        let (p, d) = (prefix.to_string(), data.as_bytes().to_vec());
+        let result = self.call(move |c| async move {
+            let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+            c.create(&p, &d, &options).await.map(|_| ())
+        })?;
+        Ok(result?)
+    }
+
     pub fn create(&self, path: &str, data: &str, ephemeral: bool) -> Result<(), StoreError> {
         let (p, d) = (path.to_string(), data.as_bytes().to_vec());
         let result = self.call(move |c| async move {

@@ -48,6 +48,8 @@ pub struct Changes {
     pub partitions: BTreeMap<String, BTreeSet<i32>>,
     /// Anything under `/admin` or `/isr_change_notification`: controller work.
     pub admin: bool,
+    /// `/config/brokers/*` or a change notification: every broker re-reads its dynamic configs.
+    pub broker_configs: bool,
 }
 
 impl Changes {
@@ -67,6 +69,7 @@ impl Changes {
                     }
                 }
                 ["admin", ..] | ["isr_change_notification", ..] => c.admin = true,
+                ["config", "brokers", ..] | ["config", "changes", ..] => c.broker_configs = true,
                 _ => {}
             }
         }
@@ -128,6 +131,9 @@ impl Broker {
         if changes.is_none() {
             // A new session means a new registration, and with it a new broker epoch.
             self.refresh_broker_epoch()?;
+        }
+        if changes.is_none_or(|c| c.broker_configs) {
+            self.reload_broker_configs()?;
         }
         let was_controller = self.is_controller();
         let previous = self.cache.snapshot();
@@ -287,11 +293,12 @@ impl Broker {
             if b.configs == t.configs {
                 continue;
             }
-            let log_config = match self.config.log_config_for(&t.configs) {
+            let effective = self.effective_config();
+            let log_config = match effective.log_config_for(&t.configs) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(topic = %name, error = %e, "invalid topic config; using broker defaults");
-                    self.config.log.clone()
+                    effective.log.clone()
                 }
             };
             for p in &t.partitions {

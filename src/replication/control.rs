@@ -42,11 +42,12 @@ impl Broker {
                 Some(t) => t.configs.clone(),
                 None => self.read_topic_config(&topic.topic_name),
             };
-            let log_config = match self.config.log_config_for(&configs) {
+            let effective = self.effective_config();
+            let log_config = match effective.log_config_for(&configs) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(topic = %topic.topic_name, error = %e, "invalid topic config; using broker defaults");
-                    self.config.log.clone()
+                    effective.log.clone()
                 }
             };
             let id = zk_data::uuid_to_kafka(topic.topic_id);

@@ -1,0 +1,136 @@
+//! Dynamic broker configs (Kafka's `DynamicBrokerConfig`): values kept in
+//! `/config/brokers/<default>` (cluster-wide) and `/config/brokers/<id>` (this broker), over the
+//! static configuration, changed by AlterConfigs/IncrementalAlterConfigs without a restart.
+//!
+//! Precedence, as Kafka's: this broker's dynamic value, then the cluster default, then the
+//! static value, then the default. A writer stores the entity's znode and announces it under
+//! `/config/changes`; every broker watches `/config`, re-reads both entities and re-applies
+//! the topic defaults to its open logs. The effective configuration is swapped whole, so a
+//! reader never sees half of a change.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::metadata::{zk_data, StoreError};
+
+/// The entity name of the cluster-wide defaults.
+pub const DEFAULT_ENTITY: &str = "<default>";
+pub const CONFIG_BROKERS: &str = "/config/brokers";
+
+pub fn entity_path(entity: &str) -> String {
+    format!("{CONFIG_BROKERS}/{entity}")
+}
+
+/// Where a broker config's effective value comes from (DescribeConfigs' `ConfigSource`).
+pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
+pub const SOURCE_STATIC_BROKER: i8 = 4;
+pub const SOURCE_DEFAULT: i8 = 5;
+
+#[derive(Default, Clone)]
+pub struct DynamicValues {
+    /// `/config/brokers/<default>`.
+    pub cluster: BTreeMap<String, String>,
+    /// `/config/brokers/<this broker's id>`.
+    pub broker: BTreeMap<String, String>,
+}
+
+impl DynamicValues {
+    fn merged(&self) -> BTreeMap<String, String> {
+        let mut m = self.cluster.clone();
+        m.extend(self.broker.iter().map(|(k, v)| (k.clone(), v.clone())));
+        m
+    }
+
+    /// A broker key's value and source, then its lower-precedence synonyms (Kafka's order).
+    pub fn sources(&self, config: &BrokerConfig, key: &str) -> Vec<(String, i8)> {
+        let mut out = Vec::new();
+        if let Some(v) = self.broker.get(key) {
+            out.push((v.clone(), SOURCE_DYNAMIC_BROKER));
+        }
+        if let Some(v) = self.cluster.get(key) {
+            out.push((v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER));
+        }
+        if let Some(v) = config.given.get(key) {
+            out.push((v.clone(), SOURCE_STATIC_BROKER));
+        }
+        if let Some((_, v)) = crate::config::DEFAULTS.iter().find(|(k, _)| *k == key) {
+            out.push((v.to_string(), SOURCE_DEFAULT));
+        }
+        out
+    }
+}
+
+pub struct DynamicConfigs {
+    state: RwLock<(DynamicValues, Arc<BrokerConfig>)>,
+}
+
+impl DynamicConfigs {
+    pub fn new(config: &BrokerConfig) -> DynamicConfigs {
+        DynamicConfigs { state: RwLock::new((DynamicValues::default(), Arc::new(config.clone()))) }
+    }
+
+    pub fn effective(&self) -> Arc<BrokerConfig> {
+        self.state.read().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+
+    pub fn values(&self) -> DynamicValues {
+        self.state.read().unwrap_or_else(|p| p.into_inner()).0.clone()
+    }
+}
+
+impl Broker {
+    /// The configuration in force: static values with the dynamic ones over them.
+    pub fn effective_config(&self) -> Arc<BrokerConfig> {
+        self.dynamic.effective()
+    }
+
+    /// Reads both dynamic entities, swaps in the effective configuration and re-applies the
+    /// topic defaults to the open logs. A value the static configuration refuses is logged
+    /// and the entity left out, as Kafka skips an invalid dynamic update.
+    pub fn reload_broker_configs(&self) -> Result<(), StoreError> {
+        let read = |entity: &str| -> Result<BTreeMap<String, String>, StoreError> {
+            Ok(self.store.try_get(&entity_path(entity))?.map(|d| zk_data::parse_topic_config(&d)).unwrap_or_default())
+        };
+        let mut values =
+            DynamicValues { cluster: read(DEFAULT_ENTITY)?, broker: read(&self.config.broker_id.to_string())? };
+        let effective = match self.config.with_dynamic(&values.merged()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "invalid dynamic broker config; keeping the static values");
+                values = DynamicValues::default();
+                self.config.clone()
+            }
+        };
+        let effective = Arc::new(effective);
+        let changed = {
+            let mut st = self.dynamic.state.write().unwrap_or_else(|p| p.into_inner());
+            let changed = st.0.merged() != values.merged();
+            *st = (values, effective.clone());
+            changed
+        };
+        if changed {
+            tracing::info!("dynamic broker configs changed; applying them to the open logs");
+            let snapshot = self.cache.snapshot();
+            for p in self.replicas.all_partitions() {
+                let overrides = snapshot.topics.get(&p.topic).map(|t| t.configs.clone()).unwrap_or_default();
+                match effective.log_config_for(&overrides) {
+                    Ok(c) => p.set_config(c),
+                    Err(e) => tracing::warn!(topic = %p.topic, error = %e, "invalid topic config; keeping the log's"),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a dynamic entity (`<default>` or a broker id) and announces it as Kafka does
+    /// (`/config/changes/config_change_<seq>`), then applies it here at once.
+    pub fn store_broker_configs(&self, entity: &str, configs: &BTreeMap<String, String>) -> Result<(), StoreError> {
+        self.store.set(&entity_path(entity), &zk_data::topic_config_json(configs))?;
+        let notice = serde_json::json!({"version": 2, "entity_path": format!("brokers/{entity}")}).to_string();
+        self.store.create_sequential(&format!("{}/config_change_", zk_data::CONFIG_CHANGES), &notice)?;
+        self.reload_broker_configs()
+    }
+}
