@@ -151,6 +151,13 @@ class Burrow:
         zk = json.dumps([cluster.zk.connect])
         # Two Burrow clusters over the same brokers, one per consumer module, so each module's
         # view is asked for separately.
+        clusters = "".join(f"""[cluster.{name}]
+class-name="kafka"
+servers={servers}
+client-profile="p"
+topic-refresh=1
+offset-refresh=1
+""" for name in ("kafka", "zk"))
         (workdir / "burrow.toml").write_text(f"""
 [general]
 pidfile="{workdir}/burrow.pid"
@@ -163,19 +170,7 @@ root-path="/burrow-{uuid.uuid4().hex[:8]}"
 [client-profile.p]
 client-id="burrow"
 kafka-version="2.0.0"
-[cluster.kafka]
-class-name="kafka"
-servers={servers}
-client-profile="p"
-topic-refresh=1
-offset-refresh=1
-[cluster.zk]
-class-name="kafka"
-servers={servers}
-client-profile="p"
-topic-refresh=1
-offset-refresh=1
-[consumer.kafka]
+{clusters}[consumer.kafka]
 class-name="kafka"
 cluster="kafka"
 servers={servers}

@@ -49,18 +49,8 @@ def alter_configs_request(v: int, resources: List[Tuple[int, str, Dict[str, Opti
 
 
 def decode_alter_configs(r: R, v: int) -> dict:
-    out = {"throttle_time_ms": r.i32()}
-
-    def res(rr):
-        x = {"error_code": rr.i16(), "error_message": rr.nullable_string(), "resource_type": rr.i8(),
-             "resource_name": rr.string()}
-        rr.tags()
-        return x
-
-    out["responses"] = r.array(res)
-    r.tags()
-    r.end()
-    return out
+    """AlterConfigs answers in IncrementalAlterConfigs' shape."""
+    return kp.decode_incremental_alter_configs(r, v)
 
 
 # CreateTopics / CreatePartitions with manual assignments ---------------------
