@@ -27,8 +27,9 @@ use crate::metrics::GaugeGuard;
 /// (back-pressure on a client that does not read).
 const MAX_QUEUED_RESPONSES: usize = 16;
 
+/// Why a frame ends its connection.
 #[derive(Debug, thiserror::Error)]
-enum FrameError {
+pub enum FrameError {
     #[error("connection closed")]
     Closed,
     #[error("I/O error: {0}")]
@@ -185,9 +186,7 @@ pub async fn serve_listener(
                 let _ = stream.set_nodelay(true);
                 let span = tracing::info_span!("connection", %peer, listener = %listener_name);
                 let conn = Connection {
-                    broker: broker.clone(),
-                    listener: listener_name.clone(),
-                    peer: format!("/{}", peer.ip()),
+                    path: RequestPath::new(broker.clone(), listener_name.clone(), format!("/{}", peer.ip())),
                     _counted: metrics.connection(),
                     _admitted: admitted,
                 };
@@ -204,9 +203,7 @@ pub async fn serve_listener(
 }
 
 struct Connection {
-    broker: Arc<Broker>,
-    listener: Arc<str>,
-    peer: String,
+    path: RequestPath,
     /// In the listener's connection count until the connection ends.
     _counted: GaugeGuard,
     _admitted: Admitted,
@@ -232,8 +229,8 @@ impl Connection {
             }
             .in_current_span(),
         );
-        let max = self.broker.config.socket_request_max_bytes;
-        let idle = self.broker.config.connections_max_idle;
+        let max = self.path.broker.config.socket_request_max_bytes;
+        let idle = self.path.broker.config.connections_max_idle;
         let mut stopping = false;
         loop {
             let frame = if stopping {
@@ -258,7 +255,7 @@ impl Connection {
             let result = match frame {
                 // Boxed: a handler's future is large, and inline it would be part of every
                 // idle connection's memory rather than only of those with a request in flight.
-                Ok(f) => Box::pin(self.process(f)).await,
+                Ok(f) => Box::pin(self.path.process(f)).await,
                 Err(e) => Err(e),
             };
             match result {
@@ -282,10 +279,25 @@ impl Connection {
         drop(tx);
         let _ = writer.await;
     }
+}
+
+/// What a connection's requests are handled with: the broker, and who is asking on which
+/// listener. Apart from the socket, so that the whole request path (decode, handle, encode)
+/// can be driven in-process, as the fuzz targets do.
+pub struct RequestPath {
+    broker: Arc<Broker>,
+    listener: Arc<str>,
+    peer: String,
+}
+
+impl RequestPath {
+    pub fn new(broker: Arc<Broker>, listener: Arc<str>, peer: String) -> RequestPath {
+        RequestPath { broker, listener, peer }
+    }
 
     /// Decodes one frame, runs its handler and returns the encoded response (None: the
     /// request gets no response, as Produce with acks=0).
-    async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
+    pub async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
         let received = Instant::now();
         if frame.len() < 8 {
             return Err(FrameError::TooShort(frame.len()));
@@ -333,7 +345,7 @@ impl Connection {
     }
 }
 
-impl Connection {
+impl RequestPath {
     fn context(&self, header: RequestHeader) -> RequestContext {
         RequestContext { broker: self.broker.clone(), listener: self.listener.clone(), header, peer: self.peer.clone() }
     }
@@ -407,7 +419,7 @@ fn decode_guarded<T, E: std::fmt::Display>(
 }
 
 /// Whether `buf` starts with a complete size-prefixed frame (reading it cannot wait).
-fn holds_whole_frame(buf: &[u8]) -> bool {
+pub fn holds_whole_frame(buf: &[u8]) -> bool {
     match buf.get(..4) {
         Some(b) => {
             let size = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
@@ -417,7 +429,8 @@ fn holds_whole_frame(buf: &[u8]) -> bool {
     }
 }
 
-async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<Bytes, FrameError> {
+/// One size-prefixed frame, at most `max` bytes (`socket.request.max.bytes`).
+pub async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<Bytes, FrameError> {
     let size = match rd.read_i32().await {
         Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
