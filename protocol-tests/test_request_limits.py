@@ -87,3 +87,54 @@ def test_out_of_range_values_are_refused_at_start(tmp_path):
                            capture_output=True, text=True, timeout=30)
         assert p.returncode != 0, f"{key}={value} was accepted"
         assert key in p.stderr, f"the refusal does not name {key}: {p.stderr[-500:]}"
+
+
+def create_topic_with_assignment(version: int, name: str, assignment) -> bytes:
+    w = kp.W(kp.is_flexible(kp.CREATE_TOPICS, version))
+
+    def part(w, item):
+        p, replicas = item
+        w.i32(p).array(replicas, lambda w, r: w.i32(r))
+        w.tags()
+
+    def topic(w, _):
+        w.string(name).i32(-1).i16(-1)
+        w.array(list(assignment.items()), part)
+        w.array([], lambda w, x: None)
+        w.tags()
+
+    w.array([None], topic)
+    w.i32(30000)
+    w.bool(False)
+    return w.tags().done()
+
+
+def test_replica_assignments_are_bounded_by_the_brokers(broker):
+    """A manual assignment is the one way to ask for any replication factor: Kafka refuses one
+    that names a broker twice or gives partitions different replica counts
+    (INVALID_REPLICA_ASSIGNMENT), so the factor is bounded by the brokers there are."""
+    c = kp.Conn(broker.host, broker.port)
+    for i, assignment in enumerate([{0: [0] * 30000}, {0: [0, 0]}, {0: [0], 1: []}]):
+        name = f"bad-assignment-{i}"
+        r = c.call(kp.CREATE_TOPICS, 4, create_topic_with_assignment(4, name, assignment))
+        t = kp.decode_create_topics(r, 4)["topics"][0]
+        assert t["error_code"] == 39, f"{name}: {t}"  # INVALID_REPLICA_ASSIGNMENT
+        meta = kp.decode_metadata(c.call(kp.METADATA, 4, kp.metadata_request(4, [name])), 4)
+        assert meta["topics"][0]["error_code"] == 3, f"{name} was created: {meta['topics'][0]}"
+    # A good manual assignment still works.
+    r = c.call(kp.CREATE_TOPICS, 4, create_topic_with_assignment(4, "good-assignment", {0: [0], 1: [0]}))
+    assert kp.decode_create_topics(r, 4)["topics"][0]["error_code"] == 0
+    c.close()
+
+
+def test_an_error_quoting_a_long_input_is_still_answered(broker):
+    """A topic config of a 20,000-character name and value: the refusal's message quotes
+    both, and must be cut to what the response's int16-length string carries rather than
+    fail the response (which closed the connection, leaving the client without an answer)."""
+    c = kp.Conn(broker.host, broker.port)
+    r = c.call(kp.CREATE_TOPICS, 4, kp.create_topics_request(4, [("long-config", 1, 1)],
+                                                              configs={"x" * 20000: "y" * 20000}))
+    t = kp.decode_create_topics(r, 4)["topics"][0]
+    assert t["error_code"] == 40, t  # INVALID_CONFIG
+    assert len(t["error_message"]) <= 1024
+    c.close()

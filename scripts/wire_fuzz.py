@@ -119,13 +119,23 @@ def frame_bytes(body: bytes, rng: random.Random) -> bytes:
 
 
 # ---------------------------------------------------------------- checks
+SLOWEST = [0.0]
+
+
 def api_versions_ok(host: str, port: int) -> Optional[str]:
     start = time.monotonic()
     try:
         gregor_harness.api_versions_probe(host, port, timeout=CHECK_TIMEOUT)
     except Exception as e:  # noqa: BLE001
-        return f"no ApiVersions answer within {CHECK_TIMEOUT}s from {host}:{port}: {e!r}"
+        # Stalled, or only slow (a loaded machine)? The report says which.
+        try:
+            gregor_harness.api_versions_probe(host, port, timeout=30)
+            late = f"answered {time.monotonic() - start:.1f}s after the check began"
+        except Exception as e2:  # noqa: BLE001
+            late = f"and none within 30 s either ({e2!r})"
+        return f"no ApiVersions answer within {CHECK_TIMEOUT}s from {host}:{port} ({e!r}); {late}"
     took = time.monotonic() - start
+    SLOWEST[0] = max(SLOWEST[0], took)
     if took > CHECK_TIMEOUT:
         return f"ApiVersions from {host}:{port} took {took:.2f}s"
     return None
@@ -289,6 +299,9 @@ def run(args) -> int:
             if sent >= next_check:
                 next_check += CHECK_EVERY
                 recent = recent[-400:]
+                # The fuzz connections finish (or are given up on) first: the check is of the
+                # broker, not of a listen backlog full of our own connections.
+                sender.drain()
                 problem = None
                 for br in brokers:
                     if not br.alive():
@@ -315,7 +328,8 @@ def run(args) -> int:
             if hits:
                 return fail("broker log: " + " / ".join(hits), recent, brokers)
         print(f"wire-fuzz: {sent} frames in {elapsed:.1f}s ({sent / elapsed:.0f} frames/s), "
-              f"every broker answered each check, sentinel topic read back intact", flush=True)
+              f"every broker answered each check (slowest {SLOWEST[0] * 1000:.0f} ms), "
+              f"sentinel topic read back intact", flush=True)
         return 0
     finally:
         for b in brokers:
@@ -330,15 +344,44 @@ def run(args) -> int:
             zk.cleanup()
 
 
+def replay(args) -> int:
+    """Sends saved connections (wire-crashes files) to a fresh standalone broker, as the run
+    did, checking after each batch of `--check-every` connections."""
+    b = Broker()
+    b.start()
+    try:
+        sender = Sender(args.parallel, args.wait)
+        files = sorted(Path(f) for f in args.files)
+        for i, f in enumerate(files):
+            sender.add(b.host, b.port, f.read_bytes())
+            if (i + 1) % args.check_every == 0 or i + 1 == len(files):
+                sender.drain()
+                problem = None if b.alive() else f"broker exited with {b.proc.returncode}"
+                problem = problem or api_versions_ok(b.host, b.port)
+                if problem:
+                    print(f"replay: after {f.name} ({i + 1} connections): {problem}")
+                    print(b.stderr_tail(20))
+                    b.expect_exit()
+                    b.health = []
+                    return 1
+        print(f"replay: {len(files)} connections, broker answered every check")
+        return 0
+    finally:
+        b.cleanup()
+
+
 def fail(problem: str, recent: List[bytes], brokers: List[Broker]) -> int:
     CRASHES.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for i, data in enumerate(recent):
         (CRASHES / f"{stamp}-{i:04d}.bin").write_bytes(data)
+    # With its broker's log: a stall may need state built long before the last connections.
     print(f"wire-fuzz: FAILED: {problem}\n  the last {len(recent)} connections' bytes are in {CRASHES}/{stamp}-*.bin",
           file=sys.stderr)
     for b in brokers:
         print(b.stderr_tail(30), file=sys.stderr)
+        if b.log_path.exists():
+            (CRASHES / f"{stamp}-broker-{b.broker_id}.log").write_bytes(b.log_path.read_bytes())
         b.expect_exit()
         b.health = []  # keep nothing: the report above says it all
     return 1
@@ -505,8 +548,13 @@ def main() -> int:
     r.add_argument("--wait", type=float, default=0.5, help="seconds to wait for one connection's answers")
     r.add_argument("--parallel", type=int, default=32, help="connections open at once")
     sub.add_parser("record")
+    rp = sub.add_parser("replay")
+    rp.add_argument("files", nargs="+")
+    rp.add_argument("--parallel", type=int, default=32)
+    rp.add_argument("--wait", type=float, default=0.5)
+    rp.add_argument("--check-every", type=int, default=50)
     args = ap.parse_args()
-    return run(args) if args.cmd == "run" else record(args)
+    return {"run": run, "record": record, "replay": replay}[args.cmd](args)
 
 
 if __name__ == "__main__":

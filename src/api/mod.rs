@@ -101,7 +101,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(off_runtime(ctx, move |c| topics::create_topics(c, r)).await?)
         }
-        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r).await),
+        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r).await?),
         RequestKind::CreatePartitions(r) => {
             ResponseKind::CreatePartitions(off_runtime(ctx, move |c| topics::create_partitions(c, r)).await?)
         }
@@ -147,7 +147,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
 /// Runs an admin request on the blocking pool. Such requests write znodes and create, delete
 /// or truncate logs (10,000 new partitions is a minute of file creation and fsyncs); on an
 /// async worker they would stall every connection whose task is queued behind it.
-async fn off_runtime<T: Send + 'static>(
+pub(crate) async fn off_runtime<T: Send + 'static>(
     ctx: &RequestContext,
     f: impl FnOnce(&RequestContext) -> T + Send + 'static,
 ) -> Result<T, String> {
