@@ -94,6 +94,9 @@ impl RequestContext {
 pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option<ResponseKind>, String> {
     let response = match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(ctx, r)),
+        RequestKind::Metadata(r) if metadata::may_create_topics(ctx, &r) => {
+            ResponseKind::Metadata(off_runtime(ctx, move |c| metadata::handle(c, r)).await?)
+        }
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r)),
         RequestKind::Produce(r) => return Ok(produce::handle(ctx, r).await.map(ResponseKind::Produce)),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r).await),
