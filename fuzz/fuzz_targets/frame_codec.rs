@@ -13,12 +13,15 @@ thread_local! {
 fuzz_target!(|data: &[u8]| {
     RT.with(|rt| {
         rt.block_on(async {
+            // Unbounded: a bounded pool is the unit tests' subject (a frame waiting for room
+            // would wait here forever, as no other connection gives any back).
+            let pool = gregor::network::RequestMemoryPool::new(None);
             let mut rest = data;
             loop {
                 let before = rest;
                 let whole = gregor::network::holds_whole_frame(before);
-                match gregor::network::read_frame(&mut rest, MAX).await {
-                    Ok(frame) => {
+                match gregor::network::read_frame(&mut rest, MAX, &pool).await {
+                    Ok((frame, _room)) => {
                         assert!(frame.len() <= MAX);
                         assert_eq!(before.len() - rest.len(), frame.len() + 4);
                         assert_eq!(&frame[..], &before[4..4 + frame.len()]);
