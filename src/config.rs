@@ -106,6 +106,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("max.connections.per.ip", "2147483647"),
     ("max.connections.per.ip.overrides", ""),
     ("connections.max.idle.ms", "600000"),
+    ("max.connection.creation.rate", "2147483647"),
+    ("queued.max.request.bytes", "-1"),
     ("zookeeper.connect", ""),
     ("zookeeper.session.timeout.ms", "18000"),
     ("zookeeper.connection.timeout.ms", ""),
@@ -225,6 +227,14 @@ pub struct BrokerConfig {
     pub connections_max_idle: std::time::Duration,
     /// `listener.name.<listener>.max.connections`, by listener name as written in `listeners`.
     pub listener_max_connections: HashMap<String, usize>,
+    /// `max.connection.creation.rate`: new connections per second over the broker's listeners
+    /// but the inter-broker one (None: Kafka's default, Int.MaxValue, no limit).
+    pub max_connection_creation_rate: Option<u32>,
+    /// `listener.name.<listener>.max.connection.creation.rate`, by listener name.
+    pub listener_max_connection_creation_rate: HashMap<String, u32>,
+    /// `queued.max.request.bytes`: the memory for requests being read and handled, over all
+    /// connections (None: Kafka's default, -1, no limit).
+    pub queued_max_request_bytes: Option<usize>,
     /// How `__consumer_offsets` is created.
     pub offsets_topic: InternalTopicConfig,
     /// `gregor.offsets.zookeeper.mirror.interval.ms`: how often committed offsets are copied
@@ -409,6 +419,7 @@ impl BrokerConfig {
         let rack = Some(get("broker.rack").to_string()).filter(|r| !r.is_empty());
         let inter_broker_listener = inter_broker_listener(get("inter.broker.listener.name"), &advertised_listeners);
         let listener_max_connections = listener_max_connections(&values, &listeners)?;
+        let listener_max_connection_creation_rate = listener_creation_rates(&values, &listeners)?;
         let metrics_address = metrics_address(get(METRICS_HOST), get(METRICS_PORT))?;
         let config = BrokerConfig {
             broker_id: num::<i32>("broker.id", get("broker.id"))?,
@@ -465,6 +476,12 @@ impl BrokerConfig {
                 get("connections.max.idle.ms"),
             )?),
             listener_max_connections,
+            max_connection_creation_rate: creation_rate(
+                "max.connection.creation.rate",
+                get("max.connection.creation.rate"),
+            )?,
+            listener_max_connection_creation_rate,
+            queued_max_request_bytes: request_bytes_pool(get("queued.max.request.bytes"))?,
             offsets_topic: InternalTopicConfig::parse("offsets.topic", &get)?,
             offsets_zk_mirror_interval: Some(num::<u64>(
                 "gregor.offsets.zookeeper.mirror.interval.ms",
@@ -810,6 +827,45 @@ fn is_passthrough_key(key: &str) -> bool {
         "confluent.",
     ];
     PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// A connection creation rate: Kafka's Int.MaxValue (its default) means no limit.
+fn creation_rate(key: &str, value: &str) -> Result<Option<u32>, ConfigError> {
+    let n = num::<i32>(key, value)?;
+    match n {
+        i32::MAX => Ok(None),
+        n if n < 0 => Err(invalid(key, value, "must be at least 0")),
+        n => Ok(Some(n as u32)),
+    }
+}
+
+/// `listener.name.<l>.max.connection.creation.rate`, per listener.
+fn listener_creation_rates(
+    values: &BTreeMap<String, String>,
+    listeners: &[Endpoint],
+) -> Result<HashMap<String, u32>, ConfigError> {
+    let mut out = HashMap::new();
+    for ep in listeners {
+        let key = format!("listener.name.{}.max.connection.creation.rate", ep.listener_name.to_ascii_lowercase());
+        if let Some(v) = values.get(&key) {
+            if let Some(rate) = creation_rate(&key, v)? {
+                out.insert(ep.listener_name.clone(), rate);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `queued.max.request.bytes`: -1 (Kafka's default) or any negative value is no pool; 0
+/// would let no request in at all, so it is refused.
+fn request_bytes_pool(value: &str) -> Result<Option<usize>, ConfigError> {
+    let key = "queued.max.request.bytes";
+    let n = num::<i64>(key, value)?;
+    match n {
+        n if n < 0 => Ok(None),
+        0 => Err(invalid(key, value, "must be positive, or -1 for no limit")),
+        n => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+    }
 }
 
 /// Kafka's listener-prefixed form of `max.connections`; the listener part is lower case.

@@ -27,8 +27,9 @@ use crate::metrics::GaugeGuard;
 /// (back-pressure on a client that does not read).
 const MAX_QUEUED_RESPONSES: usize = 16;
 
+/// Why a frame ends its connection.
 #[derive(Debug, thiserror::Error)]
-enum FrameError {
+pub enum FrameError {
     #[error("connection closed")]
     Closed,
     #[error("I/O error: {0}")]
@@ -60,6 +61,44 @@ pub struct ConnectionQuotas {
     counts: Mutex<Counts>,
     /// Signalled whenever a connection ends, for an acceptor waiting for room.
     freed: Notify,
+    /// `max.connection.creation.rate`, over the listeners but the inter-broker one.
+    broker_rate: Option<Mutex<TokenBucket>>,
+    /// `listener.name.<l>.max.connection.creation.rate`.
+    listener_rates: HashMap<String, Mutex<TokenBucket>>,
+    /// `queued.max.request.bytes`, shared by every connection.
+    pub memory: RequestMemoryPool,
+}
+
+/// A connection creation rate as Kafka enforces it: not by refusing connections but by
+/// accepting the next one only when the rate allows (the client waits in the backlog). A
+/// bucket of one second's worth of connections, refilled continuously.
+struct TokenBucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: u32) -> Mutex<TokenBucket> {
+        let rate = f64::from(rate);
+        Mutex::new(TokenBucket { rate, tokens: rate, at: Instant::now() })
+    }
+
+    /// Takes a token, or says how long until there is one.
+    fn take(&mut self, now: Instant) -> Option<std::time::Duration> {
+        self.tokens =
+            (self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * self.rate).min(self.rate.max(1.0));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return None;
+        }
+        if self.rate <= 0.0 {
+            // A rate of 0: no new connection, ever (checked again once a second).
+            return Some(std::time::Duration::from_secs(1));
+        }
+        Some(std::time::Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+    }
 }
 
 #[derive(Default)]
@@ -79,7 +118,39 @@ impl ConnectionQuotas {
             per_listener_max: config.listener_max_connections.clone(),
             counts: Mutex::new(Counts::default()),
             freed: Notify::new(),
+            broker_rate: config.max_connection_creation_rate.map(TokenBucket::new),
+            listener_rates: config
+                .listener_max_connection_creation_rate
+                .iter()
+                .map(|(l, &r)| (l.clone(), TokenBucket::new(r)))
+                .collect(),
+            memory: RequestMemoryPool::new(config.queued_max_request_bytes),
         })
+    }
+
+    /// How long `listener` must wait before it accepts its next connection, taking the token
+    /// when there is none to wait for. The listener's own rate is checked first, so a
+    /// connection it holds back does not use up the broker-wide rate.
+    fn creation_delay(&self, listener: &str) -> Option<std::time::Duration> {
+        let now = Instant::now();
+        if let Some(bucket) = self.listener_rates.get(listener) {
+            if let Some(wait) = bucket.lock().unwrap_or_else(|p| p.into_inner()).take(now) {
+                return Some(wait);
+            }
+        }
+        if listener == self.inter_broker_listener {
+            return None;
+        }
+        let bucket = self.broker_rate.as_ref()?;
+        let wait = bucket.lock().unwrap_or_else(|p| p.into_inner()).take(now);
+        if wait.is_some() {
+            // Give the listener's token back: this connection is not accepted yet.
+            if let Some(b) = self.listener_rates.get(listener) {
+                let mut b = b.lock().unwrap_or_else(|p| p.into_inner());
+                b.tokens += 1.0;
+            }
+        }
+        wait
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
@@ -168,6 +239,13 @@ pub async fn serve_listener(
             }
             continue;
         }
+        if let Some(wait) = quotas.creation_delay(&listener_name) {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => break,
+            }
+            continue;
+        }
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
@@ -185,11 +263,9 @@ pub async fn serve_listener(
                 let _ = stream.set_nodelay(true);
                 let span = tracing::info_span!("connection", %peer, listener = %listener_name);
                 let conn = Connection {
-                    broker: broker.clone(),
-                    listener: listener_name.clone(),
-                    peer: format!("/{}", peer.ip()),
+                    path: RequestPath::new(broker.clone(), listener_name.clone(), format!("/{}", peer.ip())),
                     _counted: metrics.connection(),
-                    _admitted: admitted,
+                    admitted,
                 };
                 tracker.spawn(conn.serve(stream, shutdown.clone()).instrument(span));
             }
@@ -204,12 +280,10 @@ pub async fn serve_listener(
 }
 
 struct Connection {
-    broker: Arc<Broker>,
-    listener: Arc<str>,
-    peer: String,
+    path: RequestPath,
     /// In the listener's connection count until the connection ends.
     _counted: GaugeGuard,
-    _admitted: Admitted,
+    admitted: Admitted,
 }
 
 impl Connection {
@@ -232,8 +306,9 @@ impl Connection {
             }
             .in_current_span(),
         );
-        let max = self.broker.config.socket_request_max_bytes;
-        let idle = self.broker.config.connections_max_idle;
+        let max = self.path.broker.config.socket_request_max_bytes;
+        let idle = self.path.broker.config.connections_max_idle;
+        let pool = self.admitted.quotas.memory.clone();
         let mut stopping = false;
         loop {
             let frame = if stopping {
@@ -241,10 +316,10 @@ impl Connection {
                 if !holds_whole_frame(rd.buffer()) {
                     break;
                 }
-                read_frame(&mut rd, max).await
+                read_frame(&mut rd, max, &pool).await
             } else {
                 tokio::select! {
-                    f = read_frame(&mut rd, max) => f,
+                    f = read_frame(&mut rd, max, &pool) => f,
                     _ = tokio::time::sleep(idle) => {
                         tracing::debug!("no request for connections.max.idle.ms; closing");
                         break;
@@ -258,7 +333,8 @@ impl Connection {
             let result = match frame {
                 // Boxed: a handler's future is large, and inline it would be part of every
                 // idle connection's memory rather than only of those with a request in flight.
-                Ok(f) => Box::pin(self.process(f)).await,
+                // The frame's room in the request memory pool is held until it is handled.
+                Ok((f, _room)) => Box::pin(self.path.process(f)).await,
                 Err(e) => Err(e),
             };
             match result {
@@ -282,10 +358,25 @@ impl Connection {
         drop(tx);
         let _ = writer.await;
     }
+}
+
+/// What a connection's requests are handled with: the broker, and who is asking on which
+/// listener. Apart from the socket, so that the whole request path (decode, handle, encode)
+/// can be driven in-process, as the fuzz targets do.
+pub struct RequestPath {
+    broker: Arc<Broker>,
+    listener: Arc<str>,
+    peer: String,
+}
+
+impl RequestPath {
+    pub fn new(broker: Arc<Broker>, listener: Arc<str>, peer: String) -> RequestPath {
+        RequestPath { broker, listener, peer }
+    }
 
     /// Decodes one frame, runs its handler and returns the encoded response (None: the
     /// request gets no response, as Produce with acks=0).
-    async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
+    pub async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
         let received = Instant::now();
         if frame.len() < 8 {
             return Err(FrameError::TooShort(frame.len()));
@@ -333,7 +424,7 @@ impl Connection {
     }
 }
 
-impl Connection {
+impl RequestPath {
     fn context(&self, header: RequestHeader) -> RequestContext {
         RequestContext { broker: self.broker.clone(), listener: self.listener.clone(), header, peer: self.peer.clone() }
     }
@@ -407,7 +498,7 @@ fn decode_guarded<T, E: std::fmt::Display>(
 }
 
 /// Whether `buf` starts with a complete size-prefixed frame (reading it cannot wait).
-fn holds_whole_frame(buf: &[u8]) -> bool {
+pub fn holds_whole_frame(buf: &[u8]) -> bool {
     match buf.get(..4) {
         Some(b) => {
             let size = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
@@ -417,7 +508,43 @@ fn holds_whole_frame(buf: &[u8]) -> bool {
     }
 }
 
-async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<Bytes, FrameError> {
+/// `queued.max.request.bytes` (Kafka's KIP-72 memory pool): room for the bytes of requests
+/// being read and handled, over all connections. A frame takes its size from the pool once
+/// its length is known and before anything is allocated, and waits while there is no room,
+/// so many large frames at once queue instead of exhausting memory. A frame larger than the
+/// whole pool waits for all of it.
+#[derive(Clone)]
+pub struct RequestMemoryPool {
+    room: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+}
+
+impl RequestMemoryPool {
+    /// `None`: no limit (Kafka's default, -1).
+    pub fn new(bytes: Option<usize>) -> RequestMemoryPool {
+        let room = bytes.map(|b| {
+            let b = b.min(tokio::sync::Semaphore::MAX_PERMITS).min(u32::MAX as usize);
+            (Arc::new(tokio::sync::Semaphore::new(b)), b)
+        });
+        RequestMemoryPool { room }
+    }
+
+    async fn reserve(&self, size: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let (sem, capacity) = self.room.as_ref()?;
+        // Never closed, so acquiring only fails if it was; then the pool is no limit.
+        sem.clone().acquire_many_owned(size.min(*capacity) as u32).await.ok()
+    }
+}
+
+/// A frame's room in the request memory pool, given back when dropped.
+pub type PoolRoom = Option<tokio::sync::OwnedSemaphorePermit>;
+
+/// One size-prefixed frame, at most `max` bytes (`socket.request.max.bytes`), with its room
+/// in `pool`.
+pub async fn read_frame<R: AsyncReadExt + Unpin>(
+    rd: &mut R,
+    max: usize,
+    pool: &RequestMemoryPool,
+) -> Result<(Bytes, PoolRoom), FrameError> {
     let size = match rd.read_i32().await {
         Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
@@ -426,9 +553,10 @@ async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<B
     if size < 0 || size as usize > max {
         return Err(FrameError::TooLarge(size as i64, max));
     }
+    let size = size as usize;
+    let room = pool.reserve(size).await;
     // Read into spare capacity rather than a zeroed buffer: zeroing cost as much CPU as the
     // CRC check on large produce requests.
-    let size = size as usize;
     let mut buf = BytesMut::with_capacity(size);
     while buf.len() < size {
         let want = size - buf.len();
@@ -436,7 +564,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(rd: &mut R, max: usize) -> Result<B
             return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
         }
     }
-    Ok(buf.freeze())
+    Ok((buf.freeze(), room))
 }
 
 /// Err means the response could not be encoded; the connection is then closed, since the
@@ -464,7 +592,7 @@ mod tests {
 
     async fn frame_of(bytes: &[u8], max: usize) -> Result<Bytes, FrameError> {
         let mut rd = bytes;
-        read_frame(&mut rd, max).await
+        read_frame(&mut rd, max, &RequestMemoryPool::new(None)).await.map(|(f, _)| f)
     }
 
     #[tokio::test]
@@ -478,6 +606,52 @@ mod tests {
         // A clean close between frames, and one in the middle of a frame, are told apart.
         assert!(matches!(frame_of(&[], 100).await, Err(FrameError::Closed)));
         assert!(matches!(frame_of(&wire[..7], 100).await, Err(FrameError::Io(_))));
+    }
+
+    fn wire(len: usize) -> Vec<u8> {
+        let mut w = (len as i32).to_be_bytes().to_vec();
+        w.resize(4 + len, 7);
+        w
+    }
+
+    #[tokio::test]
+    async fn a_frame_waits_for_room_in_the_request_memory_pool() {
+        let pool = RequestMemoryPool::new(Some(100));
+        let (first, wire2) = (wire(80), wire(30));
+        let (frame, room) = read_frame(&mut &first[..], 1000, &pool).await.unwrap();
+        assert_eq!(frame.len(), 80);
+        let mut rd = &wire2[..];
+        let second = read_frame(&mut rd, 1000, &pool);
+        tokio::pin!(second);
+        // 30 more bytes do not fit beside the 80 held: the second frame is not read.
+        tokio::select! {
+            biased;
+            _ = &mut second => panic!("a frame was read without room in the pool"),
+            _ = std::future::ready(()) => {}
+        }
+        drop(room);
+        assert_eq!(second.await.unwrap().0.len(), 30);
+        // A frame larger than the whole pool waits for all of it, then is read.
+        let big = wire(150);
+        assert_eq!(read_frame(&mut &big[..], 1000, &pool).await.unwrap().0.len(), 150);
+    }
+
+    #[test]
+    fn connection_creation_is_held_to_its_rate() {
+        let bucket = TokenBucket::new(10);
+        let mut b = bucket.lock().unwrap();
+        let t0 = b.at;
+        // One second's worth at once, then one every 100 ms.
+        for _ in 0..10 {
+            assert_eq!(b.take(t0), None);
+        }
+        let wait = b.take(t0).expect("the eleventh connection waits");
+        assert!(wait > std::time::Duration::from_millis(90) && wait <= std::time::Duration::from_millis(100));
+        assert_eq!(b.take(t0 + std::time::Duration::from_millis(100)), None);
+        // A rate of 0 accepts nothing.
+        let zero = TokenBucket::new(0);
+        let mut z = zero.lock().unwrap();
+        assert!(z.take(t0 + std::time::Duration::from_secs(5)).is_some());
     }
 
     #[test]

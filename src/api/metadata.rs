@@ -78,6 +78,19 @@ fn error_topic_code(name: Option<String>, id: Uuid, code: i16) -> MetadataRespon
     out
 }
 
+/// Whether answering `req` may create topics (auto-creation of a named topic that does not
+/// exist): that writes znodes and creates logs under the admin lock, which must not happen on
+/// an async worker (the wire fuzzer's stall: Metadata requests waiting there for the lock
+/// while a large topic was deleted left no worker to answer anyone for seconds).
+pub fn may_create_topics(ctx: &RequestContext, req: &MetadataRequest) -> bool {
+    let allow_auto_create = ctx.version() < 4 || req.allow_auto_topic_creation;
+    if !(allow_auto_create && ctx.broker.config.auto_create_topics_enable) {
+        return false;
+    }
+    let Some(topics) = &req.topics else { return false };
+    topics.iter().any(|t| t.name.as_ref().is_some_and(|n| ctx.broker.cache.topic(n).is_none()))
+}
+
 pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
     let version = ctx.version();
     let broker = &ctx.broker;

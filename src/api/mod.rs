@@ -94,6 +94,9 @@ impl RequestContext {
 pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option<ResponseKind>, String> {
     let response = match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(ctx, r)),
+        RequestKind::Metadata(r) if metadata::may_create_topics(ctx, &r) => {
+            ResponseKind::Metadata(off_runtime(ctx, move |c| metadata::handle(c, r)).await?)
+        }
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(ctx, r)),
         RequestKind::Produce(r) => return Ok(produce::handle(ctx, r).await.map(ResponseKind::Produce)),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(ctx, r).await),
@@ -101,7 +104,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(off_runtime(ctx, move |c| topics::create_topics(c, r)).await?)
         }
-        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r).await),
+        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(topics::delete_topics(ctx, r).await?),
         RequestKind::CreatePartitions(r) => {
             ResponseKind::CreatePartitions(off_runtime(ctx, move |c| topics::create_partitions(c, r)).await?)
         }
@@ -147,7 +150,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
 /// Runs an admin request on the blocking pool. Such requests write znodes and create, delete
 /// or truncate logs (10,000 new partitions is a minute of file creation and fsyncs); on an
 /// async worker they would stall every connection whose task is queued behind it.
-async fn off_runtime<T: Send + 'static>(
+pub(crate) async fn off_runtime<T: Send + 'static>(
     ctx: &RequestContext,
     f: impl FnOnce(&RequestContext) -> T + Send + 'static,
 ) -> Result<T, String> {

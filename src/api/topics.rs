@@ -116,7 +116,17 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
     r
 }
 
-pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+/// Deletes on the blocking pool (a topic's logs and znodes go with it: thousands of files
+/// for a large topic, which on an async worker stalled every connection queued behind it),
+/// then waits on the runtime for the deletions to be seen. `Err`: the deletion task failed.
+pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> Result<DeleteTopicsResponse, String> {
+    let timeout_ms = req.timeout_ms;
+    let mut r = super::off_runtime(ctx, move |c| delete_topics_now(c, req)).await?;
+    wait_for_deletions(&ctx.broker, &mut r, timeout_ms).await;
+    Ok(r)
+}
+
+fn delete_topics_now(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let broker = &ctx.broker;
     // v0-5 name topics in `topic_names`; v6 in `topics`, by name or by id.
     let mut targets: Vec<(Option<String>, uuid::Uuid)> =
@@ -146,9 +156,13 @@ pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> De
         }
         r.responses.push(out);
     }
+    r
+}
+
+async fn wait_for_deletions(broker: &crate::broker::Broker, r: &mut DeleteTopicsResponse, timeout_ms: i32) {
     // In ZooKeeper mode the controller deletes on its next pass; answer once it has (or at
     // the request's timeout, with REQUEST_TIMED_OUT, as Kafka does).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
     for out in r.responses.iter_mut().filter(|o| o.error_code == 0) {
         let Some(name) = out.name.as_ref().map(|n| n.0.to_string()) else { continue };
         loop {
@@ -167,7 +181,6 @@ pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> De
             }
         }
     }
-    r
 }
 
 /// What is left of `gregor.max.partitions.per.request` for the rest of one request, so many

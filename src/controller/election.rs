@@ -36,7 +36,7 @@ pub fn reassignment_step(current: &[i32], target: &[i32], isr: &[i32]) -> Option
 }
 
 /// Parses Kafka's `/admin/reassign_partitions` JSON: (topic, partition, replicas).
-fn parse_reassignment(data: &str) -> Vec<(String, i32, Vec<i32>)> {
+pub fn parse_reassignment(data: &str) -> Vec<(String, i32, Vec<i32>)> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else { return vec![] };
     let Some(list) = v.get("partitions").and_then(|p| p.as_array()) else { return vec![] };
     list.iter()

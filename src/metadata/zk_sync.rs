@@ -17,7 +17,7 @@ use crate::broker::Broker;
 
 /// Reads `/brokers/ids/<id>`: the endpoint for `listener` if the broker has one, else its
 /// first endpoint.
-fn parse_broker(id: i32, data: &str, listener: &str, epoch: i64) -> Option<BrokerInfo> {
+pub fn parse_broker(id: i32, data: &str, listener: &str, epoch: i64) -> Option<BrokerInfo> {
     let v: Value = serde_json::from_str(data).ok()?;
     let endpoints = v.get("endpoints").and_then(Value::as_array).cloned().unwrap_or_default();
     let parsed: Vec<crate::config::Endpoint> = endpoints

@@ -171,7 +171,7 @@ pub async fn handle(ctx: &RequestContext, request: LegacyRequest) -> Result<Opti
             Ok(())
         }
         LegacyRequest::DeleteTopics(req) => {
-            let r = super::topics::delete_topics(ctx, req).await;
+            let r = super::topics::delete_topics(ctx, req).await?;
             for_each_counted(&mut out, &r.responses, |out, t| {
                 out.string(t.name.as_ref().map(|n| n.0.as_str()).unwrap_or(""));
                 out.put_i16(t.error_code);
