@@ -266,3 +266,31 @@ def test_kill9_at_the_swap_leaves_reads_unchanged(broker_factory):
     assert view == latest, "the same latest value per key as before the crash"
     # and the cleaner finishes the job after the restart
     wait_until(lambda: fully_compacted(b, topic, latest), WAIT, "the cleaner to finish after the restart")
+
+
+def test_offsets_of_an_empty_group_expire(broker_factory):
+    """offsets.retention.minutes (1, Kafka's minimum) after the commit of a memberless group:
+    tombstones written, so the offsets stay gone after a restart."""
+    b = broker_factory(overrides={"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "500",
+                                  "offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "1"})
+    topic = uniq("expiry-src")
+    a = AdminClient({"bootstrap.servers": b.bootstrap})
+    for f in a.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30).values():
+        f.result(30)
+    group = uniq("expires")
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+        assert c.committed([TopicPartition(topic, 0)], timeout=30)[0].offset == 7
+        started = time.time()
+        wait_until(lambda: c.committed([TopicPartition(topic, 0)], timeout=30)[0].offset < 0, 120,
+                   "the committed offset to expire")
+        assert time.time() - started > 50, "not before offsets.retention.minutes"
+    finally:
+        c.close()
+    b.restart("term")
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        assert c.committed([TopicPartition(topic, 0)], timeout=30)[0].offset < 0, "the tombstone outlives a restart"
+    finally:
+        c.close()

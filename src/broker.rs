@@ -725,10 +725,18 @@ fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorConfig
         let v = config.values.get(k).map(String::as_str).unwrap_or("");
         v.parse::<i64>().map_err(|_| anyhow::anyhow!("invalid value {v:?} for configuration {k}: not a number"))
     };
+    let positive = |k: &str| -> anyhow::Result<i64> {
+        match get(k)? {
+            n if n > 0 => Ok(n),
+            n => Err(anyhow::anyhow!("invalid value {n:?} for configuration {k}: must be greater than 0")),
+        }
+    };
     Ok(CoordinatorConfig {
         initial_rebalance_delay: Duration::from_millis(get("group.initial.rebalance.delay.ms")?.max(0) as u64),
         min_session_timeout_ms: get("group.min.session.timeout.ms")? as i32,
         max_session_timeout_ms: get("group.max.session.timeout.ms")? as i32,
+        offsets_retention_ms: positive("offsets.retention.minutes")?.saturating_mul(60_000),
+        offsets_retention_check_interval_ms: positive("offsets.retention.check.interval.ms")? as u64,
     })
 }
 

@@ -178,6 +178,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // partition, written at most max.writes at a time per interval (0 ms: no copy).
     ("gregor.offsets.zookeeper.mirror.interval.ms", "5000"),
     ("gregor.offsets.zookeeper.mirror.max.writes", "5000"),
+    ("offsets.retention.check.interval.ms", "600000"),
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),
     ("transaction.state.log.num.partitions", "50"),
