@@ -79,6 +79,8 @@ pub struct Broker {
     pub replica_state_lock: std::sync::Mutex<()>,
     /// For the few places that hold `&Broker` and must start tasks that keep it.
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
+    /// The log cleaner, once the log tasks are started.
+    pub cleaner: std::sync::OnceLock<Arc<crate::log::cleaner::LogCleaner>>,
 }
 
 fn now_ms() -> i64 {
@@ -182,6 +184,7 @@ impl Broker {
             shutting_down_brokers: std::sync::Mutex::new(Default::default()),
             replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
+            cleaner: std::sync::OnceLock::new(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
@@ -368,6 +371,8 @@ impl Broker {
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
     pub fn spawn_log_tasks(self: &Arc<Self>) {
+        let cleaner = crate::log::cleaner::LogCleaner::start(self.replicas.logs_handle(), self.config.cleaner.clone());
+        let _ = self.cleaner.set(cleaner);
         let b = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(b.config.log_retention_check_interval_ms));
@@ -644,6 +649,9 @@ impl Broker {
         if let Err(e) = self.replicas.checkpoint_high_watermarks() {
             tracing::warn!(error = %e, "cannot write high watermark checkpoint");
         }
+        if let Some(c) = self.cleaner.get() {
+            c.shutdown();
+        }
         match self.replicas.logs().shutdown() {
             Ok(()) => tracing::info!("logs flushed; clean shutdown recorded"),
             Err(e) => tracing::error!(error = %e, "log shutdown failed; the next start will run recovery"),
@@ -717,10 +725,18 @@ fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorConfig
         let v = config.values.get(k).map(String::as_str).unwrap_or("");
         v.parse::<i64>().map_err(|_| anyhow::anyhow!("invalid value {v:?} for configuration {k}: not a number"))
     };
+    let positive = |k: &str| -> anyhow::Result<i64> {
+        match get(k)? {
+            n if n > 0 => Ok(n),
+            n => Err(anyhow::anyhow!("invalid value {n:?} for configuration {k}: must be greater than 0")),
+        }
+    };
     Ok(CoordinatorConfig {
         initial_rebalance_delay: Duration::from_millis(get("group.initial.rebalance.delay.ms")?.max(0) as u64),
         min_session_timeout_ms: get("group.min.session.timeout.ms")? as i32,
         max_session_timeout_ms: get("group.max.session.timeout.ms")? as i32,
+        offsets_retention_ms: positive("offsets.retention.minutes")?.saturating_mul(60_000),
+        offsets_retention_check_interval_ms: positive("offsets.retention.check.interval.ms")? as u64,
     })
 }
 

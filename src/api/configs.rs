@@ -74,14 +74,23 @@ fn config_type(name: &str) -> i8 {
         return 9;
     }
     match name {
-        "unclean.leader.election.enable" | "message.downconversion.enable" => 1,
-        "compression.type" | "message.timestamp.type" => 2,
-        "cleanup.policy" => 7,
+        "unclean.leader.election.enable"
+        | "preallocate"
+        | "message.downconversion.enable"
+        | "remote.storage.enable"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable" => 1,
+        "compression.type" | "message.timestamp.type" | "message.format.version" => 2,
+        "cleanup.policy" | "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => 7,
+        "min.cleanable.dirty.ratio" => 6,
         "index.interval.bytes"
         | "max.message.bytes"
         | "min.insync.replicas"
         | "segment.bytes"
-        | "segment.index.bytes" => 3,
+        | "segment.index.bytes"
+        | "compression.gzip.level"
+        | "compression.lz4.level"
+        | "compression.zstd.level" => 3,
         _ => 5,
     }
 }
@@ -256,6 +265,7 @@ fn alter_topic(
                 .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
         }
     }
+    broker.config.log_config_for(&configs).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
     if validate_only {
         return Ok(());
     }

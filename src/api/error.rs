@@ -36,6 +36,7 @@ pub enum ErrorCode {
     PreferredLeaderNotAvailable = 80,
     EligibleLeadersNotAvailable = 83,
     ElectionNotNeeded = 84,
+    InvalidRecord = 87,
     InvalidUpdateVersion = 95,
     TransactionalIdAuthorizationFailed = 53,
     UnknownTopicId = 100,

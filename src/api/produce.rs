@@ -4,8 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+use kafka_protocol::protocol::StrBytes;
 
 use super::error::ErrorCode;
 use super::RequestContext;
@@ -39,6 +43,10 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         let config = |key: &str| info.as_ref().and_then(|t| t.configs.get(key).cloned());
         let max_bytes =
             config("max.message.bytes").and_then(|v| v.parse::<u32>().ok()).unwrap_or(effective.log.max_message_bytes);
+        let compacted = match config("cleanup.policy") {
+            Some(p) => p.split(',').any(|x| x.trim() == "compact"),
+            None => effective.log.compact,
+        };
         let min_isr = config("min.insync.replicas")
             .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or(effective.min_insync_replicas.max(1) as usize);
@@ -69,6 +77,11 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                     (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => NOT_ENOUGH_REPLICAS,
                     (Some(p), Some(records)) => match up_convert(ctx, records) {
                         Err(code) => code,
+                        Ok(records)
+                            if compacted && refuse_keyless(ctx, &name, pd.index, &records, max_bytes, &mut out) =>
+                        {
+                            out.error_code
+                        }
                         Ok(records) => {
                             let result = p.append(records, max_bytes);
                             out.base_offset = result.base_offset;
@@ -117,6 +130,56 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let mut r = ProduceResponse::default();
     r.responses = responses;
     Some(r)
+}
+
+/// Kafka's rule for compacted topics: every record needs a key, since compaction keeps the
+/// last record per key. A batch with a keyless record is refused whole (its keyed records
+/// too), each keyless record named in `record_errors` (Produce v8+). Returns whether it
+/// refused; a payload that fails other validation is left to the append to answer.
+fn refuse_keyless(
+    ctx: &RequestContext,
+    topic: &str,
+    partition: i32,
+    records: &[u8],
+    max_bytes: u32,
+    out: &mut PartitionProduceResponse,
+) -> bool {
+    let Ok(headers) = crate::log::validate_batches(records, max_bytes) else {
+        return false;
+    };
+    let keyless =
+        match crate::log::batch::keyless_records(records, &headers, ctx.broker.config.socket_request_max_bytes) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::info!(topic, partition, error = %e, "rejected produce to a compacted topic");
+                out.error_code = e.kafka_code();
+                return true;
+            }
+        };
+    if keyless.is_empty() {
+        return false;
+    }
+    let per_record =
+        format!("Compacted topic cannot accept message without key in topic partition {topic}-{partition}");
+    let shown: Vec<String> =
+        keyless.iter().take(3).map(|i| format!("RecordError(batchIndex={i}, message='{per_record}')")).collect();
+    out.error_code = ErrorCode::InvalidRecord.code();
+    out.error_message = Some(StrBytes::from_string(format!(
+        "One or more records have been rejected due to {} record errors in total, and only showing the first three \
+         errors at most: [{}]",
+        keyless.len(),
+        shown.join(", ")
+    )));
+    out.record_errors = keyless
+        .into_iter()
+        .map(|i| {
+            let mut e = BatchIndexAndErrorMessage::default();
+            e.batch_index = i;
+            e.batch_index_error_message = Some(StrBytes::from_string(per_record.clone()));
+            e
+        })
+        .collect();
+    true
 }
 
 /// Produce v0-v2 carry message sets of format v0/v1: they become one v2 batch before the log

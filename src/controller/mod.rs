@@ -144,6 +144,8 @@ impl Broker {
                 .validate_topic_config(k, v)
                 .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
         }
+        // Keys that must agree with each other (min/max compaction lag).
+        self.config.log_config_for(&req.configs).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
         let live = self.live_broker_ids();
         if req.assignment.is_empty() {
             if req.num_partitions == -1 {

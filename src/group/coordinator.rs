@@ -142,6 +142,9 @@ pub struct Group {
     join_deadline: Option<Instant>,
     /// The latest the initial delay may be extended to (group.initial.rebalance.delay.ms).
     initial_delay_cap: Option<Instant>,
+    /// Wall-clock ms when the group last became Empty (None: not seen here, e.g. loaded from
+    /// the log); offsets.retention.minutes counts from it (KIP-211).
+    empty_since_ms: Option<i64>,
 }
 
 impl Group {
@@ -158,6 +161,7 @@ impl Group {
             offsets: BTreeMap::new(),
             join_deadline: None,
             initial_delay_cap: None,
+            empty_since_ms: None,
         }
     }
 
@@ -221,6 +225,10 @@ pub struct CoordinatorConfig {
     pub initial_rebalance_delay: Duration,
     pub min_session_timeout_ms: i32,
     pub max_session_timeout_ms: i32,
+    /// offsets.retention.minutes, in ms.
+    pub offsets_retention_ms: i64,
+    /// offsets.retention.check.interval.ms
+    pub offsets_retention_check_interval_ms: u64,
 }
 
 pub struct GroupCoordinator {
@@ -233,6 +241,10 @@ fn now_ms() -> i64 {
 }
 
 impl GroupCoordinator {
+    pub fn config(&self) -> &CoordinatorConfig {
+        &self.config
+    }
+
     pub fn new(config: CoordinatorConfig) -> GroupCoordinator {
         GroupCoordinator { config, groups: Mutex::new(HashMap::new()) }
     }
@@ -518,6 +530,7 @@ impl GroupCoordinator {
         group.generation += 1;
         if group.members.is_empty() {
             group.state = GroupState::Empty;
+            group.empty_since_ms = Some(now_ms());
             group.protocol_name = None;
             group.leader = None;
             let _ = store.store_group(group);
@@ -688,6 +701,7 @@ impl GroupCoordinator {
             GroupState::Stable | GroupState::CompletingRebalance => {
                 if group.members.is_empty() {
                     group.state = GroupState::Empty;
+                    group.empty_since_ms = Some(now_ms());
                     group.generation += 1;
                     group.protocol_name = None;
                     let _ = store.store_group(group);
@@ -783,6 +797,62 @@ impl GroupCoordinator {
             }
         }
         results
+    }
+
+    /// Kafka's offsets expiry (2.1+, KIP-211): the offsets of an Empty group expire
+    /// `retention_ms` after it became Empty (after their commit where that time is unknown, and
+    /// always after their commit for a group that never had members). Expired offsets get
+    /// tombstones in `__consumer_offsets`; a group left with none is removed (group tombstone).
+    /// The log writes happen without the coordinator lock. Returns the offsets expired.
+    pub fn expire_offsets(&self, store: &dyn GroupStore, now: i64, retention_ms: i64) -> usize {
+        type Doomed = Vec<((String, i32), i64)>;
+        let plan: Vec<(String, Doomed)> = {
+            let groups = self.lock();
+            groups
+                .values()
+                .filter(|g| g.state == GroupState::Empty && g.members.is_empty())
+                .filter_map(|g| {
+                    let doomed: Doomed = g
+                        .offsets
+                        .iter()
+                        .filter(|(_, o)| {
+                            let base = match (g.protocol_type.is_some(), g.empty_since_ms) {
+                                (true, Some(t)) => t,
+                                _ => o.commit_timestamp,
+                            };
+                            base.saturating_add(retention_ms) <= now
+                        })
+                        .map(|(tp, o)| (tp.clone(), o.commit_timestamp))
+                        .collect();
+                    (!doomed.is_empty()).then(|| (g.id.clone(), doomed))
+                })
+                .collect()
+        };
+        let mut expired = 0;
+        for (group_id, doomed) in plan {
+            let tombstones: Vec<((String, i32), Option<CommittedOffset>)> =
+                doomed.iter().map(|(tp, _)| (tp.clone(), None)).collect();
+            if let Err(code) = store.store_offsets(&group_id, &tombstones) {
+                tracing::warn!(group = %group_id, error_code = code, "could not write expired offsets' tombstones");
+                continue;
+            }
+            let mut groups = self.lock();
+            let Some(g) = groups.get_mut(&group_id) else { continue };
+            for (tp, ts) in &doomed {
+                // A commit that came in meanwhile is newer than the tombstone and stays.
+                if g.offsets.get(tp).is_some_and(|o| o.commit_timestamp == *ts) {
+                    g.offsets.remove(tp);
+                    expired += 1;
+                }
+            }
+            tracing::info!(group = %group_id, offsets = doomed.len(), "expired committed offsets");
+            if g.offsets.is_empty() && g.state == GroupState::Empty && g.members.is_empty() {
+                g.state = GroupState::Dead;
+                let _ = store.store_group(g);
+                groups.remove(&group_id);
+            }
+        }
+        expired
     }
 
     /// Committed offsets of a group; `None` for topics means all of them.
@@ -957,6 +1027,8 @@ mod tests {
             initial_rebalance_delay: Duration::from_millis(initial_delay_ms),
             min_session_timeout_ms: 6000,
             max_session_timeout_ms: 300000,
+            offsets_retention_ms: 7 * 24 * 3_600_000,
+            offsets_retention_check_interval_ms: 600_000,
         }))
     }
 
@@ -1077,5 +1149,27 @@ mod tests {
         assert_eq!(c.delete_group(&*store, "g"), NONE);
         assert_eq!(store.groups_stored.lock().unwrap().last().map(|s| s.0), Some(GroupState::Dead));
         assert_eq!(c.delete_group(&*store, "g"), GROUP_ID_NOT_FOUND);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn offsets_of_an_empty_group_expire_from_when_it_became_empty() {
+        let c = coordinator(0);
+        let store = Arc::new(Recorder::default());
+        let j = stable_single(&c, &store).await;
+        let r = c.commit_offsets(&*store, "g", j.generation_id, &j.member_id, vec![(("t".into(), 0), 5, -1, None)]);
+        assert_eq!(r[0].1, NONE);
+        // A stable group's offsets never expire.
+        assert_eq!(c.expire_offsets(&*store, now_ms() + 1_000_000, 1000), 0);
+        c.leave(&*store, "g", &[(j.member_id.clone(), None)]).unwrap();
+        let empty_at = c.with_group("g", |g| g.empty_since_ms).flatten().unwrap();
+        assert_eq!(c.expire_offsets(&*store, empty_at + 999, 1000), 0, "not yet");
+        assert_eq!(c.expire_offsets(&*store, empty_at + 1000, 1000), 1);
+        assert!(c.with_group("g", |_| ()).is_none(), "the group is gone with its last offset");
+        // A simple (memberless) group's offsets expire from their commit.
+        let r = c.commit_offsets(&*store, "simple", -1, "", vec![(("t".into(), 0), 7, -1, None)]);
+        assert_eq!(r[0].1, NONE);
+        let ts = c.with_group("simple", |g| g.offsets[&("t".to_string(), 0)].commit_timestamp).unwrap();
+        assert_eq!(c.expire_offsets(&*store, ts + 999, 1000), 0);
+        assert_eq!(c.expire_offsets(&*store, ts + 1000, 1000), 1);
     }
 }

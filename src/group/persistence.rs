@@ -267,5 +267,21 @@ impl Broker {
                 b.groups.tick(&b.group_store());
             }
         });
+        let b = self.clone();
+        tokio::spawn(async move {
+            let every = b.groups.config().offsets_retention_check_interval_ms;
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(every));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let b2 = b.clone();
+                // Expiry appends tombstones to __consumer_offsets: disk work, off the async workers.
+                let _ = tokio::task::spawn_blocking(move || {
+                    let retention = b2.groups.config().offsets_retention_ms;
+                    b2.groups.expire_offsets(&b2.group_store(), crate::log::now_ms(), retention)
+                })
+                .await;
+            }
+        });
     }
 }

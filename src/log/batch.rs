@@ -333,6 +333,120 @@ fn write_raw_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// One record of a v2 batch as stored, located but not copied.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordView<'a> {
+    /// The whole record, its length prefix included: what a rewrite copies when nothing in it
+    /// changes.
+    pub raw: &'a [u8],
+    pub attributes: u8,
+    pub timestamp_delta: i64,
+    /// The record from its offsetDelta to its end: what a rewrite keeps when only the
+    /// timestamp delta changes.
+    pub tail: &'a [u8],
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    /// A null value: a tombstone on a compacted topic.
+    pub value_is_null: bool,
+}
+
+fn read_nullable_len(b: &[u8], at: &mut usize) -> Option<Option<usize>> {
+    let (len, n) = read_varint(b.get(*at..)?)?;
+    *at += n;
+    if len < 0 {
+        return Some(None);
+    }
+    let len = len as usize;
+    if len > b.len() - *at {
+        return None;
+    }
+    Some(Some(len))
+}
+
+/// The records of an (uncompressed or already decompressed) records section holding `count`
+/// records. Anything malformed is `CorruptMessage`: only data that passed produce validation
+/// reaches the log, so a bad record here means damage.
+pub fn parse_records(body: &[u8], count: i32) -> Result<Vec<RecordView<'_>>, LogError> {
+    let corrupt = |m: &str| LogError::CorruptMessage(format!("record {m}"));
+    let mut out = Vec::with_capacity(count.clamp(0, 1 << 16) as usize);
+    let mut pos = 0usize;
+    for _ in 0..count.max(0) {
+        let (len, n) = read_varint(&body[pos..]).ok_or_else(|| corrupt("length is malformed"))?;
+        if len <= 0 || len as usize > body.len() - pos - n {
+            return Err(corrupt("length out of range"));
+        }
+        let raw = &body[pos..pos + n + len as usize];
+        let rec = &raw[n..];
+        let attributes = rec[0];
+        let mut at = 1usize;
+        let (timestamp_delta, k) = read_varlong(&rec[at..]).ok_or_else(|| corrupt("timestamp is malformed"))?;
+        at += k;
+        let tail = &rec[at..];
+        let (offset_delta, k) = read_varint(&rec[at..]).ok_or_else(|| corrupt("offset delta is malformed"))?;
+        at += k;
+        let key = match read_nullable_len(rec, &mut at).ok_or_else(|| corrupt("key is malformed"))? {
+            Some(l) => {
+                let k = &rec[at..at + l];
+                at += l;
+                Some(k)
+            }
+            None => None,
+        };
+        let value_is_null = read_nullable_len(rec, &mut at).ok_or_else(|| corrupt("value is malformed"))?.is_none();
+        out.push(RecordView { raw, attributes, timestamp_delta, tail, offset_delta, key, value_is_null });
+        pos += raw.len();
+    }
+    if pos != body.len() {
+        return Err(corrupt("section has bytes after the last record"));
+    }
+    Ok(out)
+}
+
+/// The records section of one whole batch, decompressed if the batch is (bounded by `limit`).
+pub fn records_section<'a>(
+    batch: &'a [u8],
+    h: &BatchHeader,
+    limit: usize,
+) -> Result<std::borrow::Cow<'a, [u8]>, LogError> {
+    let body = batch.get(HEADER_SIZE..h.total_size()).ok_or_else(|| LogError::CorruptMessage("short batch".into()))?;
+    match h.compression() {
+        0 => Ok(std::borrow::Cow::Borrowed(body)),
+        codec => super::compression::decompress(codec, MAGIC_V2, body, limit).map(std::borrow::Cow::Owned),
+    }
+}
+
+/// Appends `r` to `out` with its timestamp delta replaced (its length prefix recomputed).
+pub fn write_record_with_timestamp_delta(out: &mut Vec<u8>, r: &RecordView<'_>, timestamp_delta: i64) {
+    let mut head = Vec::with_capacity(11);
+    head.push(r.attributes);
+    write_varlong(&mut head, timestamp_delta);
+    write_varint(out, (head.len() + r.tail.len()) as i32);
+    out.extend_from_slice(&head);
+    out.extend_from_slice(r.tail);
+}
+
+/// For each batch of a produce payload (already through [`validate_batches`]), the indexes of
+/// its records that have no key: what a compacted topic refuses (Kafka's `batchIndex` counts
+/// records within their batch).
+pub fn keyless_records(records: &[u8], headers: &[BatchHeader], limit: usize) -> Result<Vec<i32>, LogError> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    for h in headers {
+        let batch = records.get(pos..pos + h.total_size()).ok_or_else(|| LogError::CorruptMessage("short".into()))?;
+        pos += h.total_size();
+        if h.is_control() {
+            continue;
+        }
+        let section = records_section(batch, h, limit)?;
+        for (i, r) in parse_records(&section, h.records_count)?.iter().enumerate() {
+            if r.key.is_none() {
+                out.push(i as i32);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// One record for [`encode_batch`].
 #[derive(Clone, Debug, Default)]
 pub struct SimpleRecord<'a> {

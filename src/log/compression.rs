@@ -1,12 +1,13 @@
-//! The codecs of Kafka's message formats, for the one place the broker must open records:
-//! converting between message sets v0/v1 and record batches v2 (`legacy`). Batches produced in
-//! v2 are never decompressed.
+//! The codecs of Kafka's message formats, for the places the broker must open records:
+//! converting between message sets v0/v1 and record batches v2 (`legacy`), the keys a
+//! compacted topic requires, and the log cleaner, which rewrites batches with the codec they
+//! came in. Nothing else decompresses a v2 batch.
 //!
 //! Wire details Kafka's clients rely on: gzip may be several concatenated members; snappy comes
 //! raw (librdkafka) or in snappy-java's "xerial" framing (Java clients, and what the broker
 //! writes, since every client reads it); lz4 is the LZ4 frame format, whose header checksum
 //! Kafka computed wrongly in message format v0 (KAFKA-3160) — it is recomputed before decoding.
-//! zstd exists only in format v2, which is never converted, so no zstd codec is needed here.
+//! zstd exists only in format v2 (refused for v0/v1, as Kafka does).
 //!
 //! Decompression is bounded: output beyond `limit` bytes is an error, not an allocation.
 
@@ -58,7 +59,13 @@ pub fn decompress(codec: u8, magic: i8, data: &[u8], limit: usize) -> Result<Vec
             };
             read_bounded(lz4_flex::frame::FrameDecoder::new(input), limit, "lz4")
         }
-        ZSTD => Err(LogError::UnsupportedCompression("zstd is not allowed in message formats v0 and v1".into())),
+        ZSTD if magic < 2 => {
+            Err(LogError::UnsupportedCompression("zstd is not allowed in message formats v0 and v1".into()))
+        }
+        ZSTD => {
+            let dec = zstd::stream::read::Decoder::new(data).map_err(|e| corrupt("zstd", e))?;
+            read_bounded(dec, limit, "zstd")
+        }
         other => Err(LogError::CorruptMessage(format!("unknown compression codec {other}"))),
     }
 }
@@ -92,6 +99,8 @@ pub fn compress(codec: u8, data: &[u8]) -> Result<Vec<u8>, LogError> {
             enc.write_all(data).map_err(io)?;
             enc.finish().map_err(|e| LogError::CorruptMessage(format!("lz4 compression failed: {e}")))
         }
+        // Level 3: Kafka's default compression.zstd.level.
+        ZSTD => zstd::stream::encode_all(data, 3).map_err(io),
         other => Err(LogError::UnsupportedCompression(format!("codec {other} cannot be written here"))),
     }
 }
@@ -195,5 +204,19 @@ mod tests {
         }
         assert!(matches!(decompress(ZSTD, 1, b"x", 10), Err(LogError::UnsupportedCompression(_))));
         assert!(decompress(7, 1, b"x", 10).is_err());
+    }
+
+    #[test]
+    fn zstd_round_trips_in_v2_only_and_is_bounded() {
+        let data = sample();
+        let c = compress(ZSTD, &data).unwrap();
+        assert!(c.len() < data.len());
+        assert_eq!(decompress(ZSTD, 2, &c, data.len()).unwrap(), data);
+        assert!(decompress(ZSTD, 2, &c, data.len() - 1).is_err());
+        assert!(decompress(ZSTD, 2, &c[..c.len() / 2], data.len()).is_err());
+        for codec in [GZIP, SNAPPY, LZ4] {
+            let c = compress(codec, &data).unwrap();
+            assert_eq!(decompress(codec, 2, &c, data.len()).unwrap(), data, "codec {codec}");
+        }
     }
 }

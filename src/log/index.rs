@@ -139,6 +139,13 @@ impl MmapIndex {
         Ok(())
     }
 
+    /// Renames the file; the mapping stays valid (it refers to the inode, not the name).
+    fn rename(&mut self, to: &Path) -> io::Result<()> {
+        std::fs::rename(&self.path, to)?;
+        self.path = to.to_path_buf();
+        Ok(())
+    }
+
     fn entry(&self, i: usize) -> &[u8] {
         match &self.mmap {
             Some(m) => &m[i * self.entry_size..(i + 1) * self.entry_size],
@@ -228,6 +235,9 @@ impl OffsetIndex {
     }
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+    pub fn rename(&mut self, to: &Path) -> io::Result<()> {
+        self.inner.rename(to)
     }
     pub fn base_offset(&self) -> i64 {
         self.base_offset
@@ -341,6 +351,9 @@ impl TimeIndex {
     }
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+    pub fn rename(&mut self, to: &Path) -> io::Result<()> {
+        self.inner.rename(to)
     }
     pub fn entries(&self) -> usize {
         self.inner.entries

@@ -138,6 +138,9 @@ impl LogManager {
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
     }
+    pub fn is_online(&self, dir_idx: usize) -> bool {
+        self.online.get(dir_idx).copied().unwrap_or(false)
+    }
     pub fn default_config(&self) -> &LogConfig {
         &self.default_config
     }
@@ -226,7 +229,8 @@ impl LogManager {
         self.state().logs.iter().map(|(k, e)| (k.clone(), e.log.clone())).collect()
     }
 
-    fn all_with_dir(&self) -> Vec<(Key, usize, Arc<Mutex<Log>>)> {
+    /// Every log with the index (in `dirs()`) of the log dir holding it.
+    pub fn all_with_dir(&self) -> Vec<(Key, usize, Arc<Mutex<Log>>)> {
         self.state().logs.iter().map(|(k, e)| (k.clone(), e.dir_idx, e.log.clone())).collect()
     }
 

@@ -13,6 +13,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod compression;
 pub mod index;
 pub mod legacy;
@@ -77,7 +78,7 @@ impl LogError {
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// Per-topic effective config (Kafka property names in comments).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LogConfig {
     /// segment.bytes / log.segment.bytes
     pub segment_bytes: u64,
@@ -103,6 +104,32 @@ pub struct LogConfig {
     /// message.downconversion.enable / log.message.downconversion.enable: whether Fetch
     /// v0-v3 consumers get the log down-converted or UNSUPPORTED_VERSION.
     pub message_downconversion_enable: bool,
+    /// cleanup.policy contains `compact`: the log cleaner keeps the last record per key.
+    pub compact: bool,
+    /// cleanup.policy contains `delete`: retention.ms / retention.bytes delete old segments.
+    pub delete: bool,
+    /// delete.retention.ms / log.cleaner.delete.retention.ms: how long a tombstone outlives
+    /// the cleaning pass that first saw it.
+    pub delete_retention_ms: i64,
+    /// min.compaction.lag.ms: records younger than this are never compacted.
+    pub min_compaction_lag_ms: i64,
+    /// max.compaction.lag.ms: dirty records older than this make the log cleanable whatever
+    /// its dirty ratio (and bound segment.ms on compacted topics).
+    pub max_compaction_lag_ms: i64,
+    /// min.cleanable.dirty.ratio / log.cleaner.min.cleanable.ratio
+    pub min_cleanable_dirty_ratio: f64,
+}
+
+impl LogConfig {
+    /// Kafka's maxSegmentMs: a compacted log also rolls by max.compaction.lag.ms, since the
+    /// cleaner never touches the active segment.
+    pub fn max_segment_ms(&self) -> i64 {
+        if self.compact {
+            self.segment_ms.min(self.max_compaction_lag_ms)
+        } else {
+            self.segment_ms
+        }
+    }
 }
 
 impl Default for LogConfig {
@@ -119,6 +146,12 @@ impl Default for LogConfig {
             flush_interval_ms: u64::MAX,
             file_delete_delay_ms: 60_000,
             message_downconversion_enable: true,
+            compact: false,
+            delete: true,
+            delete_retention_ms: DAY_MS,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.5,
         }
     }
 }

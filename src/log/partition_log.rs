@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, HEADER_SIZE, OFF_BASE_OFFSET, OFF_LEADER_EPOCH};
 use super::checkpoint::sync_dir;
-use super::segment::LogSegment;
+use super::segment::{LogSegment, SWAP_SUFFIX};
 use super::{index_file_path, log_file_path, now_ms, time_index_file_path, AppendInfo, FileRange, LogConfig, LogError};
 
 /// One partition's log.
@@ -37,6 +37,36 @@ pub struct Log {
     last_flush_ms: i64,
     deleted: bool,
     stats: Arc<LogStats>,
+    /// The latest delete horizon the cleaner stamped on a batch it kept tombstones in (-1:
+    /// none known): once it passes, the log is worth cleaning again to drop them.
+    latest_delete_horizon: i64,
+}
+
+/// What the log cleaner needs of one segment, taken under the log lock and used without it.
+/// The open file keeps the bytes readable whatever happens to the log meanwhile; `file` and
+/// `size` identify the segment when the cleaner comes back to swap.
+#[derive(Clone, Debug)]
+pub struct SegmentView {
+    pub base_offset: i64,
+    pub file: Arc<std::fs::File>,
+    pub size: u64,
+    pub next_offset: i64,
+    pub largest_timestamp: i64,
+    pub first_batch_timestamp: Option<i64>,
+    pub index_entries: usize,
+}
+
+/// A log as the cleaner sees it: every inactive segment, and the active one (read only for
+/// producer state).
+#[derive(Clone, Debug)]
+pub struct CleanerView {
+    pub dir: PathBuf,
+    pub config: LogConfig,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub inactive: Vec<SegmentView>,
+    pub active: SegmentView,
+    pub latest_delete_horizon: i64,
 }
 
 /// A log's figures as of its last change, readable without its lock: a metrics scrape reads
@@ -68,10 +98,10 @@ impl LogStats {
     }
 }
 
-/// Kafka's temporary suffixes: leftovers of an interrupted delete, compaction
-/// or checkpoint write. Nothing here produces `.cleaned`/`.swap`, so they are
-/// simply removed.
-const TEMP_SUFFIXES: [&str; 4] = [".deleted", ".cleaned", ".swap", ".tmp"];
+/// Kafka's temporary suffixes that a restart simply removes: leftovers of an interrupted
+/// delete, of a cleaning that had not reached its swap, or of a checkpoint write. `.swap` is
+/// different: see [`Log::open`].
+const TEMP_SUFFIXES: [&str; 3] = [".deleted", ".cleaned", ".tmp"];
 
 fn parse_segment_name(name: &str, ext: &str) -> Option<i64> {
     let stem = name.strip_suffix(ext)?;
@@ -79,6 +109,34 @@ fn parse_segment_name(name: &str, ext: &str) -> Option<i64> {
         return None;
     }
     stem.parse().ok()
+}
+
+/// Finishes a cleaner swap that a crash interrupted (Kafka's rule): the `.swap` segment was
+/// complete and fsynced before it got that name, so it replaces every segment whose base
+/// offset falls in its offset range, and then takes its live name. `bases` (sorted) is
+/// updated to match.
+fn complete_swap(dir: &Path, base: i64, bases: &mut Vec<i64>) -> Result<(), LogError> {
+    let [log, _, _] = LogSegment::paths(dir, base, SWAP_SUFFIX);
+    let file = fs::File::open(&log)?;
+    let len = file.metadata()?.len();
+    let mut next = base;
+    let mut sc = super::segment::HeaderScanner::new(&file, 0, len, 64 * 1024);
+    while let Ok(Some((_, h))) = sc.next_header() {
+        next = h.next_offset();
+    }
+    let replaced: Vec<i64> = bases.iter().copied().filter(|&b| b >= base && b < next.max(base + 1)).collect();
+    for &b in &replaced {
+        remove_segment_files(dir, b);
+    }
+    // Stale index files under the live name would describe the old segment.
+    remove_segment_files(dir, base);
+    fs::rename(&log, log_file_path(dir, base))?;
+    sync_dir(dir)?;
+    bases.retain(|b| !replaced.contains(b));
+    bases.push(base);
+    bases.sort_unstable();
+    tracing::warn!(dir = %dir.display(), base, replaced = ?replaced, "completed an interrupted cleaner swap");
+    Ok(())
 }
 
 fn remove_segment_files(dir: &Path, base: i64) {
@@ -108,12 +166,25 @@ impl Log {
         let now = now_ms();
         let mut bases = Vec::new();
         let mut index_bases = Vec::new();
+        let mut swaps = Vec::new();
         for entry in fs::read_dir(&dir)? {
             let entry = entry?;
             let name = match entry.file_name().into_string() {
                 Ok(n) => n,
                 Err(_) => continue,
             };
+            if let Some(stem) = name.strip_suffix(SWAP_SUFFIX) {
+                match parse_segment_name(stem, ".log") {
+                    Some(b) => swaps.push(b),
+                    // A swapped segment's indexes are rebuilt from its log, like Kafka does.
+                    None => {
+                        if let Err(e) = fs::remove_file(entry.path()) {
+                            tracing::warn!(file = %entry.path().display(), error = %e, "could not remove swap index");
+                        }
+                    }
+                }
+                continue;
+            }
             if TEMP_SUFFIXES.iter().any(|s| name.ends_with(s)) {
                 if let Err(e) = fs::remove_file(entry.path()) {
                     tracing::warn!(file = %entry.path().display(), error = %e, "could not remove temporary file");
@@ -129,6 +200,10 @@ impl Log {
             }
         }
         bases.sort_unstable();
+        swaps.sort_unstable();
+        for b in swaps {
+            complete_swap(&dir, b, &mut bases)?;
+        }
         for b in index_bases {
             if bases.binary_search(&b).is_err() {
                 remove_segment_files(&dir, b);
@@ -188,6 +263,7 @@ impl Log {
             last_flush_ms: now,
             deleted: false,
             stats: Arc::default(),
+            latest_delete_horizon: -1,
         };
         if log.segments.is_empty() {
             let base = log_start_offset.max(0);
@@ -275,6 +351,80 @@ impl Log {
     }
     pub fn segments(&self) -> impl Iterator<Item = &LogSegment> {
         self.segments.values()
+    }
+
+    /// A snapshot for the log cleaner (cheap: no I/O).
+    pub fn cleaner_view(&self) -> Result<CleanerView, LogError> {
+        self.check_live()?;
+        let view = |s: &LogSegment| SegmentView {
+            base_offset: s.base_offset(),
+            file: s.log_file().clone(),
+            size: s.size(),
+            next_offset: s.next_offset(),
+            largest_timestamp: s.largest_timestamp(),
+            first_batch_timestamp: s.first_batch_timestamp(),
+            index_entries: s.offset_index().entries(),
+        };
+        let all: Vec<SegmentView> = self.segments.values().map(view).collect();
+        let Some((active, inactive)) = all.split_last() else {
+            return Err(LogError::StorageUnavailable("log has no segments".into()));
+        };
+        Ok(CleanerView {
+            dir: self.dir.clone(),
+            config: self.config.clone(),
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
+            inactive: inactive.to_vec(),
+            active: active.clone(),
+            latest_delete_horizon: self.latest_delete_horizon,
+        })
+    }
+
+    pub fn latest_delete_horizon(&self) -> i64 {
+        self.latest_delete_horizon
+    }
+
+    pub fn set_latest_delete_horizon(&mut self, horizon: i64) {
+        self.latest_delete_horizon = horizon;
+    }
+
+    /// Swaps a cleaned segment (complete, fsynced, named `.cleaned`) in for the segments it
+    /// was made from, Kafka's way: rename it to `.swap`, delete the old ones, drop the suffix.
+    /// A crash at any point leaves either the old segments or the cleaned one (see
+    /// [`complete_swap`]). Only renames happen here; the copying was done without the lock.
+    /// Returns false, changing nothing, if any old segment changed meanwhile (truncated,
+    /// deleted, or become active); the caller then removes the cleaned files.
+    pub fn replace_segments(&mut self, old: &[SegmentView], mut cleaned: LogSegment) -> Result<bool, LogError> {
+        self.check_live()?;
+        let active_base = self.segments.keys().next_back().copied();
+        let unchanged = !old.is_empty()
+            && old.iter().all(|o| {
+                Some(o.base_offset) != active_base
+                    && self
+                        .segments
+                        .get(&o.base_offset)
+                        .is_some_and(|s| Arc::ptr_eq(s.log_file(), &o.file) && s.size() == o.size)
+            });
+        if !unchanged {
+            return Ok(false);
+        }
+        cleaned.rename_suffix(&self.dir, SWAP_SUFFIX)?;
+        sync_dir(&self.dir)?;
+        super::cleaner::crash_point("swap");
+        for o in old {
+            if let Some(seg) = self.segments.remove(&o.base_offset) {
+                if let Err(e) = seg.delete_files() {
+                    // The swap file wins at the next start whatever is left here.
+                    tracing::warn!(dir = %self.dir.display(), base = o.base_offset, error = %e, "could not delete a cleaned-away segment");
+                }
+            }
+        }
+        let rename = cleaned.rename_suffix(&self.dir, "");
+        self.segments.insert(cleaned.base_offset(), cleaned);
+        self.publish_stats();
+        rename?;
+        sync_dir(&self.dir)?;
+        Ok(true)
     }
 
     pub fn set_config(&mut self, config: LogConfig) {
@@ -642,20 +792,32 @@ impl Log {
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
         self.check_live()?;
         let mut deleted = 0;
+        // A compact-only log (__consumer_offsets, changelogs) is never shortened by age or
+        // size: the cleaner alone decides what goes.
+        if !self.config.delete {
+            self.publish_stats();
+            return Ok(0);
+        }
         if self.config.retention_ms >= 0 {
             let limit = self.config.retention_ms;
+            let active_base = self.segments.keys().next_back().copied();
+            // Cleaning can leave an inactive segment empty; only the active one must stay.
             let n = self
                 .segments
                 .values()
-                .take_while(|s| !s.is_empty() && now_ms.saturating_sub(s.largest_timestamp()) > limit)
+                .take_while(|s| {
+                    (!s.is_empty() || Some(s.base_offset()) != active_base)
+                        && now_ms.saturating_sub(s.largest_timestamp()) > limit
+                })
                 .count();
             deleted += self.delete_oldest(n)?;
         }
         if self.config.retention_bytes >= 0 {
             let mut diff = self.size_bytes() as i64 - self.config.retention_bytes;
             let mut n = 0;
+            let active_base = self.segments.keys().next_back().copied();
             for s in self.segments.values() {
-                if s.is_empty() || diff - (s.size() as i64) < 0 {
+                if (s.is_empty() && Some(s.base_offset()) == active_base) || diff - (s.size() as i64) < 0 {
                     break;
                 }
                 diff -= s.size() as i64;

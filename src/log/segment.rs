@@ -89,6 +89,11 @@ pub struct LogSegment {
     active: bool,
 }
 
+/// Kafka's suffix for a segment the cleaner is still writing.
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+/// Kafka's suffix for a cleaned segment that replaces the segments it overlaps.
+pub const SWAP_SUFFIX: &str = ".swap";
+
 fn open_log_file(path: &Path, create: bool) -> io::Result<File> {
     OpenOptions::new().read(true).write(true).create(create).truncate(false).open(path)
 }
@@ -111,6 +116,55 @@ impl LogSegment {
         Ok(seg)
     }
 
+    /// A segment the log cleaner fills: its files carry Kafka's `.cleaned` suffix until
+    /// [`LogSegment::rename_suffix`] swaps it in, so a crash leaves nothing a restart would
+    /// take for a live segment. Any leftover of an earlier attempt is replaced.
+    pub fn create_cleaned(dir: &Path, base_offset: i64, config: &LogConfig, now_ms: i64) -> Result<Self, LogError> {
+        let paths = Self::paths(dir, base_offset, CLEANED_SUFFIX);
+        for p in &paths {
+            match std::fs::remove_file(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let file = open_log_file(&paths[0], true)?;
+        let mut seg = Self::assemble_at(&paths, base_offset, file, config, now_ms, true)?;
+        seg.offset_index.reset();
+        seg.time_index.reset();
+        Ok(seg)
+    }
+
+    /// The `.log`, `.index` and `.timeindex` paths with `suffix` appended ("" for the live names).
+    pub fn paths(dir: &Path, base_offset: i64, suffix: &str) -> [PathBuf; 3] {
+        let with = |p: PathBuf| {
+            let mut s = p.into_os_string();
+            s.push(suffix);
+            PathBuf::from(s)
+        };
+        [
+            with(log_file_path(dir, base_offset)),
+            with(index_file_path(dir, base_offset)),
+            with(time_index_file_path(dir, base_offset)),
+        ]
+    }
+
+    /// Renames the three files to their live names plus `suffix` (the cleaner's
+    /// `.cleaned` -> `.swap` -> "" steps). Open handles and mappings stay valid.
+    pub fn rename_suffix(&mut self, dir: &Path, suffix: &str) -> Result<(), LogError> {
+        let [log, index, time] = Self::paths(dir, self.base_offset, suffix);
+        std::fs::rename(&self.log_path, &log)?;
+        self.log_path = log;
+        self.offset_index.rename(&index)?;
+        self.time_index.rename(&time)?;
+        Ok(())
+    }
+
+    /// maxTimestamp of the segment's first batch, if it has one.
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.rolling_base_timestamp
+    }
+
     /// Opens an existing segment's files. Contents are not trusted yet: call
     /// `load_trusted` or `recover` next.
     pub fn open(dir: &Path, base_offset: i64, config: &LogConfig, active: bool, now_ms: i64) -> Result<Self, LogError> {
@@ -126,14 +180,23 @@ impl LogSegment {
         now_ms: i64,
         active: bool,
     ) -> Result<Self, LogError> {
+        Self::assemble_at(&Self::paths(dir, base_offset, ""), base_offset, file, config, now_ms, active)
+    }
+
+    fn assemble_at(
+        paths: &[PathBuf; 3],
+        base_offset: i64,
+        file: File,
+        config: &LogConfig,
+        now_ms: i64,
+        active: bool,
+    ) -> Result<Self, LogError> {
         let size = file.metadata()?.len();
-        let offset_index =
-            OffsetIndex::open(&index_file_path(dir, base_offset), base_offset, config.max_index_size, active)?;
-        let time_index =
-            TimeIndex::open(&time_index_file_path(dir, base_offset), base_offset, config.max_index_size, active)?;
+        let offset_index = OffsetIndex::open(&paths[1], base_offset, config.max_index_size, active)?;
+        let time_index = TimeIndex::open(&paths[2], base_offset, config.max_index_size, active)?;
         Ok(LogSegment {
             base_offset,
-            log_path: log_file_path(dir, base_offset),
+            log_path: paths[0].clone(),
             log: Arc::new(file),
             size,
             offset_index,
@@ -407,7 +470,7 @@ impl LogSegment {
             Some(t) => max_ts.saturating_sub(t),
             None => now_ms.saturating_sub(self.created_ms),
         };
-        let aged = non_empty && waited > config.segment_ms;
+        let aged = non_empty && waited > config.max_segment_ms();
         let index_full = self.offset_index.is_full() || self.time_index.is_full();
         let overflow = first_offset < self.base_offset || last_offset - self.base_offset > i64::from(i32::MAX);
         full || aged || index_full || overflow

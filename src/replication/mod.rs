@@ -27,7 +27,7 @@ pub type TopicPartition = (String, i32);
 
 pub struct ReplicaManager {
     pub broker_id: i32,
-    logs: LogManager,
+    logs: Arc<LogManager>,
     /// By topic, then partition: a lookup by `&str` needs no allocated key (it runs for every
     /// partition of every fetch).
     partitions: RwLock<HashMap<String, HashMap<i32, Arc<Partition>>>>,
@@ -50,7 +50,7 @@ impl ReplicaManager {
         let checkpointed_hw = logs.read_high_watermarks();
         ReplicaManager {
             broker_id,
-            logs,
+            logs: Arc::new(logs),
             partitions: RwLock::new(HashMap::new()),
             checkpointed_hw,
             changed: Notify::new(),
@@ -61,6 +61,11 @@ impl ReplicaManager {
 
     pub fn logs(&self) -> &LogManager {
         &self.logs
+    }
+
+    /// The log manager for a component that outlives a borrow (the log cleaner's threads).
+    pub fn logs_handle(&self) -> Arc<LogManager> {
+        self.logs.clone()
     }
 
     /// The partition if this broker leads it (what client requests need).
@@ -84,9 +89,14 @@ impl ReplicaManager {
         if let Some(p) = self.hosted(topic, index) {
             return Ok(p);
         }
-        let log = self.logs.get_or_create(topic, index, config)?;
+        let log = self.logs.get_or_create(topic, index, config.clone())?;
         {
-            let guard = log.lock().unwrap_or_else(|p| p.into_inner());
+            let mut guard = log.lock().unwrap_or_else(|p| p.into_inner());
+            // A log loaded at startup was opened with the broker defaults: the topic's own
+            // settings (cleanup.policy, retention, segment size) apply from here on.
+            if guard.config() != &config {
+                guard.set_config(config);
+            }
             let dir: PathBuf = guard.dir().to_path_buf();
             drop(guard);
             if !matches!(crate::log::read_partition_metadata(&dir), Ok(Some(_))) {

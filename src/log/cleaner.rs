@@ -1,0 +1,722 @@
+//! The log cleaner: compaction of `cleanup.policy=compact` logs, as Kafka's LogCleaner does it.
+//!
+//! Each pass over one log (the "filthiest": the highest dirty ratio at or above
+//! `min.cleanable.dirty.ratio`, a log whose dirty records are older than
+//! `max.compaction.lag.ms`, or one whose tombstones' delete horizon has passed):
+//! 1. builds an offset map, key hash -> latest offset, over the dirty section (from the
+//!    `cleaner-offset-checkpoint` offset up to the first uncleanable offset: the active
+//!    segment, or the first segment younger than `min.compaction.lag.ms`), stopping early if
+//!    the map is full (`log.cleaner.dedupe.buffer.size`, 24 bytes an entry as Kafka counts);
+//! 2. rewrites every segment below the map's end, in groups of consecutive segments that fit
+//!    one segment, keeping a record only if no later record has its key; offsets and batch
+//!    boundaries stay (base offset, last offset delta, producer id/epoch/base sequence), so
+//!    gaps appear and nothing is renumbered; a batch emptied entirely is kept, as an empty
+//!    batch, only if it is its producer's last (idempotent producers key their state on it);
+//! 3. stamps a delete horizon (now + `delete.retention.ms`, attribute bit 6 and the base
+//!    timestamp, KIP-534) on each batch where it keeps tombstones for the first time, and
+//!    drops tombstones whose horizon has passed;
+//! 4. swaps each cleaned group in with [`Log::replace_segments`] (`.cleaned` -> `.swap` -> live
+//!    name), then records the map's end in `cleaner-offset-checkpoint`.
+//!
+//! All reading, filtering, compressing and writing happens without the log's lock; the lock
+//! is taken to snapshot the segment list and for the renames of the swap. A batch that fails
+//! its CRC or cannot be parsed marks the partition uncleanable (one log line; the broker and
+//! the other logs go on). An I/O error (a full disk) abandons the pass, removes the partial
+//! files and backs off.
+//!
+//! Not done (yet): transactional data is compacted like any other (aborted records and
+//! markers are not removed per `.txnindex`, which gregor has no transactions to need), and the
+//! dirty section is bounded by the active segment rather than by the high watermark.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::batch::{
+    self, BatchHeader, COMPRESSION_MASK, CRC_START, DELETE_HORIZON_BIT, HEADER_SIZE, LOG_OVERHEAD, OFF_BATCH_LENGTH,
+    OFF_CRC,
+};
+use super::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
+use super::partition_log::{CleanerView, SegmentView};
+use super::segment::{HeaderScanner, LogSegment};
+use super::{now_ms, Log, LogError, LogManager};
+
+/// Kafka's per-dir file: the first dirty offset of each compacted log.
+pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+/// What Kafka's SkimpyOffsetMap spends per key: a 16-byte hash and an 8-byte offset.
+const BYTES_PER_MAP_ENTRY: u64 = 24;
+
+type Key = (String, i32);
+
+/// The `log.cleaner.*` settings (Kafka's names and defaults).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CleanerConfig {
+    /// log.cleaner.enable
+    pub enable: bool,
+    /// log.cleaner.threads
+    pub threads: usize,
+    /// log.cleaner.dedupe.buffer.size: offset map memory over all threads.
+    pub dedupe_buffer_size: u64,
+    /// log.cleaner.io.buffer.size: read-ahead when scanning segments.
+    pub io_buffer_size: usize,
+    /// log.cleaner.io.buffer.load.factor: how full an offset map may get.
+    pub io_buffer_load_factor: f64,
+    /// log.cleaner.io.max.bytes.per.second: read plus write rate, over all threads.
+    pub max_io_bytes_per_second: f64,
+    /// log.cleaner.backoff.ms: sleep when no log needs cleaning.
+    pub backoff_ms: u64,
+    /// The most bytes one compressed batch may decompress to (socket.request.max.bytes: no
+    /// batch a client could send is larger).
+    pub decompress_limit: usize,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        CleanerConfig {
+            enable: true,
+            threads: 1,
+            dedupe_buffer_size: 128 << 20,
+            io_buffer_size: 512 << 10,
+            io_buffer_load_factor: 0.9,
+            max_io_bytes_per_second: f64::MAX,
+            backoff_ms: 15_000,
+            decompress_limit: 100 << 20,
+        }
+    }
+}
+
+impl CleanerConfig {
+    fn map_capacity(&self) -> usize {
+        let per_thread = self.dedupe_buffer_size / self.threads.max(1) as u64;
+        ((per_thread / BYTES_PER_MAP_ENTRY) as f64 * self.io_buffer_load_factor).max(1.0) as usize
+    }
+}
+
+/// Test-only fault injection: with `GREGOR_TEST_CRASH_AT=<point>` the process kills itself
+/// with SIGKILL (what kill -9 does) when it reaches that point, so tests can check crash
+/// recovery at the exact step that matters.
+pub fn crash_point(point: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| std::env::var("GREGOR_TEST_CRASH_AT").ok().filter(|v| !v.is_empty()));
+    if at.as_deref() == Some(point) {
+        tracing::warn!(point, "GREGOR_TEST_CRASH_AT reached; killing the process");
+        // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+/// Figures for tests, metrics and the benchmark.
+#[derive(Debug, Default)]
+pub struct CleanerStats {
+    pub passes: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    checkpoints: HashMap<Key, i64>,
+    in_progress: HashSet<Key>,
+    uncleanable: HashSet<Key>,
+}
+
+pub struct LogCleaner {
+    manager: Arc<LogManager>,
+    config: CleanerConfig,
+    state: Mutex<State>,
+    stop: AtomicBool,
+    sleeping: Mutex<()>,
+    wake: Condvar,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    pub stats: CleanerStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why a pass ended without a swap.
+#[derive(Debug)]
+enum Abort {
+    Stopped,
+    /// The log changed under the cleaner (truncated, deleted): try again later.
+    Changed,
+    Failed(LogError),
+}
+
+impl From<LogError> for Abort {
+    fn from(e: LogError) -> Self {
+        Abort::Failed(e)
+    }
+}
+
+impl From<std::io::Error> for Abort {
+    fn from(e: std::io::Error) -> Self {
+        Abort::Failed(LogError::Io(e))
+    }
+}
+
+/// One candidate log and how dirty it is.
+struct Candidate {
+    key: Key,
+    log: Arc<Mutex<Log>>,
+    view: CleanerView,
+    first_dirty: i64,
+    first_uncleanable: i64,
+    must_clean: bool,
+    ratio: f64,
+}
+
+impl LogCleaner {
+    /// Loads the checkpoints and, with `log.cleaner.enable`, starts `log.cleaner.threads`
+    /// threads.
+    pub fn start(manager: Arc<LogManager>, config: CleanerConfig) -> Arc<LogCleaner> {
+        let mut checkpoints = HashMap::new();
+        for (i, d) in manager.dirs().iter().enumerate() {
+            if !manager.is_online(i) {
+                continue;
+            }
+            match read_offset_checkpoint(&d.join(CLEANER_OFFSET_CHECKPOINT)) {
+                Ok(m) => checkpoints.extend(m),
+                Err(e) => tracing::warn!(dir = %d.display(), error = %e, "unreadable cleaner offset checkpoint"),
+            }
+        }
+        let cleaner = Arc::new(LogCleaner {
+            manager,
+            config,
+            state: Mutex::new(State { checkpoints, ..State::default() }),
+            stop: AtomicBool::new(false),
+            sleeping: Mutex::new(()),
+            wake: Condvar::new(),
+            threads: Mutex::new(Vec::new()),
+            stats: CleanerStats::default(),
+        });
+        if cleaner.config.enable {
+            let mut threads = lock(&cleaner.threads);
+            for i in 0..cleaner.config.threads {
+                let c = cleaner.clone();
+                let spawned =
+                    std::thread::Builder::new().name(format!("kafka-log-cleaner-thread-{i}")).spawn(move || c.run());
+                match spawned {
+                    Ok(h) => threads.push(h),
+                    Err(e) => tracing::error!(error = %e, "cannot start a log cleaner thread"),
+                }
+            }
+        }
+        cleaner
+    }
+
+    /// Stops the threads, abandoning passes in flight (their `.cleaned` files are removed).
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        {
+            let _g = lock(&self.sleeping);
+            self.wake.notify_all();
+        }
+        let threads: Vec<_> = lock(&self.threads).drain(..).collect();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn run(self: Arc<Self>) {
+        while !self.stopped() {
+            let cleaned = self.clean_filthiest(now_ms());
+            if cleaned || self.stopped() {
+                continue;
+            }
+            let g = lock(&self.sleeping);
+            let _ = self.wake.wait_timeout(g, Duration::from_millis(self.config.backoff_ms));
+        }
+    }
+
+    /// Cleans the log that needs it most. Returns whether a pass completed.
+    pub fn clean_filthiest(&self, now: i64) -> bool {
+        let Some(c) = self.grab_filthiest(now) else {
+            return false;
+        };
+        let key = c.key.clone();
+        let result = self.clean(&c, now);
+        let mut st = lock(&self.state);
+        st.in_progress.remove(&key);
+        match result {
+            Ok(end) => {
+                st.checkpoints.insert(key.clone(), end);
+                drop(st);
+                self.stats.passes.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = self.write_checkpoints() {
+                    tracing::error!(error = %e, "could not write cleaner offset checkpoints");
+                }
+                true
+            }
+            Err(Abort::Stopped) | Err(Abort::Changed) => false,
+            Err(Abort::Failed(LogError::Io(e))) => {
+                tracing::error!(topic = %key.0, partition = key.1, error = %e, "log cleaning failed; backing off");
+                false
+            }
+            Err(Abort::Failed(e)) => {
+                tracing::error!(topic = %key.0, partition = key.1, error = %e, "log cannot be cleaned; marking it uncleanable");
+                st.uncleanable.insert(key);
+                false
+            }
+        }
+    }
+
+    /// Partitions that met a corrupt batch and are no longer cleaned.
+    pub fn uncleanable(&self) -> Vec<Key> {
+        lock(&self.state).uncleanable.iter().cloned().collect()
+    }
+
+    fn grab_filthiest(&self, now: i64) -> Option<Candidate> {
+        let mut best: Option<Candidate> = None;
+        for (key, log) in self.manager.all() {
+            {
+                let st = lock(&self.state);
+                if st.in_progress.contains(&key) || st.uncleanable.contains(&key) {
+                    continue;
+                }
+            }
+            let view = match lock(&log).cleaner_view() {
+                Ok(v) if v.config.compact => v,
+                _ => continue,
+            };
+            let checkpoint = lock(&self.state).checkpoints.get(&key).copied();
+            if let Some(c) = self.score(key, log, view, checkpoint, now) {
+                let better = match &best {
+                    None => true,
+                    Some(b) => (c.must_clean, c.ratio) > (b.must_clean, b.ratio),
+                };
+                if better {
+                    best = Some(c);
+                }
+            }
+        }
+        let c = best?;
+        let mut st = lock(&self.state);
+        if !st.in_progress.insert(c.key.clone()) {
+            return None;
+        }
+        Some(c)
+    }
+
+    fn score(
+        &self,
+        key: Key,
+        log: Arc<Mutex<Log>>,
+        view: CleanerView,
+        checkpoint: Option<i64>,
+        now: i64,
+    ) -> Option<Candidate> {
+        // Kafka resets a checkpoint outside the log (truncation, DeleteRecords) to the start.
+        let first_dirty = match checkpoint {
+            Some(o) if o >= view.log_start_offset && o <= view.log_end_offset => o,
+            _ => view.log_start_offset,
+        };
+        let lag = view.config.min_compaction_lag_ms;
+        let first_uncleanable = view
+            .inactive
+            .iter()
+            .find(|s| lag > 0 && s.largest_timestamp > now.saturating_sub(lag))
+            .map_or(view.active.base_offset, |s| s.base_offset);
+        let (mut clean, mut dirty) = (0u64, 0u64);
+        let mut first_dirty_ts = None;
+        for s in &view.inactive {
+            if s.next_offset <= first_dirty {
+                clean += s.size;
+            } else if s.base_offset < first_uncleanable {
+                dirty += s.size;
+                if first_dirty_ts.is_none() {
+                    first_dirty_ts = s.first_batch_timestamp.or(Some(s.largest_timestamp));
+                }
+            }
+        }
+        let ratio = if dirty == 0 { 0.0 } else { dirty as f64 / (clean + dirty) as f64 };
+        let max_lag = view.config.max_compaction_lag_ms;
+        let overdue = dirty > 0 && first_dirty_ts.is_some_and(|t| t >= 0 && now.saturating_sub(t) > max_lag);
+        let horizon_due = view.latest_delete_horizon >= 0 && now >= view.latest_delete_horizon && clean > 0;
+        let by_ratio = dirty > 0 && ratio >= view.config.min_cleanable_dirty_ratio;
+        if !(by_ratio || overdue || horizon_due) {
+            return None;
+        }
+        Some(Candidate { key, log, view, first_dirty, first_uncleanable, must_clean: overdue, ratio })
+    }
+
+    /// One pass; returns the new first dirty offset.
+    fn clean(&self, c: &Candidate, now: i64) -> Result<i64, Abort> {
+        let started = Instant::now();
+        let view = &c.view;
+        let last_batch_of_producer = self.producer_last_batches(view)?;
+        let (map, end) = self.build_offset_map(view, c.first_dirty, c.first_uncleanable)?;
+        let to_clean: Vec<&SegmentView> = view.inactive.iter().filter(|s| s.base_offset < end).collect();
+        let mut latest_horizon = -1i64;
+        let mut written = 0u64;
+        let mut read = 0u64;
+        for group in group_segments(&to_clean, view) {
+            let (horizon, r, w) = self.clean_group(c, &group, &map, &last_batch_of_producer, now)?;
+            latest_horizon = latest_horizon.max(horizon);
+            read += r;
+            written += w;
+        }
+        lock(&c.log).set_latest_delete_horizon(latest_horizon);
+        tracing::info!(
+            topic = %c.key.0,
+            partition = c.key.1,
+            segments = to_clean.len(),
+            keys = map.len(),
+            first_dirty = c.first_dirty,
+            end,
+            mb_read = read as f64 / 1e6,
+            mb_written = written as f64 / 1e6,
+            ms = started.elapsed().as_millis() as u64,
+            "log cleaned"
+        );
+        Ok(end)
+    }
+
+    /// Reads through the batches of a segment, calling `f(position, header, whole batch)`.
+    fn for_each_batch(
+        &self,
+        s: &SegmentView,
+        mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool, Abort>,
+    ) -> Result<(), Abort> {
+        let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.config.io_buffer_size);
+        let mut buf = Vec::new();
+        while let Some((pos, h)) = sc.next_header()? {
+            if self.stopped() {
+                return Err(Abort::Stopped);
+            }
+            buf.resize(h.total_size(), 0);
+            s.file.read_exact_at(&mut buf, pos)?;
+            let h = batch::check_stored_batch(&buf)?;
+            self.throttle(buf.len() as u64);
+            if !f(&h, &buf)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Per producer id, the base offset of its last batch in the whole log.
+    fn producer_last_batches(&self, view: &CleanerView) -> Result<HashMap<i64, i64>, Abort> {
+        let mut out = HashMap::new();
+        for s in view.inactive.iter().chain(std::iter::once(&view.active)) {
+            let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.config.io_buffer_size);
+            while let Some((_, h)) = sc.next_header()? {
+                if h.producer_id >= 0 {
+                    out.insert(h.producer_id, h.base_offset);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Key hash -> latest offset over `[first_dirty, first_uncleanable)`, and where the map
+    /// stops (earlier than `first_uncleanable` if it filled up).
+    fn build_offset_map(
+        &self,
+        view: &CleanerView,
+        first_dirty: i64,
+        first_uncleanable: i64,
+    ) -> Result<(HashMap<u128, i64>, i64), Abort> {
+        let capacity = self.config.map_capacity();
+        let mut map: HashMap<u128, i64> = HashMap::new();
+        let mut end = first_dirty;
+        // Dirty segments end at or before first_uncleanable, which is a segment's base.
+        for s in view.inactive.iter().filter(|s| s.next_offset > first_dirty && s.base_offset < first_uncleanable) {
+            let mut stopped_at = None;
+            self.for_each_batch(s, |h, bytes| {
+                if h.last_offset() < first_dirty || h.is_control() {
+                    return Ok(true);
+                }
+                let section = batch::records_section(bytes, h, self.config.decompress_limit)?;
+                for r in batch::parse_records(&section, h.records_count)? {
+                    let offset = h.base_offset + i64::from(r.offset_delta);
+                    let Some(k) = r.key.filter(|_| offset >= first_dirty) else { continue };
+                    let hash = key_hash(k);
+                    if map.len() >= capacity && !map.contains_key(&hash) {
+                        // Full: the map covers the dirty records before this one.
+                        stopped_at = Some(offset);
+                        return Ok(false);
+                    }
+                    map.insert(hash, offset);
+                }
+                Ok(true)
+            })?;
+            if let Some(o) = stopped_at {
+                end = end.max(o);
+                return Ok((map, end));
+            }
+            end = end.max(s.next_offset);
+        }
+        Ok((map, end))
+    }
+
+    /// Rewrites one group into a `.cleaned` segment and swaps it in. Returns the latest delete
+    /// horizon kept, and bytes read and written.
+    fn clean_group(
+        &self,
+        c: &Candidate,
+        group: &[&SegmentView],
+        map: &HashMap<u128, i64>,
+        last_batch_of_producer: &HashMap<i64, i64>,
+        now: i64,
+    ) -> Result<(i64, u64, u64), Abort> {
+        let view = &c.view;
+        let base = group[0].base_offset;
+        let mut cleaned = LogSegment::create_cleaned(&view.dir, base, &view.config, now)?;
+        let result = (|| -> Result<(i64, u64, u64), Abort> {
+            let mut horizon = -1i64;
+            let (mut read, mut written) = (0u64, 0u64);
+            let ctx = FilterContext {
+                map,
+                now,
+                delete_retention_ms: view.config.delete_retention_ms,
+                last_batch_of_producer,
+                decompress_limit: self.config.decompress_limit,
+            };
+            for s in group {
+                self.for_each_batch(s, |h, bytes| {
+                    read += bytes.len() as u64;
+                    let out = filter_batch(&ctx, h, bytes)?;
+                    if let Some(hz) = out.horizon {
+                        horizon = horizon.max(hz);
+                    }
+                    let kept: std::borrow::Cow<'_, [u8]> = match out.kept {
+                        Kept::Original => std::borrow::Cow::Borrowed(bytes),
+                        Kept::Rewritten(b) => std::borrow::Cow::Owned(b),
+                        Kept::Nothing => return Ok(true),
+                    };
+                    let nh = BatchHeader::parse(&kept)
+                        .ok_or_else(|| LogError::CorruptMessage("rewritten batch is short".into()))?;
+                    cleaned.append(&kept, &[nh])?;
+                    self.throttle(kept.len() as u64);
+                    written += kept.len() as u64;
+                    Ok(true)
+                })?;
+            }
+            cleaned.make_inactive()?;
+            cleaned.flush()?;
+            Ok((horizon, read, written))
+        })();
+        let (horizon, read, written) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                remove_cleaned(&view.dir, base);
+                return Err(e);
+            }
+        };
+        self.stats.bytes_read.fetch_add(read, Ordering::Relaxed);
+        self.stats.bytes_written.fetch_add(written, Ordering::Relaxed);
+        let old: Vec<SegmentView> = group.iter().map(|s| (*s).clone()).collect();
+        let swapped = lock(&c.log).replace_segments(&old, cleaned);
+        match swapped {
+            Ok(true) => Ok((horizon, read, written)),
+            Ok(false) => {
+                remove_cleaned(&view.dir, base);
+                Err(Abort::Changed)
+            }
+            Err(e) => Err(Abort::Failed(e)),
+        }
+    }
+
+    /// Sleeps as needed to keep the cleaners under log.cleaner.io.max.bytes.per.second.
+    fn throttle(&self, bytes: u64) {
+        let limit = self.config.max_io_bytes_per_second;
+        if !(limit.is_finite() && limit > 0.0) || limit >= 1e15 {
+            return;
+        }
+        std::thread::sleep(Duration::from_secs_f64(bytes as f64 / limit));
+    }
+
+    /// Writes `cleaner-offset-checkpoint` in every online dir, for the logs it holds.
+    pub fn write_checkpoints(&self) -> Result<(), LogError> {
+        let checkpoints = lock(&self.state).checkpoints.clone();
+        let mut per_dir: Vec<Vec<(Key, i64)>> = vec![Vec::new(); self.manager.dirs().len()];
+        for (k, i, _) in self.manager.all_with_dir() {
+            if let Some(&o) = checkpoints.get(&k) {
+                per_dir[i].push((k, o));
+            }
+        }
+        let mut first_err = None;
+        for (i, d) in self.manager.dirs().iter().enumerate() {
+            if !self.manager.is_online(i) {
+                continue;
+            }
+            per_dir[i].sort();
+            if let Err(e) = write_offset_checkpoint(&d.join(CLEANER_OFFSET_CHECKPOINT), &per_dir[i]) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+fn remove_cleaned(dir: &Path, base: i64) {
+    for p in LogSegment::paths(dir, base, super::segment::CLEANED_SUFFIX) {
+        if let Err(e) = std::fs::remove_file(&p) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %p.display(), error = %e, "could not remove a cleaned segment file");
+            }
+        }
+    }
+}
+
+fn key_hash(key: &[u8]) -> u128 {
+    twox_hash::XxHash3_128::oneshot(key)
+}
+
+/// Consecutive segments that together fit one segment: by bytes (segment.bytes), by index
+/// entries (segment.index.bytes) and by offsets (relative offsets are 32-bit).
+fn group_segments<'a>(segs: &[&'a SegmentView], view: &CleanerView) -> Vec<Vec<&'a SegmentView>> {
+    let max_bytes = view.config.segment_bytes.min(i32::MAX as u64);
+    let max_entries = view.config.max_index_size as usize / super::index::OFFSET_ENTRY_SIZE;
+    let mut groups: Vec<Vec<&SegmentView>> = Vec::new();
+    let mut cur: Vec<&SegmentView> = Vec::new();
+    let (mut bytes, mut entries) = (0u64, 0usize);
+    for &s in segs {
+        let fits = cur.first().is_some_and(|first| {
+            bytes + s.size <= max_bytes
+                && entries + s.index_entries < max_entries
+                && s.next_offset - first.base_offset <= i64::from(i32::MAX)
+        });
+        if !cur.is_empty() && !fits {
+            groups.push(std::mem::take(&mut cur));
+            bytes = 0;
+            entries = 0;
+        }
+        bytes += s.size;
+        entries += s.index_entries;
+        cur.push(s);
+    }
+    if !cur.is_empty() {
+        groups.push(cur);
+    }
+    groups
+}
+
+struct FilterContext<'a> {
+    map: &'a HashMap<u128, i64>,
+    now: i64,
+    delete_retention_ms: i64,
+    last_batch_of_producer: &'a HashMap<i64, i64>,
+    decompress_limit: usize,
+}
+
+enum Kept {
+    Original,
+    Rewritten(Vec<u8>),
+    Nothing,
+}
+
+struct Filtered {
+    kept: Kept,
+    /// The delete horizon of the kept batch, if it keeps tombstones.
+    horizon: Option<i64>,
+}
+
+/// Kafka's retention rule for one batch: a record stays if no later record has its key, and
+/// a tombstone also needs its delete horizon unpassed. Keyless records (from before the
+/// topic was compacted) go. Control batches are kept as they are.
+fn filter_batch(ctx: &FilterContext<'_>, h: &BatchHeader, bytes: &[u8]) -> Result<Filtered, LogError> {
+    if h.is_control() {
+        return Ok(Filtered { kept: Kept::Original, horizon: None });
+    }
+    let horizon = (h.attributes & DELETE_HORIZON_BIT != 0).then_some(h.base_timestamp);
+    let retain_deletes = horizon.is_none_or(|hz| ctx.now < hz);
+    let section = batch::records_section(bytes, h, ctx.decompress_limit)?;
+    let records = batch::parse_records(&section, h.records_count)?;
+    let mut kept = Vec::with_capacity(records.len());
+    let mut tombstones = false;
+    for r in &records {
+        let Some(k) = r.key else { continue };
+        let offset = h.base_offset + i64::from(r.offset_delta);
+        let latest = ctx.map.get(&key_hash(k)).is_none_or(|&o| offset >= o);
+        if latest && (!r.value_is_null || retain_deletes) {
+            tombstones |= r.value_is_null;
+            kept.push(*r);
+        }
+    }
+    let needs_horizon = tombstones && horizon.is_none();
+    let new_horizon = if needs_horizon { Some(ctx.now.saturating_add(ctx.delete_retention_ms)) } else { horizon };
+    let horizon_out = if tombstones { new_horizon } else { None };
+    if kept.len() == records.len() && !needs_horizon {
+        return Ok(Filtered { kept: Kept::Original, horizon: horizon_out });
+    }
+    if kept.is_empty() {
+        let last_of_producer =
+            h.producer_id >= 0 && ctx.last_batch_of_producer.get(&h.producer_id) == Some(&h.base_offset);
+        if !last_of_producer {
+            return Ok(Filtered { kept: Kept::Nothing, horizon: None });
+        }
+        return Ok(Filtered { kept: Kept::Rewritten(empty_batch(h)), horizon: None });
+    }
+    // With a horizon the base timestamp is the horizon and record deltas are relative to it.
+    let base_ts = new_horizon.unwrap_or(h.base_timestamp);
+    let mut body = Vec::with_capacity(section.len());
+    let mut max_ts = i64::MIN;
+    for r in &kept {
+        let ts = h.base_timestamp.saturating_add(r.timestamp_delta);
+        max_ts = max_ts.max(ts);
+        if base_ts == h.base_timestamp {
+            body.extend_from_slice(r.raw);
+        } else {
+            batch::write_record_with_timestamp_delta(&mut body, r, ts.saturating_sub(base_ts));
+        }
+    }
+    if h.is_log_append_time() {
+        max_ts = h.max_timestamp;
+    }
+    let codec = h.compression();
+    let body = if codec == 0 { body } else { super::compression::compress(codec, &body)? };
+    let mut attributes = h.attributes;
+    if new_horizon.is_some() {
+        attributes |= DELETE_HORIZON_BIT;
+    }
+    let out = write_batch(h, attributes, base_ts, max_ts, kept.len() as i32, &body);
+    Ok(Filtered { kept: Kept::Rewritten(out), horizon: horizon_out })
+}
+
+/// A batch with the header fields of `h` (offsets, producer id/epoch/sequence, epoch) and the
+/// given records section.
+fn write_batch(h: &BatchHeader, attributes: i16, base_ts: i64, max_ts: i64, count: i32, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
+    out.extend_from_slice(&h.base_offset.to_be_bytes());
+    out.extend_from_slice(&0i32.to_be_bytes());
+    out.extend_from_slice(&h.partition_leader_epoch.to_be_bytes());
+    out.push(batch::MAGIC_V2 as u8);
+    out.extend_from_slice(&0u32.to_be_bytes());
+    out.extend_from_slice(&attributes.to_be_bytes());
+    out.extend_from_slice(&h.last_offset_delta.to_be_bytes());
+    out.extend_from_slice(&base_ts.to_be_bytes());
+    out.extend_from_slice(&max_ts.to_be_bytes());
+    out.extend_from_slice(&h.producer_id.to_be_bytes());
+    out.extend_from_slice(&h.producer_epoch.to_be_bytes());
+    out.extend_from_slice(&h.base_sequence.to_be_bytes());
+    out.extend_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(body);
+    let len = (out.len() - LOG_OVERHEAD) as i32;
+    out[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&len.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_START..]);
+    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Kafka's empty batch: no records, uncompressed, both timestamps the batch's max.
+fn empty_batch(h: &BatchHeader) -> Vec<u8> {
+    let attributes = h.attributes & !COMPRESSION_MASK & !DELETE_HORIZON_BIT;
+    let mut e = *h;
+    e.base_timestamp = h.max_timestamp;
+    write_batch(&e, attributes, h.max_timestamp, h.max_timestamp, 0, &[])
+}
+
+#[cfg(test)]
+mod tests;
