@@ -155,7 +155,9 @@ pub(crate) async fn off_runtime<T: Send + 'static>(
     f: impl FnOnce(&RequestContext) -> T + Send + 'static,
 ) -> Result<T, String> {
     let c = ctx.clone();
-    tokio::task::spawn_blocking(move || f(&c)).await.map_err(|e| format!("admin request failed: {e}"))
+    // The request's span (connection, peer, API) goes along, so what it logs says who asked.
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(|| f(&c))).await.map_err(|e| format!("admin request failed: {e}"))
 }
 
 #[cfg(test)]
