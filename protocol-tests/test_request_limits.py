@@ -1,14 +1,22 @@
 """Limits on what requests and new connections may claim, as Kafka's SocketServer has them:
-queued.max.request.bytes (KIP-72's memory pool for requests being read and handled) and
-max.connection.creation.rate (new connections are accepted no faster than the rate); both
+queued.max.request.bytes (KIP-72's memory pool for requests being read and handled),
+queued.max.requests (requests handled at once; parked ones excluded) and
+max.connection.creation.rate (new connections are accepted no faster than the rate); all
 refused at start when out of range, naming the key."""
+import os
+import signal
 import socket
 import struct
 import subprocess
 import time
+import urllib.request
+import uuid
 
 import kproto as kp
-from gregor_harness import gregor_bin
+from gregor_harness import ZooKeeper, free_port, gregor_bin, wait_until
+
+HANDLING = "kafka_network_requestchannel_requestqueuesize"
+FETCH_PURGATORY = 'kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation="Fetch"}'
 
 
 def api_versions_v0(corr: int, client_id_len: int) -> bytes:
@@ -80,7 +88,8 @@ def test_connections_are_accepted_no_faster_than_the_listeners_creation_rate(bro
 
 
 def test_out_of_range_values_are_refused_at_start(tmp_path):
-    for key, value in [("queued.max.request.bytes", "0"), ("max.connection.creation.rate", "-1"),
+    for key, value in [("queued.max.request.bytes", "0"), ("queued.max.requests", "0"),
+                       ("max.connection.creation.rate", "-1"),
                        ("listener.name.plaintext.max.connection.creation.rate", "-5")]:
         p = subprocess.run([str(gregor_bin()), "--override", f"log.dirs={tmp_path / 'd'}",
                             "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"{key}={value}"],
@@ -138,3 +147,80 @@ def test_an_error_quoting_a_long_input_is_still_answered(broker):
     assert t["error_code"] == 40, t  # INVALID_CONFIG
     assert len(t["error_message"]) <= 1024
     c.close()
+
+
+def metric(port: int, series: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def metadata_answered(c: kp.Conn, timeout: float) -> bool:
+    """Sends Metadata v9 for no topic; whether its answer comes within `timeout`."""
+    corr = c.send(kp.METADATA, 9, kp.metadata_request(9, []))
+    c.sock.settimeout(timeout)
+    try:
+        c.recv(kp.METADATA, 9, corr)
+    except socket.timeout:
+        return False
+    finally:
+        c.sock.settimeout(30)
+    return True
+
+
+def test_a_parked_fetch_does_not_hold_a_queued_max_requests_slot(broker_factory):
+    mport = free_port()
+    b = broker_factory({"queued.max.requests": "1", "metrics.port": str(mport), "metrics.host": "127.0.0.1"})
+    with kp.Conn(b.host, b.port) as a, kp.Conn(b.host, b.port) as other:
+        topic = f"parked-{uuid.uuid4().hex[:8]}"
+        kp.create_topic(a, topic)
+        # A long poll on an empty partition: parked for 20 s unless something is produced.
+        corr = a.send(kp.FETCH, 11, kp.fetch_request(11, {topic: {0: 0}}, max_wait_ms=20000, min_bytes=1))
+        wait_until(lambda: metric(mport, FETCH_PURGATORY) == 1, 10, "the fetch to be parked")
+        assert metric(mport, HANDLING) == 0, "a parked fetch is still counted as being handled"
+        assert metadata_answered(other, 5), "the only request slot stayed with a parked fetch"
+        assert kp.produce(other, topic, 0, kp.build_batch([kp.Record(b"v", b"k")]))["error_code"] == 0
+        fetched = kp.decode_fetch(a.recv(kp.FETCH, 11, corr), 11)
+        assert fetched["responses"][0]["partitions"][0]["error_code"] == 0
+
+
+def test_queued_max_requests_bounds_requests_handled_at_once(broker_factory, tmp_path):
+    """One slot, held by a CreateTopics waiting on a stopped ZooKeeper: a Metadata request
+    that needs no ZooKeeper waits for the slot; with two slots it is answered meanwhile."""
+    zk = ZooKeeper(base_dir=tmp_path / "zk")
+    zk.start()
+    try:
+        for slots, blocked in (("2", False), ("1", True)):
+            mport = free_port()
+            b = broker_factory({"zookeeper.connect": zk.connect, "queued.max.requests": slots,
+                                "metrics.port": str(mport), "metrics.host": "127.0.0.1"})
+            with kp.Conn(b.host, b.port) as creator, kp.Conn(b.host, b.port) as other:
+                assert metadata_answered(other, 10)
+                pids = zk_pids(zk)
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                try:
+                    corr = creator.send(kp.CREATE_TOPICS, 5,
+                                        kp.create_topics_request(5, [(f"slow-{uuid.uuid4().hex[:8]}", 1, 1)]))
+                    wait_until(lambda: metric(mport, HANDLING) == 1, 10, "the CreateTopics to be handled")
+                    assert metadata_answered(other, 3) is not blocked, \
+                        f"queued.max.requests={slots}: Metadata {'answered' if not blocked else 'not answered'} " \
+                        "beside a CreateTopics waiting on ZooKeeper was expected"
+                finally:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGCONT)
+                creator.recv(kp.CREATE_TOPICS, 5, corr)
+                if blocked:
+                    # The Metadata sent meanwhile is answered once the slot is given back.
+                    other.recv(kp.METADATA, 9, other.corr)
+            b.cleanup()
+    finally:
+        zk.cleanup()
+
+
+def zk_pids(zk) -> list:
+    """The ZooKeeper launcher and its JVM child."""
+    out = subprocess.run(["pgrep", "-P", str(zk.proc.pid)], capture_output=True, text=True).stdout
+    return [zk.proc.pid] + [int(p) for p in out.split()]

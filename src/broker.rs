@@ -52,6 +52,8 @@ pub struct Broker {
     /// Leader side of the followers' fetch sessions.
     pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
     pub metrics: BrokerMetrics,
+    /// `queued.max.requests`: one permit per request being decoded and handled.
+    pub request_slots: Arc<tokio::sync::Semaphore>,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
@@ -157,6 +159,9 @@ impl Broker {
         let broker = Arc::new(Broker {
             replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
             metrics,
+            request_slots: Arc::new(tokio::sync::Semaphore::new(
+                config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             producer_ids: ProducerIdManager::new(id, store.clone()),
             groups: GroupCoordinator::new(coordinator_config(&config)?),
             offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror::new(

@@ -108,6 +108,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("connections.max.idle.ms", "600000"),
     ("max.connection.creation.rate", "2147483647"),
     ("queued.max.request.bytes", "-1"),
+    ("queued.max.requests", "500"),
     ("zookeeper.connect", ""),
     ("zookeeper.session.timeout.ms", "18000"),
     ("zookeeper.connection.timeout.ms", ""),
@@ -258,6 +259,9 @@ pub struct BrokerConfig {
     /// `queued.max.request.bytes`: the memory for requests being read and handled, over all
     /// connections (None: Kafka's default, -1, no limit).
     pub queued_max_request_bytes: Option<usize>,
+    /// `queued.max.requests`: requests being decoded and handled at once over all connections;
+    /// a request parked in a purgatory (long-poll fetch, acks=all produce) gives its slot back.
+    pub queued_max_requests: usize,
     /// How `__consumer_offsets` is created.
     pub offsets_topic: InternalTopicConfig,
     /// `gregor.offsets.zookeeper.mirror.interval.ms`: how often committed offsets are copied
@@ -549,6 +553,7 @@ impl BrokerConfig {
             )?,
             listener_max_connection_creation_rate,
             queued_max_request_bytes: request_bytes_pool(get("queued.max.request.bytes"))?,
+            queued_max_requests: positive("queued.max.requests", get("queued.max.requests"))?,
             offsets_topic: InternalTopicConfig::parse("offsets.topic", &get)?,
             offsets_zk_mirror_interval: Some(num::<u64>(
                 "gregor.offsets.zookeeper.mirror.interval.ms",

@@ -390,6 +390,12 @@ impl RequestPath {
             return Ok(Some(response));
         }
         let key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApi(raw_key))?;
+        // The controller's requests above skip the bound: they must get through however busy
+        // the clients keep this broker (Kafka gives them a control-plane listener for that).
+        let slot = match self.broker.request_slots.clone().acquire_owned().await {
+            Ok(permit) => Some((permit, self.broker.metrics.handling())),
+            Err(_) => None,
+        };
         let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version));
         if !supported {
             if key == ApiKey::ApiVersions {
@@ -401,14 +407,14 @@ impl RequestPath {
             return Err(FrameError::UnsupportedVersion(key, version));
         }
         if api::legacy::serves(key, version) {
-            return self.process_legacy(key, version, correlation_id, frame).await;
+            return self.process_legacy(key, version, correlation_id, frame, slot).await;
         }
         let (header, request) = decode_guarded(key, version, || {
             let header = RequestHeader::decode(&mut frame, key.request_header_version(version))?;
             let request = RequestKind::decode(key, &mut frame, version)?;
             Ok::<_, anyhow::Error>((header, request))
         })?;
-        let ctx = self.context(header);
+        let ctx = self.context(header, slot);
         let from_follower = match &request {
             RequestKind::Fetch(f) => (if version >= 15 { f.replica_state.replica_id.0 } else { f.replica_id.0 }) >= 0,
             _ => false,
@@ -425,8 +431,14 @@ impl RequestPath {
 }
 
 impl RequestPath {
-    fn context(&self, header: RequestHeader) -> RequestContext {
-        RequestContext { broker: self.broker.clone(), listener: self.listener.clone(), header, peer: self.peer.clone() }
+    fn context(&self, header: RequestHeader, slot: Option<api::RequestSlot>) -> RequestContext {
+        RequestContext {
+            broker: self.broker.clone(),
+            listener: self.listener.clone(),
+            header,
+            peer: self.peer.clone(),
+            slot: Arc::new(std::sync::Mutex::new(slot)),
+        }
     }
 
     /// A version older than the protocol crate knows: decoded and answered by `api::legacy`,
@@ -437,6 +449,7 @@ impl RequestPath {
         version: i16,
         correlation_id: i32,
         mut frame: Bytes,
+        slot: Option<api::RequestSlot>,
     ) -> Result<Option<Bytes>, FrameError> {
         let malformed = |e: String| FrameError::Malformed(key, version, e);
         let (header, request) = decode_guarded(key, version, || {
@@ -445,7 +458,7 @@ impl RequestPath {
             let request = api::legacy::decode(key, version, frame)?;
             Ok::<_, String>((header, request))
         })?;
-        let ctx = self.context(header);
+        let ctx = self.context(header, slot);
         let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
         let Some(body) = api::legacy::handle(&ctx, request).instrument(span).await.map_err(malformed)? else {
             return Ok(None);

@@ -166,7 +166,10 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break responses;
         }
-        parked.get_or_insert_with(|| ctx.broker.metrics.park_fetch());
+        parked.get_or_insert_with(|| {
+            ctx.park();
+            ctx.broker.metrics.park_fetch()
+        });
         if tokio::time::timeout(deadline - now, changed).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
             break read_all(ctx, &wanted, max_bytes, version, replica).0;

@@ -81,9 +81,21 @@ pub struct RequestContext {
     pub header: RequestHeader,
     /// The client's address, as DescribeGroups reports it (Kafka's `/ip` form).
     pub peer: String,
+    /// This request's `queued.max.requests` slot, held while it is decoded and handled (shared
+    /// by the clones that carry the request onto the blocking pool).
+    pub slot: Arc<std::sync::Mutex<Option<RequestSlot>>>,
 }
 
+/// A `queued.max.requests` permit, and the request's place in the count of those handled.
+pub type RequestSlot = (tokio::sync::OwnedSemaphorePermit, crate::metrics::GaugeGuard);
+
 impl RequestContext {
+    /// Gives the request's slot back while it waits in a purgatory: a parked request costs a
+    /// waker, not handler capacity, as Kafka's purgatories hold requests outside its queue.
+    pub fn park(&self) {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
     pub fn version(&self) -> i16 {
         self.header.request_api_version
     }

@@ -115,6 +115,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         broker.replicas.notify_changed();
     }
     if !pending.is_empty() {
+        ctx.park();
         let _parked = broker.metrics.park_produce();
         let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
         for w in &pending {

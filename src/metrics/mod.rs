@@ -67,6 +67,7 @@ pub struct BrokerMetrics {
     purgatory: IntGaugeVec,
     produce_purgatory: IntGauge,
     fetch_purgatory: IntGauge,
+    handling: IntGauge,
     connections: IntGaugeVec,
     connections_created: IntCounterVec,
     spares: Spares,
@@ -111,6 +112,11 @@ impl BrokerMetrics {
             purgatory,
             produce_purgatory,
             fetch_purgatory,
+            handling: IntGauge::new(
+                "kafka_network_requestchannel_requestqueuesize",
+                "Requests being decoded and handled, at most queued.max.requests (gregor handles a request as it \
+                 is read, so this is Kafka's queue and its handler threads in one); parked requests are not counted",
+            )?,
             connections: IntGaugeVec::new(
                 Opts::new("kafka_server_socket_server_metrics_connection_count", "Open client connections"),
                 &["listener"],
@@ -133,6 +139,11 @@ impl BrokerMetrics {
         GaugeGuard::new(&self.fetch_purgatory)
     }
 
+    /// Holds a request in the count of those being handled until dropped.
+    pub fn handling(&self) -> GaugeGuard {
+        GaugeGuard::new(&self.handling)
+    }
+
     /// The connection counters of one listener, resolved once when it starts accepting.
     pub fn listener(&self, name: &str) -> ListenerMetrics {
         ListenerMetrics {
@@ -153,6 +164,7 @@ impl BrokerMetrics {
         families.extend(self.conversions.produce.collect());
         families.extend(self.conversions.fetch.collect());
         families.extend(self.purgatory.collect());
+        families.extend(self.handling.collect());
         families.extend(self.connections.collect());
         families.extend(self.connections_created.collect());
         families.extend(state.families());
