@@ -224,3 +224,57 @@ def zk_pids(zk) -> list:
     """The ZooKeeper launcher and its JVM child."""
     out = subprocess.run(["pgrep", "-P", str(zk.proc.pid)], capture_output=True, text=True).stdout
     return [zk.proc.pid] + [int(p) for p in out.split()]
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if not n:
+            out.append(b)
+            return bytes(out)
+        out.append(b | 0x80)
+
+
+def create_topics_of_empty_elements(n: int) -> bytes:
+    """CreateTopics v5 naming topic "a" n times with nothing else: 10 bytes per element, each
+    a struct of well over 100 bytes once decoded."""
+    el = b"\x02a" + struct.pack(">ih", 1, 1) + b"\x01\x01\x00"
+    body = uvarint(n + 1) + el * n + struct.pack(">i", 1000) + b"\x01\x00"
+    return kp.encode_request(kp.CREATE_TOPICS, 5, 7, body)
+
+
+def peak_rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def test_a_request_decoding_past_its_memory_budget_is_refused(broker):
+    """2 million empty topics in a 20 MB CreateTopics: decoded, answered and validated they
+    took 900 MB; the decode budget (gregor.max.decoded.bytes.per.request, 64 MiB) refuses the
+    request and closes its connection, and the broker goes on."""
+    before = peak_rss_kb(broker.proc.pid)
+    s = socket.create_connection((broker.host, broker.port), timeout=60)
+    s.sendall(create_topics_of_empty_elements(2_000_000))
+    assert kp.wait_closed(s, 60), "a request past the decode budget was not refused"
+    grown_mb = (peak_rss_kb(broker.proc.pid) - before) / 1024
+    # The frame itself is 20 MB and the budget 64 MiB: far below the 900 MB it cost unbounded.
+    assert grown_mb < 256, f"the broker's peak memory grew by {grown_mb:.0f} MB for one refused request"
+    with kp.Conn(broker.host, broker.port) as c:
+        # A large legitimate request is inside the budget: 100,000 topics named in Metadata.
+        names = [f"absent-{i}" for i in range(100_000)]
+        md = kp.decode_metadata(c.call(kp.METADATA, 9, kp.metadata_request(9, names)), 9)
+        assert len(md["topics"]) == 100_000
+        assert all(t["error_code"] == kp.UNKNOWN_TOPIC_OR_PARTITION for t in md["topics"])
+
+
+def test_the_decode_budget_is_configurable(broker_factory):
+    b = broker_factory({"gregor.max.decoded.bytes.per.request": "100000"})
+    with kp.Conn(b.host, b.port) as c:
+        assert len(kp.decode_metadata(c.call(kp.METADATA, 9, kp.metadata_request(9, ["x"] * 100)), 9)["topics"]) == 100
+    s = socket.create_connection((b.host, b.port), timeout=30)
+    s.sendall(kp.encode_request(kp.METADATA, 9, 1, kp.metadata_request(9, ["x"] * 10_000)))
+    assert kp.wait_closed(s, 30), "10,000 topics decoded within a 100,000-byte budget"

@@ -97,6 +97,10 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // topic comes near these.
     ("gregor.max.partitions.per.topic", "50000"),
     ("gregor.max.partitions.per.request", "100000"),
+    // Memory the arrays and tagged fields of one decoded request may take. A follower fetching
+    // 20,000 partitions needs about 1 MB of it, a Metadata request naming 100,000 topics about
+    // 6 MB; a frame of empty elements would otherwise decode into forty times its size.
+    ("gregor.max.decoded.bytes.per.request", "67108864"),
     ("default.replication.factor", "1"),
     ("auto.create.topics.enable", "true"),
     ("delete.topic.enable", "true"),
@@ -256,6 +260,9 @@ pub struct BrokerConfig {
     pub max_connection_creation_rate: Option<u32>,
     /// `listener.name.<listener>.max.connection.creation.rate`, by listener name.
     pub listener_max_connection_creation_rate: HashMap<String, u32>,
+    /// `gregor.max.decoded.bytes.per.request`: the memory a request's arrays and tagged fields
+    /// may take once decoded; a request needing more is refused and its connection closed.
+    pub max_decoded_bytes_per_request: usize,
     /// `queued.max.request.bytes`: the memory for requests being read and handled, over all
     /// connections (None: Kafka's default, -1, no limit).
     pub queued_max_request_bytes: Option<usize>,
@@ -554,6 +561,10 @@ impl BrokerConfig {
             listener_max_connection_creation_rate,
             queued_max_request_bytes: request_bytes_pool(get("queued.max.request.bytes"))?,
             queued_max_requests: positive("queued.max.requests", get("queued.max.requests"))?,
+            max_decoded_bytes_per_request: positive(
+                "gregor.max.decoded.bytes.per.request",
+                get("gregor.max.decoded.bytes.per.request"),
+            )?,
             offsets_topic: InternalTopicConfig::parse("offsets.topic", &get)?,
             offsets_zk_mirror_interval: Some(num::<u64>(
                 "gregor.offsets.zookeeper.mirror.interval.ms",

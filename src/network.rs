@@ -409,7 +409,7 @@ impl RequestPath {
         if api::legacy::serves(key, version) {
             return self.process_legacy(key, version, correlation_id, frame, slot).await;
         }
-        let (header, request) = decode_guarded(key, version, || {
+        let (header, request) = decode_guarded(key, version, self.broker.config.max_decoded_bytes_per_request, || {
             let header = RequestHeader::decode(&mut frame, key.request_header_version(version))?;
             let request = RequestKind::decode(key, &mut frame, version)?;
             Ok::<_, anyhow::Error>((header, request))
@@ -452,7 +452,7 @@ impl RequestPath {
         slot: Option<api::RequestSlot>,
     ) -> Result<Option<Bytes>, FrameError> {
         let malformed = |e: String| FrameError::Malformed(key, version, e);
-        let (header, request) = decode_guarded(key, version, || {
+        let (header, request) = decode_guarded(key, version, self.broker.config.max_decoded_bytes_per_request, || {
             let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
                 .map_err(|e| format!("header: {e}"))?;
             let request = api::legacy::decode(key, version, frame)?;
@@ -501,8 +501,10 @@ impl RequestPath {
 fn decode_guarded<T, E: std::fmt::Display>(
     key: ApiKey,
     version: i16,
+    budget: usize,
     decode: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, FrameError> {
+    let decode = || kafka_protocol::protocol::types::with_decode_budget(budget, decode);
     match std::panic::catch_unwind(AssertUnwindSafe(decode)) {
         Ok(Ok(decoded)) => Ok(decoded),
         Ok(Err(e)) => Err(FrameError::Malformed(key, version, e.to_string())),

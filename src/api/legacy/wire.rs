@@ -81,6 +81,9 @@ impl Reader {
         if n.saturating_mul(min_size.max(1)) > self.buf.remaining() {
             return Err(format!("array of {n} elements cannot fit in {} bytes", self.buf.remaining()));
         }
+        // The same budget the protocol crate's arrays draw from (see network::decode_guarded).
+        kafka_protocol::protocol::types::charge_decode(n.saturating_mul(std::mem::size_of::<T>()))
+            .map_err(|e| e.to_string())?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
             out.push(f(self)?);

@@ -231,6 +231,7 @@ impl Decodable for BrokerHeartbeatRequest {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
+                    types::charge_decode(types::TAGGED_FIELD_COST)?;
                     unknown_tagged_fields.insert(tag as i32, unknown_value);
                 }
             }

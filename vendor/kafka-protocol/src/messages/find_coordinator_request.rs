@@ -201,6 +201,7 @@ impl Decodable for FindCoordinatorRequest {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                types::charge_decode(types::TAGGED_FIELD_COST)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

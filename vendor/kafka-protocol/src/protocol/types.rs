@@ -10,6 +10,44 @@ use anyhow::{bail, Result};
 use std::convert::TryFrom;
 use std::string::String as StdString;
 
+// gregor: a bound on the memory one decode may claim. Strings and byte fields are slices of
+// the frame, but every array element and unknown tagged field becomes a struct or map entry
+// that can be many times larger than its encoding: without a bound, a 20 MB frame of empty
+// elements decodes into gigabytes.
+thread_local! {
+    static DECODE_BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Memory a map entry of an unknown tagged field costs, for [`charge_decode`].
+pub const TAGGED_FIELD_COST: usize = 48;
+
+/// Runs `f` (which decodes) with at most `bytes` of array and tagged-field storage; past that,
+/// the decode fails. Outside such a call decoding is unbounded, as upstream.
+pub fn with_decode_budget<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DECODE_BUDGET.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(DECODE_BUDGET.with(|b| b.replace(Some(bytes))));
+    f()
+}
+
+/// Takes `bytes` from the current decode budget, failing once it is spent.
+pub fn charge_decode(bytes: usize) -> Result<()> {
+    DECODE_BUDGET.with(|b| match b.get() {
+        None => Ok(()),
+        Some(left) => match left.checked_sub(bytes) {
+            Some(rest) => {
+                b.set(Some(rest));
+                Ok(())
+            }
+            None => bail!("the request decodes into more than its memory budget allows"),
+        },
+    })
+}
+
 macro_rules! define_copy_impl {
     ($e:ident, $t:ty) => (
         impl Encoder<$t> for $e {
@@ -986,6 +1024,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
             -1 => Ok(None),
             n if n >= 0 => {
                 // gregor: never trust a wire length for an up-front allocation.
+                charge_decode((n as usize).saturating_mul(std::mem::size_of::<T>()))?;
                 let mut result = Vec::with_capacity((n as usize).min(buf.remaining()));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
@@ -1095,6 +1134,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
             0 => Ok(None),
             n => {
                 // gregor: never trust a wire length for an up-front allocation.
+                charge_decode(((n - 1) as usize).saturating_mul(std::mem::size_of::<T>()))?;
                 let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
