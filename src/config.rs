@@ -98,8 +98,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("gregor.max.partitions.per.topic", "50000"),
     ("gregor.max.partitions.per.request", "100000"),
     // Memory the arrays and tagged fields of one decoded request may take. A follower fetching
-    // 20,000 partitions needs about 1 MB of it, a Metadata request naming 100,000 topics about
-    // 6 MB; a frame of empty elements would otherwise decode into forty times its size.
+    // 20,000 partitions needs about 2 MB of it, a Metadata request naming 100,000 topics under
+    // 10 MB; a frame of empty elements would otherwise decode into forty times its size.
     ("gregor.max.decoded.bytes.per.request", "67108864"),
     ("default.replication.factor", "1"),
     ("auto.create.topics.enable", "true"),
