@@ -234,7 +234,14 @@ pub struct CoordinatorConfig {
 pub struct GroupCoordinator {
     config: CoordinatorConfig,
     groups: Mutex<HashMap<String, Group>>,
+    /// Orders the offset writes of each group (striped by group id): a commit validates under
+    /// `groups`, appends to `__consumer_offsets` holding only its stripe, and applies under
+    /// `groups` again, so the log's order is the order applied while the disk write keeps no
+    /// other group's request waiting.
+    offset_writes: Vec<Mutex<()>>,
 }
+
+const OFFSET_WRITE_STRIPES: usize = 64;
 
 fn now_ms() -> i64 {
     crate::log::now_ms()
@@ -246,7 +253,19 @@ impl GroupCoordinator {
     }
 
     pub fn new(config: CoordinatorConfig) -> GroupCoordinator {
-        GroupCoordinator { config, groups: Mutex::new(HashMap::new()) }
+        GroupCoordinator {
+            config,
+            groups: Mutex::new(HashMap::new()),
+            offset_writes: (0..OFFSET_WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    fn offset_write_order(&self, group: &str) -> std::sync::MutexGuard<'_, ()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        group.hash(&mut h);
+        let stripe = &self.offset_writes[(h.finish() as usize) % OFFSET_WRITE_STRIPES];
+        stripe.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
@@ -750,6 +769,7 @@ impl GroupCoordinator {
         member_id: &str,
         offsets: Vec<OffsetToCommit>,
     ) -> Vec<(TopicPartition, i16)> {
+        let _order = self.offset_write_order(group_id);
         let mut groups = self.lock();
         let all = |code: i16| offsets.iter().map(|(tp, ..)| (tp.clone(), code)).collect::<Vec<_>>();
         if group_id.is_empty() {
@@ -786,10 +806,15 @@ impl GroupCoordinator {
                 results.push((tp, NONE));
             }
         }
+        drop(groups);
         if !to_store.is_empty() {
             if let Err(code) = store.store_offsets(group_id, &to_store) {
                 return results.into_iter().map(|(tp, c)| (tp, if c == NONE { code } else { c })).collect();
             }
+            // The group may have been emptied, deleted or expired meanwhile; what is in the log
+            // now ends with this commit, and so does what is kept here.
+            let mut groups = self.lock();
+            let group = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
             for (tp, v) in to_store {
                 if let Some(v) = v {
                     group.offsets.insert(tp, v);
@@ -830,6 +855,7 @@ impl GroupCoordinator {
         };
         let mut expired = 0;
         for (group_id, doomed) in plan {
+            let _order = self.offset_write_order(&group_id);
             let tombstones: Vec<((String, i32), Option<CommittedOffset>)> =
                 doomed.iter().map(|(tp, _)| (tp.clone(), None)).collect();
             if let Err(code) = store.store_offsets(&group_id, &tombstones) {
@@ -884,6 +910,7 @@ impl GroupCoordinator {
         tps: Vec<(String, i32)>,
         subscribed: impl Fn(&Group, &str) -> bool,
     ) -> Result<Vec<(TopicPartition, i16)>, i16> {
+        let _order = self.offset_write_order(group_id);
         let mut groups = self.lock();
         let Some(group) = groups.get_mut(group_id) else { return Err(GROUP_ID_NOT_FOUND) };
         let mut results = Vec::new();
@@ -896,16 +923,22 @@ impl GroupCoordinator {
                 results.push((tp, NONE));
             }
         }
+        drop(groups);
         if !tombstones.is_empty() {
             store.store_offsets(group_id, &tombstones)?;
-            for (tp, _) in tombstones {
-                group.offsets.remove(&tp);
+            if let Some(group) = self.lock().get_mut(group_id) {
+                for (tp, _) in tombstones {
+                    group.offsets.remove(&tp);
+                }
             }
         }
         Ok(results)
     }
 
     pub fn delete_group(&self, store: &dyn GroupStore, group_id: &str) -> i16 {
+        // Still under `groups` for its writes (a member joining meanwhile would need the delete
+        // undone); taking the stripe first keeps it in order with the group's commits.
+        let _order = self.offset_write_order(group_id);
         let mut groups = self.lock();
         let Some(group) = groups.get_mut(group_id) else { return GROUP_ID_NOT_FOUND };
         if group.state != GroupState::Empty {
@@ -1149,6 +1182,58 @@ mod tests {
         assert_eq!(c.delete_group(&*store, "g"), NONE);
         assert_eq!(store.groups_stored.lock().unwrap().last().map(|s| s.0), Some(GroupState::Dead));
         assert_eq!(c.delete_group(&*store, "g"), GROUP_ID_NOT_FOUND);
+    }
+
+    /// A store whose offset writes wait until released, as a stalled disk would.
+    struct StuckDisk {
+        inner: Recorder,
+        entered: std::sync::mpsc::Sender<()>,
+        release: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl GroupStore for StuckDisk {
+        fn store_offsets(&self, g: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+            self.entered.send(()).unwrap();
+            self.release.lock().unwrap().recv().unwrap();
+            self.inner.store_offsets(g, offsets)
+        }
+        fn store_group(&self, group: &Group) -> Result<(), i16> {
+            self.inner.store_group(group)
+        }
+        fn topic_partition_exists(&self, t: &str, p: i32) -> bool {
+            self.inner.topic_partition_exists(t, p)
+        }
+        fn member_joined(&self, _: &str, _: &Member) {}
+        fn member_left(&self, _: &str, _: &str) {}
+        fn owners_changed(&self, _: &str, _: &[(String, i32, String)]) {}
+    }
+
+    #[tokio::test]
+    async fn a_commit_waiting_on_the_disk_holds_up_no_other_group() {
+        let c = coordinator(0);
+        let store = Arc::new(Recorder::default());
+        let j = stable_single(&c, &store).await;
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let stuck =
+            Arc::new(StuckDisk { inner: Recorder::default(), entered: entered_tx, release: Mutex::new(release_rx) });
+        let committer = {
+            let (c, stuck) = (c.clone(), stuck.clone());
+            std::thread::spawn(move || c.commit_offsets(&*stuck, "other", -1, "", vec![(("t".into(), 0), 9, -1, None)]))
+        };
+        entered.recv().unwrap();
+        // While that write hangs, the first group's heartbeat is answered.
+        let (answered_tx, answered) = std::sync::mpsc::channel();
+        let heartbeat = {
+            let (c, member) = (c.clone(), j.member_id.clone());
+            std::thread::spawn(move || answered_tx.send(c.heartbeat("g", j.generation_id, &member, None)))
+        };
+        let code = answered.recv_timeout(Duration::from_secs(10));
+        release.send(()).unwrap();
+        heartbeat.join().unwrap().unwrap_or_default();
+        assert_eq!(code, Ok(NONE), "a heartbeat waited for another group's offset write");
+        assert_eq!(committer.join().unwrap(), vec![(("t".to_string(), 0), NONE)]);
+        assert_eq!(c.with_group("other", |g| g.offsets.get(&("t".to_string(), 0)).map(|o| o.offset)), Some(Some(9)));
     }
 
     #[tokio::test(start_paused = true)]
