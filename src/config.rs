@@ -466,6 +466,7 @@ impl BrokerConfig {
                 "log.cleaner.min.cleanable.ratio",
                 get("log.cleaner.min.cleanable.ratio"),
             )?,
+            log_append_time: timestamp_type("log.message.timestamp.type", get("log.message.timestamp.type"))?,
         };
         check_compaction_lags("log.cleaner.min.compaction.lag.ms", &log)?;
         let cleaner = crate::log::cleaner::CleanerConfig {
@@ -585,10 +586,6 @@ impl BrokerConfig {
         for key in ["log.cleaner.enable", "unclean.leader.election.enable", "controlled.shutdown.enable"] {
             boolean(key, get(key))?;
         }
-        match get("log.message.timestamp.type") {
-            "CreateTime" | "LogAppendTime" => {}
-            other => return Err(invalid("log.message.timestamp.type", other, "expected CreateTime or LogAppendTime")),
-        }
         if config.num_partitions > config.max_partitions_per_topic {
             return Err(invalid(
                 "num.partitions",
@@ -676,6 +673,15 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
 ];
 
 /// `cleanup.policy`: `delete`, `compact` or both, as (compact, delete).
+/// CreateTime or LogAppendTime: whether the broker stamps batches with its own clock.
+fn timestamp_type(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "CreateTime" => Ok(false),
+        "LogAppendTime" => Ok(true),
+        other => Err(invalid(key, other, "expected CreateTime or LogAppendTime")),
+    }
+}
+
 fn cleanup_policy(key: &str, value: &str) -> Result<(bool, bool), ConfigError> {
     let (mut compact, mut delete) = (false, false);
     for p in value.split(',').map(str::trim) {
@@ -812,6 +818,7 @@ impl BrokerConfig {
                 "min.compaction.lag.ms" => c.min_compaction_lag_ms = at_least(k, v, 0)?,
                 "max.compaction.lag.ms" => c.max_compaction_lag_ms = at_least(k, v, 1)?,
                 "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio = ratio(k, v)?,
+                "message.timestamp.type" => c.log_append_time = timestamp_type(k, v)?,
                 _ => {}
             }
         }
@@ -883,9 +890,7 @@ impl BrokerConfig {
                 }
             }
             "message.timestamp.type" => {
-                if value != "CreateTime" && value != "LogAppendTime" {
-                    return Err(invalid(key, value, "expected CreateTime or LogAppendTime"));
-                }
+                timestamp_type(key, value)?;
             }
             "unclean.leader.election.enable" | "message.downconversion.enable" => {
                 boolean(key, value)?;

@@ -86,6 +86,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                             let result = p.append(records, max_bytes);
                             out.base_offset = result.base_offset;
                             out.log_start_offset = result.log_start_offset;
+                            out.log_append_time_ms = result.log_append_time;
                             if result.error_code == 0 {
                                 appended = true;
                                 if acks == -1 && p.high_watermark() <= result.last_offset {

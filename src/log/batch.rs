@@ -415,6 +415,20 @@ pub fn records_section<'a>(
     }
 }
 
+/// Kafka's LogAppendTime for a v2 batch kept as it was produced: the timestamp type bit set,
+/// maxTimestamp the broker's `now`, the CRC recomputed (both fields are inside it). Record
+/// timestamps stay; consumers read the batch's maxTimestamp for every record.
+pub fn stamp_log_append_time(batch: &mut [u8], now: i64) {
+    if batch.len() < HEADER_SIZE {
+        return;
+    }
+    let attributes = i16::from_be_bytes([batch[OFF_ATTRIBUTES], batch[OFF_ATTRIBUTES + 1]]) | TIMESTAMP_TYPE_BIT;
+    batch[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&now.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_START..]);
+    batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Appends `r` to `out` with its timestamp delta replaced (its length prefix recomputed).
 pub fn write_record_with_timestamp_delta(out: &mut Vec<u8>, r: &RecordView<'_>, timestamp_delta: i64) {
     let mut head = Vec::with_capacity(11);

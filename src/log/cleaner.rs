@@ -5,7 +5,8 @@
 //! `max.compaction.lag.ms`, or one whose tombstones' delete horizon has passed):
 //! 1. builds an offset map, key hash -> latest offset, over the dirty section (from the
 //!    `cleaner-offset-checkpoint` offset up to the first uncleanable offset: the active
-//!    segment, or the first segment younger than `min.compaction.lag.ms`), stopping early if
+//!    segment, the first segment younger than `min.compaction.lag.ms`, or the segment holding
+//!    the high watermark, whichever comes first), stopping early if
 //!    the map is full (`log.cleaner.dedupe.buffer.size`, 24 bytes an entry as Kafka counts);
 //! 2. rewrites every segment below the map's end, in groups of consecutive segments that fit
 //!    one segment, keeping a record only if no later record has its key; offsets and batch
@@ -25,8 +26,8 @@
 //! files and backs off.
 //!
 //! Not done (yet): transactional data is compacted like any other (aborted records and
-//! markers are not removed per `.txnindex`, which gregor has no transactions to need), and the
-//! dirty section is bounded by the active segment rather than by the high watermark.
+//! markers are not removed per `.txnindex`, which gregor has no transactions to need; the
+//! dirty section's bound is the last stable offset, which is the high watermark until then).
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::FileExt;
@@ -322,11 +323,19 @@ impl LogCleaner {
             _ => view.log_start_offset,
         };
         let lag = view.config.min_compaction_lag_ms;
+        // Kafka's firstUncleanableDirtyOffset: the active segment, the first segment younger
+        // than min.compaction.lag.ms, or the segment holding the last stable offset (records
+        // from there on may be truncated by a follower or belong to an open transaction), and
+        // whichever comes first. Only whole segments below it are cleaned.
+        let bound = view.first_unstable_offset;
         let first_uncleanable = view
             .inactive
             .iter()
-            .find(|s| lag > 0 && s.largest_timestamp > now.saturating_sub(lag))
+            .find(|s| s.next_offset > bound || (lag > 0 && s.largest_timestamp > now.saturating_sub(lag)))
             .map_or(view.active.base_offset, |s| s.base_offset);
+        // A checkpoint above the bound (a follower truncated below it since): clean no further
+        // than the bound, whatever the last pass reached.
+        let first_dirty = first_dirty.min(first_uncleanable);
         let (mut clean, mut dirty) = (0u64, 0u64);
         let mut first_dirty_ts = None;
         for s in &view.inactive {

@@ -118,6 +118,9 @@ pub struct LogConfig {
     pub max_compaction_lag_ms: i64,
     /// min.cleanable.dirty.ratio / log.cleaner.min.cleanable.ratio
     pub min_cleanable_dirty_ratio: f64,
+    /// message.timestamp.type / log.message.timestamp.type is LogAppendTime: the leader stamps
+    /// each batch with its own clock (attribute bit 3, maxTimestamp), as Kafka does.
+    pub log_append_time: bool,
 }
 
 impl LogConfig {
@@ -152,6 +155,7 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             min_cleanable_dirty_ratio: 0.5,
+            log_append_time: false,
         }
     }
 }
@@ -166,6 +170,9 @@ pub struct AppendInfo {
     /// Last offset of the batch holding `max_timestamp` (batch granularity).
     pub offset_of_max_timestamp: i64,
     pub record_count: u64,
+    /// The broker time stamped on the batches (LogAppendTime topics), else -1: the Produce
+    /// response's log_append_time_ms.
+    pub log_append_time: i64,
 }
 
 /// A byte range of a segment file that Fetch sends as-is. It holds the file

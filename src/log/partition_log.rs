@@ -40,6 +40,11 @@ pub struct Log {
     /// The latest delete horizon the cleaner stamped on a batch it kept tombstones in (-1:
     /// none known): once it passes, the log is worth cleaning again to drop them.
     latest_delete_horizon: i64,
+    /// The high watermark, kept by the replica layer (`replication::Partition`) and read here
+    /// by the cleaner: records at or above it may still be truncated away by a follower, so
+    /// they are never cleaned nor allowed to make older records obsolete. 0 until a replica
+    /// publishes one, so a log no replica owns is never cleaned.
+    high_watermark: Arc<AtomicI64>,
 }
 
 /// What the log cleaner needs of one segment, taken under the log lock and used without it.
@@ -67,6 +72,8 @@ pub struct CleanerView {
     pub inactive: Vec<SegmentView>,
     pub active: SegmentView,
     pub latest_delete_horizon: i64,
+    /// The first offset the cleaner must leave alone: [`Log::last_stable_offset`].
+    pub first_unstable_offset: i64,
 }
 
 /// A log's figures as of its last change, readable without its lock: a metrics scrape reads
@@ -264,6 +271,7 @@ impl Log {
             deleted: false,
             stats: Arc::default(),
             latest_delete_horizon: -1,
+            high_watermark: Arc::new(AtomicI64::new(0)),
         };
         if log.segments.is_empty() {
             let base = log_start_offset.max(0);
@@ -377,7 +385,21 @@ impl Log {
             inactive: inactive.to_vec(),
             active: active.clone(),
             latest_delete_horizon: self.latest_delete_horizon,
+            first_unstable_offset: self.last_stable_offset(),
         })
+    }
+
+    /// The cell the replica layer keeps this log's high watermark in (shared, so the cleaner
+    /// reads it without the replica's locks).
+    pub fn high_watermark_cell(&self) -> Arc<AtomicI64> {
+        self.high_watermark.clone()
+    }
+
+    /// Kafka's last stable offset: the first offset of a transaction still open, else the high
+    /// watermark. gregor has no transactions yet, so it is the high watermark; the transaction
+    /// coordinator's first unstable offset belongs here once it exists.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.high_watermark.load(Ordering::Acquire).min(self.log_end_offset)
     }
 
     pub fn latest_delete_horizon(&self) -> i64 {
@@ -457,6 +479,8 @@ impl Log {
         leader_epoch: i32,
     ) -> Result<AppendInfo, LogError> {
         self.check_live()?;
+        let now = now_ms();
+        let log_append_time = self.config.log_append_time;
         let mut next = self.log_end_offset;
         let mut pos = 0usize;
         for h in headers.iter_mut() {
@@ -464,10 +488,21 @@ impl Log {
             records[pos + OFF_LEADER_EPOCH..pos + OFF_LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_be_bytes());
             h.base_offset = next;
             h.partition_leader_epoch = leader_epoch;
+            if log_append_time {
+                // Inside the CRC, unlike the two fields above: the batch is checksummed again.
+                let end = pos + h.total_size();
+                batch::stamp_log_append_time(&mut records[pos..end], now);
+                h.attributes |= batch::TIMESTAMP_TYPE_BIT;
+                h.max_timestamp = now;
+            }
             next = h.next_offset();
             pos += h.total_size();
         }
-        self.append_validated(records, &headers, now_ms())
+        let mut info = self.append_validated(records, &headers, now)?;
+        if log_append_time {
+            info.log_append_time = now;
+        }
+        Ok(info)
     }
 
     /// Follower append: batches keep their offsets, which must start at or
@@ -498,6 +533,7 @@ impl Log {
                     max_timestamp: -1,
                     offset_of_max_timestamp: -1,
                     record_count: 0,
+                    log_append_time: -1,
                 })
             }
         };
@@ -535,6 +571,7 @@ impl Log {
             max_timestamp: max_ts,
             offset_of_max_timestamp: offset_of_max,
             record_count: count,
+            log_append_time: -1,
         })
     }
 

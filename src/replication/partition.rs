@@ -56,6 +56,8 @@ pub struct ProduceResult {
     /// Last offset written (base_offset - 1 when nothing was written).
     pub last_offset: i64,
     pub log_start_offset: i64,
+    /// The broker time stamped on the batches of a LogAppendTime topic, else -1.
+    pub log_append_time: i64,
 }
 
 /// What Fetch answers for one partition: the stored batches as they are on disk.
@@ -87,7 +89,8 @@ pub struct Partition {
     log: Arc<Mutex<Log>>,
     producers: Mutex<ProducerStateManager>,
     epochs: Mutex<LeaderEpochCache>,
-    high_watermark: AtomicI64,
+    /// Shared with the log, whose cleaner must not pass it.
+    high_watermark: Arc<AtomicI64>,
     /// The version of the partition's state znode the controller last told this broker
     /// (Kafka's partition epoch): AlterPartition is a compare-and-set against it.
     partition_epoch: AtomicI32,
@@ -124,10 +127,11 @@ impl Partition {
         isr_metrics: IsrMetrics,
     ) -> Partition {
         let producers = rebuild_producer_state(&log);
-        let (epochs, leo, log_stats) = {
+        let (epochs, leo, log_stats, high_watermark) = {
             let guard = lock(&log);
-            (LeaderEpochCache::load(guard.dir()), guard.log_end_offset(), guard.stats())
+            (LeaderEpochCache::load(guard.dir()), guard.log_end_offset(), guard.stats(), guard.high_watermark_cell())
         };
+        high_watermark.store(checkpointed_hw.unwrap_or(0).clamp(0, leo), Ordering::Release);
         Partition {
             topic: topic.to_string(),
             index,
@@ -135,7 +139,7 @@ impl Partition {
             log,
             producers: Mutex::new(producers),
             epochs: Mutex::new(epochs),
-            high_watermark: AtomicI64::new(checkpointed_hw.unwrap_or(0).clamp(0, leo)),
+            high_watermark,
             partition_epoch: AtomicI32::new(-1),
             state: Mutex::new(ReplicaState {
                 role: Role::Follower { leader: -1 },
@@ -272,8 +276,13 @@ impl Partition {
 
     /// Appends a producer's batches as leader.
     pub fn append(&self, records: Bytes, max_message_bytes: u32) -> ProduceResult {
-        let fail =
-            |code: i16| ProduceResult { error_code: code, base_offset: -1, last_offset: -1, log_start_offset: -1 };
+        let fail = |code: i16| ProduceResult {
+            error_code: code,
+            base_offset: -1,
+            last_offset: -1,
+            log_start_offset: -1,
+            log_append_time: -1,
+        };
         let headers = match crate::log::validate_batches(&records, max_message_bytes) {
             Ok(h) => h,
             Err(e) => {
@@ -292,6 +301,7 @@ impl Partition {
                         base_offset: first_offset,
                         last_offset: first_offset + h.last_offset_delta as i64,
                         log_start_offset: self.log_start_offset(),
+                        log_append_time: -1,
                     };
                 }
                 SequenceCheck::Duplicate { .. } => return fail(DUPLICATE_SEQUENCE_NUMBER),
@@ -328,7 +338,13 @@ impl Partition {
         drop(producers);
         self.metrics.record_leader_append(info.record_count, buf.len() as u64);
         self.maybe_advance_high_watermark();
-        ProduceResult { error_code: 0, base_offset: info.first_offset, last_offset: info.last_offset, log_start_offset }
+        ProduceResult {
+            error_code: 0,
+            base_offset: info.first_offset,
+            last_offset: info.last_offset,
+            log_start_offset,
+            log_append_time: info.log_append_time,
+        }
     }
 
     /// Appends batches fetched from the leader, keeping their offsets and epochs.

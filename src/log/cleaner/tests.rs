@@ -127,7 +127,14 @@ fn fill(log: &Arc<Mutex<Log>>, codec: u8) -> BTreeMap<String, Option<String>> {
     }
     let leo = g.log_end_offset();
     g.roll(leo).unwrap();
+    publish_hw(&g);
     latest
+}
+
+/// What the replica layer does once every replica has the records: the high watermark at the
+/// log end.
+fn publish_hw(log: &Log) {
+    log.high_watermark_cell().store(log.log_end_offset(), std::sync::atomic::Ordering::Release);
 }
 
 fn check_latest(log: &Log, latest: &BTreeMap<String, Option<String>>, tombstones_expected: bool) {
@@ -228,6 +235,7 @@ fn an_emptied_batch_is_kept_only_as_its_producers_last() {
         g.append(&mut batch_of(&[("a", Some("3".into()))], 0, T0, 6), 0).unwrap();
         let leo = g.log_end_offset();
         g.roll(leo).unwrap();
+        publish_hw(&g);
     }
     let cleaner = LogCleaner::start(m, cleaner_config());
     assert!(cleaner.clean_filthiest(now_ms()));
@@ -336,4 +344,72 @@ fn retention_leaves_compact_only_logs_alone() {
     assert_eq!(log.enforce_retention(now_ms()).unwrap(), 0);
     log.set_config(LogConfig { delete: true, ..c });
     assert!(log.enforce_retention(now_ms()).unwrap() > 0, "compact,delete also deletes");
+}
+
+/// Records at or above the high watermark may yet be truncated (a follower that never got
+/// them becomes leader): they must not make older records obsolete, nor be rewritten.
+#[test]
+fn nothing_at_or_above_the_high_watermark_is_cleaned() {
+    let d = tempfile::tempdir().unwrap();
+    let (m, log) = setup(d.path());
+    fill(&log, 0);
+    let (hw, protected_base, files_before, recs_before) = {
+        let g = log.lock().unwrap();
+        let bases = g.segment_base_offsets();
+        assert!(bases.len() >= 6, "{bases:?}");
+        // Mid-segment: the segment holding the high watermark is uncleanable as a whole.
+        let protected_base = bases[bases.len() / 2];
+        let hw = protected_base + 3;
+        g.high_watermark_cell().store(hw, std::sync::atomic::Ordering::Release);
+        let files: Vec<Vec<u8>> = bases
+            .iter()
+            .filter(|&&b| b >= protected_base)
+            .map(|&b| std::fs::read(g.dir().join(format!("{b:020}.log"))).unwrap())
+            .collect();
+        (hw, protected_base, files, read_all(&g).0)
+    };
+    let cleaner = LogCleaner::start(m.clone(), cleaner_config());
+    assert!(cleaner.clean_filthiest(now_ms()), "the section below the high watermark is dirty");
+    let g = log.lock().unwrap();
+    let files_after: Vec<Vec<u8>> = g
+        .segment_base_offsets()
+        .iter()
+        .filter(|&&b| b >= protected_base)
+        .map(|&b| std::fs::read(g.dir().join(format!("{b:020}.log"))).unwrap())
+        .collect();
+    assert!(files_after == files_before, "segments from the one holding the high watermark ({hw}) are untouched");
+    // Below the bound: exactly the latest record of each key written below it, whatever came
+    // later; a truncation to the high watermark therefore loses no key.
+    let (recs, _) = read_all(&g);
+    let mut expected = BTreeMap::new();
+    for r in recs_before.iter().filter(|r| r.offset < protected_base) {
+        expected.insert(r.key.clone(), (r.offset, r.value.clone()));
+    }
+    let below: BTreeMap<String, (i64, Option<String>)> = recs
+        .iter()
+        .filter(|r| r.offset < protected_base)
+        .map(|r| (r.key.clone(), (r.offset, r.value.clone())))
+        .collect();
+    assert_eq!(recs.iter().filter(|r| r.offset < protected_base).count(), below.len(), "one record per key below");
+    assert_eq!(below, expected);
+    let text = std::fs::read_to_string(d.path().join(CLEANER_OFFSET_CHECKPOINT)).unwrap();
+    assert_eq!(text, format!("0\n1\nt 0 {protected_base}\n"), "the dirty section ended at the bound");
+    drop(g);
+    // Nothing more to do until the high watermark moves; then the rest is cleaned.
+    assert!(!cleaner.clean_filthiest(now_ms()));
+    publish_hw(&log.lock().unwrap());
+    assert!(cleaner.clean_filthiest(now_ms()));
+    let (recs, _) = read_all(&log.lock().unwrap());
+    let keys: std::collections::BTreeSet<&str> = recs.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(recs.len(), keys.len(), "one record per key once the high watermark reached the end");
+}
+
+#[test]
+fn a_log_without_a_high_watermark_is_not_cleaned() {
+    let d = tempfile::tempdir().unwrap();
+    let (m, log) = setup(d.path());
+    fill(&log, 0);
+    log.lock().unwrap().high_watermark_cell().store(0, std::sync::atomic::Ordering::Release);
+    let cleaner = LogCleaner::start(m, cleaner_config());
+    assert!(!cleaner.clean_filthiest(now_ms()));
 }
