@@ -12,6 +12,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
+
+use super::offsets_log::GroupHeader;
 use tokio::sync::oneshot;
 // Tokio's clock, so tests can run the session and rebalance timeouts under paused time.
 use tokio::time::Instant;
@@ -22,6 +24,7 @@ pub mod codes {
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
     pub const ILLEGAL_GENERATION: i16 = 22;
     pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
     pub const INVALID_GROUP_ID: i16 = 24;
@@ -148,6 +151,12 @@ pub struct Group {
 }
 
 impl Group {
+    /// Kafka's `current_state_timestamp` as far as gregor keeps it: when an Empty group became
+    /// Empty (None otherwise, or when unknown).
+    pub fn current_state_timestamp(&self) -> Option<i64> {
+        self.empty_since_ms.filter(|_| self.state == GroupState::Empty)
+    }
+
     fn new(id: &str) -> Group {
         Group {
             id: id.to_string(),
@@ -288,20 +297,87 @@ impl GroupCoordinator {
         }
     }
 
-    pub fn load_group(&self, group: &str, header: Option<(String, i32)>) {
+    /// Restores a group metadata record read back from `__consumer_offsets` (None: tombstone).
+    /// Members are not restored: a group stored with members is Empty from `now` on, as it
+    /// becomes in Kafka once their sessions lapse; one stored Empty keeps the time it became
+    /// so, which offsets expiry counts from. Returns whether the group must be stored again
+    /// (it was stored with members, so the log should say it is Empty now).
+    pub fn load_group(&self, group: &str, header: Option<GroupHeader>, now: i64) -> bool {
         let mut groups = self.lock();
         match header {
-            Some((protocol_type, generation)) => {
+            Some(h) => {
                 let g = groups.entry(group.to_string()).or_insert_with(|| Group::new(group));
-                g.protocol_type = Some(protocol_type).filter(|p| !p.is_empty());
-                g.generation = generation;
+                g.protocol_type = Some(h.protocol_type).filter(|p| !p.is_empty());
+                g.generation = h.generation;
+                g.state = GroupState::Empty;
+                g.protocol_name = None;
+                g.leader = None;
+                if h.members > 0 {
+                    g.empty_since_ms = Some(now);
+                    true
+                } else {
+                    g.empty_since_ms = h.current_state_timestamp;
+                    false
+                }
             }
             None => {
                 if groups.get(group).is_some_and(|g| g.offsets.is_empty()) {
                     groups.remove(group);
                 }
+                false
             }
         }
+    }
+
+    /// Writes the Empty state of groups that were stored with members (see [`Self::load_group`]),
+    /// with a new generation as Kafka's rebalance to Empty has. The log writes happen without
+    /// the coordinator lock.
+    pub fn store_loaded_as_empty(&self, store: &dyn GroupStore, ids: &[String]) {
+        for id in ids {
+            let snapshot = {
+                let mut groups = self.lock();
+                let Some(g) = groups.get_mut(id) else { continue };
+                if g.state != GroupState::Empty || !g.members.is_empty() {
+                    continue;
+                }
+                g.generation += 1;
+                // Memberless, so this copy is all the record holds.
+                let mut copy = Group::new(id);
+                copy.protocol_type = g.protocol_type.clone();
+                copy.generation = g.generation;
+                copy.empty_since_ms = g.empty_since_ms;
+                copy
+            };
+            if let Err(code) = store.store_group(&snapshot) {
+                tracing::warn!(group = %id, error_code = code, "could not store a reloaded group as Empty");
+            }
+        }
+    }
+
+    /// Forgets the groups `owned(group id)` selects, as Kafka does when this broker stops
+    /// coordinating their `__consumer_offsets` partition (and before reloading one): what the
+    /// log holds is the truth, and a tombstone this broker never saw (compacted away while
+    /// another broker coordinated) must not leave a stale offset here. Members waiting on a
+    /// join or sync are told NOT_COORDINATOR, which sends them to the new coordinator.
+    pub fn unload_groups(&self, store: &dyn GroupStore, owned: impl Fn(&str) -> bool) -> usize {
+        let removed: Vec<Group> = {
+            let mut groups = self.lock();
+            let ids: Vec<String> = groups.keys().filter(|id| owned(id)).cloned().collect();
+            ids.iter().filter_map(|id| groups.remove(id)).collect()
+        };
+        let count = removed.len();
+        for mut g in removed {
+            for m in g.members.values_mut() {
+                if let Some(w) = m.join_waiter.take() {
+                    let _ = w.send(JoinResult { error_code: NOT_COORDINATOR, ..Default::default() });
+                }
+                if let Some(w) = m.sync_waiter.take() {
+                    let _ = w.send(SyncResult { error_code: NOT_COORDINATOR, ..Default::default() });
+                }
+                store.member_left(&g.id, &m.id);
+            }
+        }
+        count
     }
 
     pub async fn join(&self, store: &dyn GroupStore, req: JoinRequest) -> JoinResult {
@@ -1256,5 +1332,54 @@ mod tests {
         let ts = c.with_group("simple", |g| g.offsets[&("t".to_string(), 0)].commit_timestamp).unwrap();
         assert_eq!(c.expire_offsets(&*store, ts + 999, 1000), 0);
         assert_eq!(c.expire_offsets(&*store, ts + 1000, 1000), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reloaded_group_counts_offsets_expiry_from_when_it_became_empty() {
+        let c = coordinator(0);
+        let store = Arc::new(Recorder::default());
+        let header = |members, ts| GroupHeader {
+            protocol_type: "consumer".into(),
+            generation: 3,
+            current_state_timestamp: ts,
+            members,
+        };
+        let commit = CommittedOffset { offset: 5, leader_epoch: -1, metadata: String::new(), commit_timestamp: 1_000 };
+        // Stored Empty at 50_000, long after its commit: expiry counts from 50_000.
+        c.load_offset("g", ("t".into(), 0), Some(commit.clone()));
+        assert!(!c.load_group("g", Some(header(0, Some(50_000))), 90_000));
+        assert_eq!(c.expire_offsets(&*store, 50_000 + 999, 1000), 0, "the commit's age does not count");
+        assert_eq!(c.expire_offsets(&*store, 50_000 + 1000, 1000), 1);
+        // Stored with members: Empty from the load on, and stored so.
+        c.load_offset("h", ("t".into(), 0), Some(commit.clone()));
+        assert!(c.load_group("h", Some(header(2, Some(40_000))), 90_000));
+        c.store_loaded_as_empty(&*store, &["h".to_string()]);
+        assert_eq!(store.groups_stored.lock().unwrap().last(), Some(&(GroupState::Empty, 4)));
+        assert_eq!(c.with_group("h", |g| g.current_state_timestamp()).flatten(), Some(90_000));
+        assert_eq!(c.expire_offsets(&*store, 90_999, 1000), 0);
+        assert_eq!(c.expire_offsets(&*store, 91_000, 1000), 1);
+        // Unloading forgets exactly the selected groups.
+        c.load_offset("a1", ("t".into(), 0), Some(commit.clone()));
+        c.load_offset("b1", ("t".into(), 0), Some(commit));
+        assert_eq!(c.unload_groups(&*store, |g| g.starts_with('a')), 1);
+        assert!(c.with_group("a1", |_| ()).is_none());
+        assert!(c.with_group("b1", |_| ()).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unloading_sends_waiting_members_to_the_new_coordinator() {
+        let c = coordinator(3000);
+        let store = Arc::new(Recorder::default());
+        let c2 = c.clone();
+        let s2 = store.clone();
+        // The initial delay keeps the join parked.
+        let pending = tokio::spawn(async move { c2.join(&*s2, join_req("")).await });
+        tokio::task::yield_now().await;
+        while c.with_group("g", |g| g.members.len()).unwrap_or(0) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(c.unload_groups(&*store, |_| true), 1);
+        assert_eq!(pending.await.unwrap().error_code, NOT_COORDINATOR);
+        assert_eq!(store.left.lock().unwrap().len(), 1);
     }
 }

@@ -170,17 +170,42 @@ pub fn encode_group_value(
     b.freeze()
 }
 
-/// Reads the protocol type and generation of a group metadata value (any version).
-pub fn decode_group_header(mut buf: &[u8]) -> Option<(String, i32)> {
+/// What the coordinator restores from a group metadata value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupHeader {
+    pub protocol_type: String,
+    pub generation: i32,
+    /// When the group last changed state (value v2+; Kafka's `current_state_timestamp`, -1 or
+    /// absent when unknown).
+    pub current_state_timestamp: Option<i64>,
+    pub members: i32,
+}
+
+/// Reads the fields before the member list of a group metadata value (versions 0-3).
+pub fn decode_group_header(mut buf: &[u8]) -> Option<GroupHeader> {
     if buf.remaining() < 2 {
         return None;
     }
-    let _version = buf.get_i16();
+    let version = buf.get_i16();
     let protocol_type = get_str(&mut buf)?;
     if buf.remaining() < 4 {
         return None;
     }
-    Some((protocol_type, buf.get_i32()))
+    let generation = buf.get_i32();
+    let _protocol = get_str(&mut buf)?;
+    let _leader = get_str(&mut buf)?;
+    let current_state_timestamp = if version >= 2 {
+        if buf.remaining() < 8 {
+            return None;
+        }
+        Some(buf.get_i64()).filter(|&t| t >= 0)
+    } else {
+        None
+    };
+    if buf.remaining() < 4 {
+        return None;
+    }
+    Some(GroupHeader { protocol_type, generation, current_state_timestamp, members: buf.get_i32() })
 }
 
 /// A key/value pair from a stored batch; `value` None is a tombstone.
@@ -268,6 +293,47 @@ mod tests {
         assert_eq!(OffsetValue::decode(records[0].value.as_deref().unwrap()), Some(value));
         assert_eq!(OffsetsKey::decode(&records[1].key), Some(OffsetsKey::Group { group: "g".into() }));
         assert!(records[1].value.is_none());
+    }
+
+    #[test]
+    fn group_values_give_back_their_state_timestamp() {
+        let m = StoredMember {
+            member_id: "m",
+            instance_id: None,
+            client_id: "c",
+            client_host: "/h",
+            rebalance_timeout: 1,
+            session_timeout: 2,
+            subscription: b"s",
+            assignment: b"a",
+        };
+        let v = encode_group_value("consumer", 4, Some("range"), Some("m"), 1234, &[m]);
+        let h = decode_group_header(&v).unwrap();
+        assert_eq!(
+            h,
+            GroupHeader {
+                protocol_type: "consumer".into(),
+                generation: 4,
+                current_state_timestamp: Some(1234),
+                members: 1
+            }
+        );
+        let empty = encode_group_value("consumer", 5, None, None, 99, &[]);
+        assert_eq!(decode_group_header(&empty).unwrap().current_state_timestamp, Some(99));
+        assert_eq!(decode_group_header(&empty).unwrap().members, 0);
+        for cut in 0..empty.len() {
+            assert_eq!(decode_group_header(&empty[..cut]), None, "cut at {cut}");
+        }
+        // Version 1 (Kafka 0.10.1-2.0) has no timestamp.
+        let mut v1 = BytesMut::new();
+        v1.put_i16(1);
+        put_str(&mut v1, "consumer");
+        v1.put_i32(2);
+        put_nullable_str(&mut v1, None);
+        put_nullable_str(&mut v1, None);
+        v1.put_i32(0);
+        let h = decode_group_header(&v1).unwrap();
+        assert_eq!((h.generation, h.current_state_timestamp, h.members), (2, None, 0));
     }
 
     #[test]

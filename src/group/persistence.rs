@@ -103,7 +103,7 @@ impl GroupStore for BrokerGroupStore<'_> {
             group.generation,
             protocol,
             group.leader.as_deref(),
-            crate::log::now_ms(),
+            group.current_state_timestamp().unwrap_or_else(crate::log::now_ms),
             &members,
         );
         self.append(&group.id, vec![(key, Some(value))])
@@ -202,7 +202,14 @@ impl Broker {
     /// `only`: one partition (this broker just became its leader); None: every one it leads.
     pub fn load_groups(&self, only: Option<i32>) {
         let Some(topic) = self.cache.topic(OFFSETS_TOPIC) else { return };
+        let count = topic.partitions.len() as i32;
+        if let Some(p) = only {
+            // What an earlier term as coordinator left in memory is not the log's state.
+            self.groups.unload_groups(&self.group_store(), |g| partition_for(g, count) == p);
+        }
+        let now = crate::log::now_ms();
         let mut loaded = 0usize;
+        let mut restore_empty: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
         for p in topic.partitions.iter().filter(|p| only.is_none_or(|o| o == p.index)) {
             let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, p.index) else { continue };
             let mut offset = partition.log_start_offset();
@@ -220,7 +227,9 @@ impl Broker {
                         break;
                     }
                     for kv in offsets_log::batch_records(&buf[..size]) {
-                        self.apply_offsets_record(&kv);
+                        if let Some((group, store_again)) = self.apply_offsets_record(&kv, now) {
+                            restore_empty.insert(group, store_again);
+                        }
                         loaded += 1;
                     }
                     next = h.next_offset();
@@ -235,9 +244,13 @@ impl Broker {
         if loaded > 0 {
             tracing::info!(records = loaded, "loaded consumer group state from {OFFSETS_TOPIC}");
         }
+        let ids: Vec<String> = restore_empty.into_iter().filter(|(_, again)| *again).map(|(g, _)| g).collect();
+        self.groups.store_loaded_as_empty(&self.group_store(), &ids);
     }
 
-    fn apply_offsets_record(&self, kv: &offsets_log::KeyValue) {
+    /// Applies one record; for a group metadata record, returns the group and whether it must
+    /// be stored again as Empty.
+    fn apply_offsets_record(&self, kv: &offsets_log::KeyValue, now: i64) -> Option<(String, bool)> {
         match OffsetsKey::decode(&kv.key) {
             Some(OffsetsKey::Offset { group, topic, partition }) => {
                 let value = kv.value.as_deref().and_then(OffsetValue::decode).map(|v| CommittedOffset {
@@ -247,12 +260,25 @@ impl Broker {
                     commit_timestamp: v.commit_timestamp,
                 });
                 self.groups.load_offset(&group, (topic, partition), value);
+                None
             }
             Some(OffsetsKey::Group { group }) => {
                 let header = kv.value.as_deref().and_then(offsets_log::decode_group_header);
-                self.groups.load_group(&group, header);
+                let again = self.groups.load_group(&group, header, now);
+                Some((group, again))
             }
-            None => {}
+            None => None,
+        }
+    }
+
+    /// Forgets the groups of `__consumer_offsets` partition `p` after this broker stopped
+    /// leading it.
+    pub fn unload_groups(&self, p: i32) {
+        let Some(topic) = self.cache.topic(OFFSETS_TOPIC) else { return };
+        let count = topic.partitions.len() as i32;
+        let n = self.groups.unload_groups(&self.group_store(), |g| partition_for(g, count) == p);
+        if n > 0 {
+            tracing::info!(partition = p, groups = n, "unloaded consumer groups: no longer their coordinator");
         }
     }
 

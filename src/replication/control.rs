@@ -113,8 +113,12 @@ impl Broker {
                         self.set_loading_offsets(p.partition_index, false);
                     }
                 } else {
+                    let was_leader = part.is_leader();
                     if part.become_follower(p.leader, p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.topic_name, partition = p.partition_index, leader = p.leader, epoch = p.leader_epoch, "following");
+                    }
+                    if was_leader && topic.topic_name == crate::group::OFFSETS_TOPIC {
+                        self.unload_groups(p.partition_index);
                     }
                     if p.leader >= 0 && !self.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
                         self.fetchers.follow(self, p.leader, tp);
