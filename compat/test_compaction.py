@@ -4,6 +4,9 @@ that retention must not take, and a kill -9 in the middle of a segment swap.
 Cleaning is made fast by config, not by waiting: small segments, min.cleanable.dirty.ratio=0.01,
 a cleaner backoff of 100 ms, delete.retention.ms of 2 s.
 """
+import errno
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -298,3 +301,93 @@ def test_offsets_of_an_empty_group_expire(broker_factory):
         assert c.committed([TopicPartition(topic, 0)], timeout=30)[0].offset < 0, "the tombstone outlives a restart"
     finally:
         c.close()
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 6 MiB tmpfs: a file system that really fills up (writes fail with ENOSPC). Mounting
+    needs root (CAP_SYS_ADMIN); without it the test is skipped, saying why."""
+    mnt = tmp_path / "small-fs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill_up(path: Path):
+    """Writes `path` until the file system is full."""
+    chunk = b"\0" * 65536
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while f.write(chunk):
+                pass
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+
+
+def cleaner_done(b, topic):
+    f = Path(b.data_dir) / "cleaner-offset-checkpoint"
+    return f.exists() and f" {topic} 0 " in " " + f.read_text().replace("\n", " ")
+
+
+def test_a_full_disk_during_cleaning_backs_off_and_loses_nothing(broker_factory, small_fs):
+    """The cleaner's copy of a segment whose records are all still live is as large as the
+    segment: with the disk full it fails with ENOSPC, removes its partial files, backs off and
+    retries; the broker stays up and the partition reads the same; once space is freed the
+    pass completes."""
+    b = broker_factory(data_dir=small_fs / "data", overrides=FAST_CLEANER)
+    topic = uniq("compact-full")
+    a = compact_topic(b, topic, min_compaction_lag_ms="3600000")
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 8192})
+    errors = []
+    latest = {}
+    # 5000 keys, then the last 1000 again: the first segments are all live records.
+    for i in list(range(5000)) + list(range(4000, 5000)):
+        k, v = f"key-{i:04d}", f"v{i}-" + "y" * 60
+        latest[k] = v
+        p.produce(topic, key=k, value=v, partition=0, on_delivery=lambda err, _m: err and errors.append(err))
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    assert not errors, errors[:3]
+    roll_active_segment(p, topic)
+    before = read_all(b, topic)
+    assert len(before) == 6001
+
+    filler = small_fs / "filler"
+    log = b.log_path
+    failures = lambda: log.read_text(errors="replace").count("log cleaning failed; backing off")  # noqa: E731
+    fill_up(filler)
+    release_cleaner(a, topic)
+    # Full, then two pages free (shrinking the filler, never emptying it): the copy's first
+    # batch (about 8 KiB) takes them and the second fails to write.
+    for free in (0, 8192):
+        if free:
+            os.truncate(filler, filler.stat().st_size - free)
+        seen = failures()
+        wait_until(lambda: failures() > seen, WAIT, f"the cleaner to fail for want of space ({free} bytes freed)")
+        assert b.alive(), b.stderr_tail(40)
+        assert read_all(b, topic) == before, "the partition reads the same"
+    assert "No space left on device" in log.read_text(errors="replace")
+    # Two more pages: both batches of the first segment's copy fit, and its index entry for
+    # the second finds no page (a store into a hole of the mapped index would be a SIGBUS). The
+    # pass may fail there or go on, each swap freeing what the next copy needs; either way the
+    # broker stays up and every key reads its latest value.
+    os.truncate(filler, filler.stat().st_size - 8192)
+    seen = failures()
+    wait_until(lambda: failures() > seen or cleaner_done(b, topic), WAIT, "the cleaner to fail or finish")
+    assert b.alive(), b.stderr_tail(40)
+    view = compacted_view(read_all(b, topic))
+    view.pop("roll", None)
+    assert view == latest
+
+    filler.unlink()
+    recs = wait_until(lambda: fully_compacted(b, topic, latest), WAIT, "the cleaner to finish once space is free")
+    assert len(recs) == 5001
+    d = Path(b.data_dir) / f"{topic}-0"
+    assert not list(d.glob("*.cleaned")) and not list(d.glob("*.swap")), "no leftovers"
+    assert b.alive()

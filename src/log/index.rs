@@ -36,7 +36,15 @@ struct MmapIndex {
     misaligned: bool,
     /// The file did not exist: any data in the log is unindexed.
     created: bool,
+    /// Bytes from the file's start known to have disk blocks. A preallocated index is sparse,
+    /// and a store through the mapping into a hole on a full file system is a SIGBUS, not an
+    /// error: each page is allocated before its first entry goes in, and an entry that gets no
+    /// space is left out (the index is sparse anyway; lookups scan from an earlier entry).
+    allocated: usize,
 }
+
+/// The unit [`MmapIndex::push`] allocates in.
+const ALLOC_UNIT: usize = 4096;
 
 /// Entries before the first all-zero slot of a preallocated index: slots 1.. are non-zero up
 /// to the end of the entries and zero after, so a binary search finds it in a few reads.
@@ -87,6 +95,7 @@ impl MmapIndex {
             capacity: 0,
             misaligned,
             created,
+            allocated: 0,
         };
         let whole = len - len % entry_size as u64;
         // Only a preallocated file (the active segment's, left by a crash) has zeros behind its
@@ -103,6 +112,8 @@ impl MmapIndex {
         drop(file);
         idx.map(whole)?;
         idx.entries = entries.min(idx.capacity);
+        // The page holding the last entry has blocks; the ones after it may not.
+        idx.allocated = (idx.entries * entry_size).div_ceil(ALLOC_UNIT) * ALLOC_UNIT;
         let target = if preallocate {
             preallocated_len(max_index_size, entry_size).max((idx.entries * entry_size) as u64)
         } else {
@@ -134,9 +145,41 @@ impl MmapIndex {
         self.mmap = None;
         OpenOptions::new().write(true).open(&self.path)?.set_len(len)?;
         self.len_dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Growing adds a hole; shrinking frees the blocks past the end.
+        self.allocated = self.allocated.min(len as usize);
         self.map(len)?;
         self.entries = self.entries.min(self.capacity);
         Ok(())
+    }
+
+    /// Gives `[allocated, end)` (rounded up to whole pages, within the mapping) disk blocks.
+    fn allocate_to(&mut self, end: usize) -> bool {
+        let mapped = self.capacity * self.entry_size;
+        let to = end.div_ceil(ALLOC_UNIT).saturating_mul(ALLOC_UNIT).min(mapped);
+        if to <= self.allocated {
+            return true;
+        }
+        let file = match OpenOptions::new().write(true).open(&self.path) {
+            Ok(f) => f,
+            Err(_) => return false,
+        };
+        use std::os::fd::AsRawFd;
+        let (from, len) = (self.allocated as libc::off_t, (to - self.allocated) as libc::off_t);
+        // SAFETY: fallocate(2) on a file descriptor we own, for a range inside the file; mode 0
+        // only allocates, it never changes the file's length or contents.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from, len) };
+        if rc == 0 {
+            self.allocated = to;
+            return true;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            // A file system without fallocate: nothing better to do than the plain store.
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {
+                self.allocated = usize::MAX;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Renames the file; the mapping stays valid (it refers to the inode, not the name).
@@ -158,6 +201,9 @@ impl MmapIndex {
             return false;
         }
         let at = self.entries * self.entry_size;
+        if at + self.entry_size > self.allocated && !self.allocate_to(at + self.entry_size) {
+            return false;
+        }
         match &mut self.mmap {
             Some(m) => {
                 m[at..at + self.entry_size].copy_from_slice(bytes);
@@ -570,5 +616,47 @@ mod tests {
         drop(ti);
         let ti = TimeIndex::open(&p, 50, 60, false).unwrap();
         assert_eq!(ti.entries(), 2);
+    }
+
+    /// A preallocated index is sparse: on a full file system a store into one of its holes
+    /// through the mapping would kill the process with SIGBUS. Needs a small tmpfs to fill,
+    /// so root; without it the test says so and does nothing.
+    #[test]
+    fn a_full_file_system_leaves_entries_out_instead_of_faulting() {
+        let d = tempfile::tempdir().unwrap();
+        let mnt = d.path().join("small");
+        std::fs::create_dir(&mnt).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&mnt)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            return;
+        }
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+            }
+        }
+        let _unmount = Unmount(mnt.clone());
+        let mut offsets = OffsetIndex::open(&mnt.join("0.index"), 0, 1 << 20, true).unwrap();
+        let mut times = TimeIndex::open(&mnt.join("0.timeindex"), 0, 1 << 20, true).unwrap();
+        let filler = mnt.join("filler");
+        {
+            let mut f = File::create(&filler).unwrap();
+            let chunk = [0u8; 4096];
+            while std::io::Write::write(&mut f, &chunk).is_ok_and(|n| n > 0) {}
+        }
+        assert!(!offsets.append(1, 10), "no page to put the entry in");
+        assert!(!times.maybe_append(5, 1), "no page to put the entry in");
+        assert_eq!((offsets.entries(), times.entries()), (0, 0));
+        std::fs::remove_file(&filler).unwrap();
+        assert!(offsets.append(1, 10));
+        assert!(times.maybe_append(5, 1));
+        assert_eq!(offsets.lookup(1), (1, 10));
     }
 }
