@@ -52,6 +52,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let leo = g.log_end_offset();
         g.roll(leo)?;
         g.flush()?;
+        // What the replica layer publishes once the records are replicated: the cleaner stops
+        // at the high watermark.
+        g.high_watermark_cell().store(leo, std::sync::atomic::Ordering::Release);
     }
     let size = log.lock().map_err(|_| "poisoned")?.size_bytes();
     println!(
