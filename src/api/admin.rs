@@ -188,6 +188,8 @@ pub fn alter_partition_reassignments(
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
     let mut r = AlterPartitionReassignmentsResponse::default();
+    // null on success, as Kafka answers (the crate's default is an empty string)
+    r.error_message = None;
     if let Err(e) = ctx.broker.check_controller() {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
@@ -207,6 +209,7 @@ pub fn alter_partition_reassignments(
     for ((topic, partition, _), res) in wanted.into_iter().zip(results) {
         let mut pr = ReassignablePartitionResponse::default();
         pr.partition_index = partition;
+        pr.error_message = None;
         if let Err(e) = res {
             pr.error_code = e.code;
             pr.error_message = Some(StrBytes::from_string(e.message));
@@ -230,6 +233,7 @@ pub fn list_partition_reassignments(
     req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
     let mut r = ListPartitionReassignmentsResponse::default();
+    r.error_message = None;
     if let Err(e) = ctx.broker.check_controller() {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));

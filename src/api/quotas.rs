@@ -47,6 +47,8 @@ fn entity_data(e: &Entity) -> Vec<(String, Option<String>)> {
 
 pub fn describe_client_quotas(ctx: &RequestContext, req: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
     let mut r = DescribeClientQuotasResponse::default();
+    // null on success, as Kafka answers (the crate's default is an empty string)
+    r.error_message = None;
     let fail = |r: &mut DescribeClientQuotasResponse, m: String| {
         r.error_code = ErrorCode::InvalidRequest.code();
         r.error_message = Some(StrBytes::from_string(m));
@@ -133,6 +135,7 @@ pub fn alter_client_quotas(ctx: &RequestContext, req: AlterClientQuotasRequest) 
             .map(|e| (e.entity_type.to_string(), e.entity_name.as_ref().map(|n| n.to_string())))
             .collect();
         let mut out = AlterEntry::default();
+        out.error_message = None;
         out.entity = entry
             .entity
             .iter()

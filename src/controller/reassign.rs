@@ -125,6 +125,10 @@ impl Broker {
                     ));
                 };
                 let plan = plan_reassignment(&p, target.as_deref(), &live)?;
+                if !p.is_being_reassigned() && plan.replicas == p.replicas {
+                    // Already there: nothing to copy, and no epoch to bump.
+                    return Ok(());
+                }
                 tracing::info!(%topic, partition, from = ?p.replicas, to = ?plan.target, "reassignment requested");
                 self.advance(topic, &p, plan, &live)?;
                 touched.insert(topic.clone());
@@ -137,10 +141,7 @@ impl Broker {
 
     /// The reassignments in flight (all, or those of `only`), from the controller's image:
     /// (topic, partition, replicas, adding, removing).
-    pub fn list_reassignments(
-        &self,
-        only: Option<&BTreeMap<String, BTreeSet<i32>>>,
-    ) -> Vec<Ongoing> {
+    pub fn list_reassignments(&self, only: Option<&BTreeMap<String, BTreeSet<i32>>>) -> Vec<Ongoing> {
         let snapshot = self.cache.snapshot();
         let mut out = Vec::new();
         for (name, t) in &snapshot.topics {
