@@ -408,3 +408,31 @@ def test_cluster_wide_retention_applies_on_every_broker_without_restart(cluster)
     got = _broker_configs(c, 3)["log.retention.ms"]
     assert (got.value, got.source) == ("120000", ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value), got
     assert _broker_configs(c, 2)["log.retention.ms"].value == "60000"
+
+
+# ---------------------------------------------------------------------------
+# 5. DescribeProducers
+# ---------------------------------------------------------------------------
+
+def test_describe_producers_reports_idempotent_producers(single):
+    a = ck_admin(single)
+    topic = uniq("prod")
+    ck_create(a, topic, 2)
+    p = ck.Producer({"bootstrap.servers": single.bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    before = int(time.time() * 1000)
+    for i in range(7):
+        p.produce(topic, value=b"v%d" % i, partition=0, timestamp=before + i)
+        p.flush(WAIT)
+    ka = kp_admin(single)
+    try:
+        res = ka.describe_producers([KTP(topic, 0), KTP(topic, 1)])
+        [prod] = res[KTP(topic, 0)].active_producers
+        assert prod.producer_id >= 0 and prod.producer_epoch >= 0, prod
+        # seven one-record batches: sequences 0..6; the last batch's timestamp
+        assert (prod.last_sequence, prod.last_timestamp) == (6, before + 6), prod
+        assert (prod.coordinator_epoch, prod.current_transaction_start_offset) == (-1, -1), prod
+        assert res[KTP(topic, 1)].active_producers == [], res
+        with pytest.raises(kafka.errors.UnknownTopicOrPartitionError):
+            ka.describe_producers([KTP(topic, 5)], broker_id=single.broker_id)
+    finally:
+        ka.close()

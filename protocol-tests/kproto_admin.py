@@ -2,6 +2,7 @@
 ElectLeaders, DescribeLogDirs, DescribeTopicPartitions) and manual replica assignments in
 CreateTopics/CreatePartitions, written from Kafka's JSON schemas. Cross-checked against
 kafka-python's classes in test_kproto_admin_crosscheck.py."""
+import struct
 from typing import Dict, List, Optional, Tuple
 
 import kproto as kp
@@ -220,6 +221,225 @@ def decode_describe_topic_partitions(r: R, v: int) -> dict:
     else:
         out["next_cursor"] = (r.string(), r.i32())
         r.tags()
+    r.tags()
+    r.end()
+    return out
+
+
+# Partition reassignment, client quotas, DescribeProducers ------------------
+
+ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS, DESCRIBE_PRODUCERS = 48, 49, 61
+kp.API_NAMES.update({ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
+                     LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
+                     DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas", ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
+                     DESCRIBE_PRODUCERS: "DescribeProducers"})
+kp.FLEX.update({ALTER_PARTITION_REASSIGNMENTS: 0, LIST_PARTITION_REASSIGNMENTS: 0, DESCRIBE_CLIENT_QUOTAS: 1,
+                ALTER_CLIENT_QUOTAS: 1, DESCRIBE_PRODUCERS: 0})
+ENCODER_RANGES.update({ALTER_PARTITION_REASSIGNMENTS: (0, 0), LIST_PARTITION_REASSIGNMENTS: (0, 0),
+                       DESCRIBE_CLIENT_QUOTAS: (0, 1), ALTER_CLIENT_QUOTAS: (0, 1), DESCRIBE_PRODUCERS: (0, 0)})
+NO_REASSIGNMENT_IN_PROGRESS = 85
+INVALID_REQUEST = 42
+
+
+def _ints(w, xs):
+    w.array(xs, lambda w, b: w.i32(b))
+
+
+def _read_ints(rr):
+    return rr.array(lambda x: x.i32())
+
+
+def alter_partition_reassignments_request(v: int, moves: Dict[Tuple[str, int], Optional[List[int]]]) -> bytes:
+    w = _w(ALTER_PARTITION_REASSIGNMENTS, v)
+    w.i32(30000)
+    by_topic: Dict[str, list] = {}
+    for (t, p), r in sorted(moves.items()):
+        by_topic.setdefault(t, []).append((p, r))
+
+    def part(w, item):
+        w.i32(item[0])
+        w.array(item[1], lambda w, b: w.i32(b))
+        w.tags()
+
+    def topic(w, item):
+        w.string(item[0])
+        w.array(item[1], part)
+        w.tags()
+
+    w.array(sorted(by_topic.items()), topic)
+    return w.tags().done()
+
+
+def decode_alter_partition_reassignments(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.nullable_string()}
+
+    def part(rr):
+        p = (rr.i32(), rr.i16(), rr.nullable_string())
+        rr.tags()
+        return p
+
+    def topic(rr):
+        t = rr.string()
+        ps = rr.array(part)
+        rr.tags()
+        return t, ps
+
+    out["results"] = {(t, p): e for t, ps in r.array(topic) for p, e, _m in ps}
+    r.tags()
+    r.end()
+    return out
+
+
+def list_partition_reassignments_request(v: int, topics: Optional[Dict[str, List[int]]]) -> bytes:
+    w = _w(LIST_PARTITION_REASSIGNMENTS, v)
+    w.i32(30000)
+
+    def topic(w, item):
+        w.string(item[0])
+        _ints(w, item[1])
+        w.tags()
+
+    w.array(None if topics is None else sorted(topics.items()), topic)
+    return w.tags().done()
+
+
+def decode_list_partition_reassignments(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.nullable_string()}
+
+    def part(rr):
+        p = (rr.i32(), _read_ints(rr), _read_ints(rr), _read_ints(rr))
+        rr.tags()
+        return p
+
+    def topic(rr):
+        t = rr.string()
+        ps = rr.array(part)
+        rr.tags()
+        return t, ps
+
+    out["ongoing"] = {(t, p[0]): p[1:] for t, ps in r.array(topic) for p in ps}
+    r.tags()
+    r.end()
+    return out
+
+
+def describe_client_quotas_request(v: int, components: List[Tuple[str, int, Optional[str]]],
+                                   strict: bool = False) -> bytes:
+    w = _w(DESCRIBE_CLIENT_QUOTAS, v)
+
+    def comp(w, item):
+        w.string(item[0]).i8(item[1]).nullable_string(item[2])
+        w.tags()
+
+    w.array(components, comp)
+    w.bool(strict)
+    return w.tags().done()
+
+
+def decode_describe_client_quotas(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.nullable_string()}
+
+    def ent(rr):
+        e = (rr.string(), rr.nullable_string())
+        rr.tags()
+        return e
+
+    def val(rr):
+        k, x = rr.string(), struct.unpack(">d", rr._take(8))[0]
+        rr.tags()
+        return k, x
+
+    def entry(rr):
+        e = tuple(rr.array(ent))
+        vals = dict(rr.array(val))
+        rr.tags()
+        return e, vals
+
+    entries = r.array(entry)
+    out["entries"] = None if entries is None else dict(entries)
+    r.tags()
+    r.end()
+    return out
+
+
+def alter_client_quotas_request(v: int, entries: List[Tuple[List[Tuple[str, Optional[str]]], List[Tuple[str, float, bool]]]],
+                                validate_only: bool = False) -> bytes:
+    w = _w(ALTER_CLIENT_QUOTAS, v)
+
+    def ent(w, item):
+        w.string(item[0]).nullable_string(item[1])
+        w.tags()
+
+    def op(w, item):
+        w.string(item[0])
+        w.raw(struct.pack(">d", item[1]))
+        w.bool(item[2])
+        w.tags()
+
+    def entry(w, item):
+        w.array(item[0], ent)
+        w.array(item[1], op)
+        w.tags()
+
+    w.array(entries, entry)
+    w.bool(validate_only)
+    return w.tags().done()
+
+
+def decode_alter_client_quotas(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+
+    def ent(rr):
+        e = (rr.string(), rr.nullable_string())
+        rr.tags()
+        return e
+
+    def entry(rr):
+        code, msg = rr.i16(), rr.nullable_string()
+        e = tuple(rr.array(ent))
+        rr.tags()
+        return e, (code, msg)
+
+    out["results"] = dict(r.array(entry))
+    r.tags()
+    r.end()
+    return out
+
+
+def describe_producers_request(v: int, topics: Dict[str, List[int]]) -> bytes:
+    w = _w(DESCRIBE_PRODUCERS, v)
+
+    def topic(w, item):
+        w.string(item[0])
+        _ints(w, item[1])
+        w.tags()
+
+    w.array(sorted(topics.items()), topic)
+    return w.tags().done()
+
+
+def decode_describe_producers(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+
+    def prod(rr):
+        p = {"producer_id": rr.i64(), "producer_epoch": rr.i32(), "last_sequence": rr.i32(),
+             "last_timestamp": rr.i64(), "coordinator_epoch": rr.i32(), "current_txn_start_offset": rr.i64()}
+        rr.tags()
+        return p
+
+    def part(rr):
+        p = (rr.i32(), rr.i16(), rr.nullable_string(), rr.array(prod))
+        rr.tags()
+        return p
+
+    def topic(rr):
+        t = rr.string()
+        ps = rr.array(part)
+        rr.tags()
+        return t, ps
+
+    out["partitions"] = {(t, p[0]): (p[1], p[3]) for t, ps in r.array(topic) for p in ps}
     r.tags()
     r.end()
     return out

@@ -171,3 +171,87 @@ def test_dynamic_broker_configs_and_their_sources(broker):
         # AlterConfigs replaces the entity: without the key it falls back to the default entity
         assert alter("0", {}) == 0
         assert broker_view(c, "0", ["log.retention.ms"])["log.retention.ms"] == ("3600000", 3, False)
+
+
+def test_partition_reassignment_on_a_single_broker(broker):
+    """Standalone, a partition can only stay where it is: a move to its own replicas is done at
+    once, anything else is refused as Kafka refuses it; nothing is ever in flight."""
+    me = broker.broker_id
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c, 2)
+        missing = topic_name("missing")
+        r = ka.decode_alter_partition_reassignments(c.call(ka.ALTER_PARTITION_REASSIGNMENTS, 0,
+            ka.alter_partition_reassignments_request(0, {(name, 0): [me], (name, 1): None, (name, 7): [me],
+                                                         (missing, 0): [me]})), 0)
+        assert (r["error_code"], r["error_message"]) == (0, None), r
+        assert r["results"] == {(name, 0): 0, (name, 1): ka.NO_REASSIGNMENT_IN_PROGRESS, (name, 7): 3,
+                                (missing, 0): 3}, r
+        r = ka.decode_alter_partition_reassignments(c.call(ka.ALTER_PARTITION_REASSIGNMENTS, 0,
+            ka.alter_partition_reassignments_request(0, {(name, 0): [me, me], (name, 1): [me + 7]})), 0)
+        assert r["results"] == {(name, 0): ka.INVALID_REPLICA_ASSIGNMENT, (name, 1): ka.INVALID_REPLICA_ASSIGNMENT}, r
+        for topics in (None, {name: [0, 1]}):
+            r = ka.decode_list_partition_reassignments(c.call(ka.LIST_PARTITION_REASSIGNMENTS, 0,
+                ka.list_partition_reassignments_request(0, topics)), 0)
+            assert (r["error_code"], r["error_message"], r["ongoing"]) == (0, None, {}), r
+        # the partition still answers at its leader epoch
+        assert kp.produce(c, name, 0, kp.build_batch([kp.Record(value=b"x")]))["error_code"] == 0
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_client_quotas_alter_and_describe(broker, which):
+    lo, hi = broker.api_versions[ka.ALTER_CLIENT_QUOTAS]
+    v = lo if which == "min" else hi
+    client = topic_name("client")
+    with kp.Conn(broker.host, broker.port) as c:
+        def alter(entries, validate_only=False):
+            return ka.decode_alter_client_quotas(c.call(ka.ALTER_CLIENT_QUOTAS, v, ka.alter_client_quotas_request(
+                v, entries, validate_only)), v)["results"]
+
+        def describe(components, strict=False):
+            return ka.decode_describe_client_quotas(c.call(ka.DESCRIBE_CLIENT_QUOTAS, v,
+                ka.describe_client_quotas_request(v, components, strict)), v)
+
+        ent = [("client-id", client)]
+        assert alter([(ent, [("producer_byte_rate", 2048.0, False)])], validate_only=True) == {
+            (("client-id", client),): (0, None)}
+        assert describe([("client-id", 0, client)])["entries"] == {}
+        assert alter([(ent, [("producer_byte_rate", 2048.0, False), ("consumer_byte_rate", 4096.0, False)]),
+                      ([("user", None), ("client-id", None)], [("consumer_byte_rate", 1e9, False)])]) == {
+            (("client-id", client),): (0, None), (("user", None), ("client-id", None)): (0, None)}
+        got = describe([("client-id", 0, client)], strict=True)
+        assert got["error_code"] == 0 and got["entries"] == {
+            (("client-id", client),): {"producer_byte_rate": 2048.0, "consumer_byte_rate": 4096.0}}, got
+        # default user and default client: match type 1 (default) on both
+        got = describe([("user", 1, None), ("client-id", 1, None)], strict=True)["entries"]
+        assert got == {(("user", None), ("client-id", None)): {"consumer_byte_rate": 1e9}}, got
+        # removing a key
+        assert alter([(ent, [("consumer_byte_rate", 0.0, True)])]) == {(("client-id", client),): (0, None)}
+        assert describe([("client-id", 0, client)])["entries"] == {
+            (("client-id", client),): {"producer_byte_rate": 2048.0}}
+        # what this broker cannot enforce, or Kafka refuses
+        for key, value in (("request_percentage", 50.0), ("connection_creation_rate", 5.0), ("bogus", 1.0),
+                           ("producer_byte_rate", 1.5), ("producer_byte_rate", -3.0)):
+            [(code, msg)] = alter([(ent, [(key, value, False)])]).values()
+            assert code == ka.INVALID_REQUEST and msg, (key, value, code, msg)
+        [(code, _)] = alter([([("ip", None)], [("connection_creation_rate", 5.0, False)])]).values()
+        assert code == ka.INVALID_REQUEST
+        assert describe([("client-id", 0, client)])["entries"] == {
+            (("client-id", client),): {"producer_byte_rate": 2048.0}}
+        bad = describe([("nonsense", 2, None)])
+        assert bad["error_code"] == ka.INVALID_REQUEST and bad["entries"] is None, bad
+
+
+def test_describe_producers_of_a_partition(broker):
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c, 2)
+        batch = kp.build_batch([kp.Record(value=b"a"), kp.Record(value=b"b"), kp.Record(value=b"c")],
+                               base_timestamp=1_700_000_000_000, producer_id=4242, producer_epoch=3, base_sequence=0)
+        assert kp.produce(c, name, 0, batch)["error_code"] == 0
+        r = ka.decode_describe_producers(c.call(ka.DESCRIBE_PRODUCERS, 0,
+            ka.describe_producers_request(0, {name: [0, 1, 9]})), 0)
+        assert r["partitions"][(name, 1)] == (0, [])
+        assert r["partitions"][(name, 9)][0] == 3
+        code, [p] = r["partitions"][(name, 0)]
+        assert code == 0 and (p["producer_id"], p["producer_epoch"], p["last_sequence"]) == (4242, 3, 2), p
+        assert p["last_timestamp"] >= 1_700_000_000_000 and p["coordinator_epoch"] == -1, p
+        assert p["current_txn_start_offset"] == -1, p

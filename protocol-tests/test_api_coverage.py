@@ -37,6 +37,11 @@ COVERAGE = {
     ka.ALTER_CONFIGS: ("test_admin_apis", "test_alter_configs_replaces_the_override_set"),
     ka.ELECT_LEADERS: ("test_admin_apis", "test_elect_leaders_on_a_single_broker"),
     ka.DESCRIBE_LOG_DIRS: ("test_admin_apis", "test_describe_log_dirs_reports_partition_sizes"),
+    ka.ALTER_PARTITION_REASSIGNMENTS: ("test_admin_apis", "test_partition_reassignment_on_a_single_broker"),
+    ka.LIST_PARTITION_REASSIGNMENTS: ("test_admin_apis", "test_partition_reassignment_on_a_single_broker"),
+    ka.DESCRIBE_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
+    ka.ALTER_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
+    ka.DESCRIBE_PRODUCERS: ("test_admin_apis", "test_describe_producers_of_a_partition"),
 }
 
 

@@ -17,6 +17,10 @@ CLASS_NAMES = {
     ka.ALTER_CONFIGS: "AlterConfigsRequest", ka.ELECT_LEADERS: "ElectLeadersRequest",
     ka.DESCRIBE_LOG_DIRS: "DescribeLogDirsRequest", ka.DESCRIBE_TOPIC_PARTITIONS: "DescribeTopicPartitionsRequest",
     kp.CREATE_TOPICS: "CreateTopicsRequest", kp.CREATE_PARTITIONS: "CreatePartitionsRequest",
+    ka.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignmentsRequest",
+    ka.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignmentsRequest",
+    ka.DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotasRequest", ka.ALTER_CLIENT_QUOTAS: "AlterClientQuotasRequest",
+    ka.DESCRIBE_PRODUCERS: "DescribeProducersRequest",
 }
 
 
@@ -33,6 +37,17 @@ def build(api, v):
         return ka.create_topics_assigned_request(v, "t", {0: [1, 2], 1: [2, 3]})
     if api == kp.CREATE_PARTITIONS:
         return ka.create_partitions_assigned_request(v, "t", 4, [[1, 2], [3, 1]])
+    if api == ka.ALTER_PARTITION_REASSIGNMENTS:
+        return ka.alter_partition_reassignments_request(v, {("t", 0): [1, 2], ("t", 1): None, ("u", 3): [4]})
+    if api == ka.LIST_PARTITION_REASSIGNMENTS:
+        return ka.list_partition_reassignments_request(v, {"t": [0, 2]})
+    if api == ka.DESCRIBE_CLIENT_QUOTAS:
+        return ka.describe_client_quotas_request(v, [("user", 0, "alice"), ("client-id", 1, None)], True)
+    if api == ka.ALTER_CLIENT_QUOTAS:
+        return ka.alter_client_quotas_request(v, [([("client-id", "c"), ("user", None)],
+                                                   [("producer_byte_rate", 1024.0, False), ("x", 0.0, True)])], True)
+    if api == ka.DESCRIBE_PRODUCERS:
+        return ka.describe_producers_request(v, {"t": [0, 1]})
     raise AssertionError(api)
 
 

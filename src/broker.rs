@@ -51,6 +51,11 @@ pub struct Broker {
     pub fetchers: FetcherManager,
     /// Leader side of the followers' fetch sessions.
     pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
+    /// Bytes sent to throttled followers and fetched for throttled replicas (KIP-73).
+    pub leader_quota: crate::replication::quota::ReplicationQuota,
+    pub follower_quota: crate::replication::quota::ReplicationQuota,
+    /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
+    pub quotas: crate::client_quota::ClientQuotas,
     pub metrics: BrokerMetrics,
     /// `queued.max.requests`: one permit per request being decoded and handled.
     pub request_slots: Arc<tokio::sync::Semaphore>,
@@ -170,6 +175,9 @@ impl Broker {
             membership_zk_mirror: Default::default(),
             fetchers: FetcherManager::default(),
             fetch_sessions: Default::default(),
+            leader_quota: Default::default(),
+            follower_quota: Default::default(),
+            quotas: Default::default(),
             dynamic: crate::dynamic_config::DynamicConfigs::new(&config),
             config,
             cache,
@@ -193,6 +201,7 @@ impl Broker {
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
+        broker.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {

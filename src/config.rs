@@ -88,6 +88,7 @@ impl std::fmt::Display for Endpoint {
 pub const DEFAULTS: &[(&str, &str)] = &[
     ("broker.id", "0"),
     ("broker.rack", ""),
+    ("replica.selector.class", ""),
     ("listeners", "PLAINTEXT://127.0.0.1:9092"),
     ("advertised.listeners", ""),
     ("log.dirs", "./data"),
@@ -175,6 +176,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("replica.fetch.max.bytes", "1048576"),
     ("replica.fetch.wait.max.ms", "500"),
     ("replica.fetch.response.max.bytes", "10485760"),
+    ("leader.replication.throttled.rate", "9223372036854775807"),
+    ("follower.replication.throttled.rate", "9223372036854775807"),
     ("controlled.shutdown.enable", "true"),
     ("auto.leader.rebalance.enable", "true"),
     ("leader.imbalance.check.interval.seconds", "300"),
@@ -216,6 +219,9 @@ const NON_CONFIG_ENV: &[&str] = &[
 pub struct BrokerConfig {
     pub broker_id: i32,
     pub rack: Option<String>,
+    /// `replica.selector.class` is Kafka's `RackAwareReplicaSelector`: a leader sends a
+    /// consumer in another rack to a replica in the consumer's rack (KIP-392).
+    pub rack_aware_selector: bool,
     pub listeners: Vec<Endpoint>,
     pub advertised_listeners: Vec<Endpoint>,
     /// The listener other brokers and the controller reach this one on (and it reaches
@@ -244,6 +250,10 @@ pub struct BrokerConfig {
     pub replica_fetch_wait_max_ms: u64,
     pub replica_fetch_max_bytes: i32,
     pub replica_fetch_response_max_bytes: i32,
+    /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate`: bytes/s
+    /// for the throttled replicas of reassignments (dynamic; Long.MaxValue: none).
+    pub leader_replication_throttled_rate: u64,
+    pub follower_replication_throttled_rate: u64,
     /// Where `/metrics` is served (`metrics.host`, `metrics.port`); None: not served.
     pub metrics_address: Option<(String, u16)>,
     /// `max.connections`: client connections over all listeners but the inter-broker one.
@@ -291,9 +301,10 @@ pub struct BrokerConfig {
 
 /// The broker keys that can be changed at run time through `/config/brokers/<id>` and
 /// `/config/brokers/<default>` (a subset of Kafka's `DynamicBrokerConfig`): the defaults of
-/// the topic-level configs.
+/// the topic-level configs and the replication throttles.
 pub fn is_dynamic_broker_config(key: &str) -> bool {
     TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key)
+        || matches!(key, "leader.replication.throttled.rate" | "follower.replication.throttled.rate")
 }
 
 impl BrokerConfig {
@@ -496,6 +507,16 @@ impl BrokerConfig {
             positive::<u64>("zookeeper.connection.timeout.ms", get("zookeeper.connection.timeout.ms"))?
         };
         let rack = Some(get("broker.rack").to_string()).filter(|r| !r.is_empty());
+        let rack_aware_selector =
+            match get("replica.selector.class").trim() {
+                "" | "org.apache.kafka.common.replica.LeaderSelector" => false,
+                "org.apache.kafka.common.replica.RackAwareReplicaSelector" => true,
+                other => return Err(invalid(
+                    "replica.selector.class",
+                    other,
+                    "only org.apache.kafka.common.replica.RackAwareReplicaSelector (or LeaderSelector) is available",
+                )),
+            };
         let inter_broker_listener = inter_broker_listener(get("inter.broker.listener.name"), &advertised_listeners);
         let listener_max_connections = listener_max_connections(&values, &listeners)?;
         let listener_max_connection_creation_rate = listener_creation_rates(&values, &listeners)?;
@@ -503,6 +524,7 @@ impl BrokerConfig {
         let config = BrokerConfig {
             broker_id: num::<i32>("broker.id", get("broker.id"))?,
             rack,
+            rack_aware_selector,
             listeners,
             advertised_listeners,
             inter_broker_listener,
@@ -545,6 +567,14 @@ impl BrokerConfig {
             replica_fetch_response_max_bytes: positive::<i32>(
                 "replica.fetch.response.max.bytes",
                 get("replica.fetch.response.max.bytes"),
+            )?,
+            leader_replication_throttled_rate: num::<u64>(
+                "leader.replication.throttled.rate",
+                get("leader.replication.throttled.rate"),
+            )?,
+            follower_replication_throttled_rate: num::<u64>(
+                "follower.replication.throttled.rate",
+                get("follower.replication.throttled.rate"),
             )?,
             metrics_address,
             max_connections: non_negative_usize("max.connections", get("max.connections"))?,

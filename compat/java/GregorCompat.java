@@ -25,7 +25,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *            delete-topic, auto-create, configs, produce N TOPIC, verify N TOPIC,
  *            produce-stream TOPIC (sends until stdin closes; prints "ACK seq partition offset"
  *            per acknowledged record), verify-acked TOPIC ACKFILE (each ACK line of ACKFILE is
- *            at its partition/offset after a restart)
+ *            at its partition/offset after a restart), set-cluster-config KEY VALUE,
+ *            client-quotas CLIENT PRODUCE_RATE CONSUME_RATE (sets both byte rates for a client id
+ *            and checks DescribeClientQuotas and the refusal of unenforced quotas)
  * Exit 0 = all checks passed; exit 1 with a "MISMATCH:" message otherwise.
  * Consumers use assign() and no group.id (consumer groups are not implemented yet).
  */
@@ -69,6 +71,7 @@ public class GregorCompat {
                 case "produce-stream": produceStream(args[2]); break;
                 case "verify-acked": verifyAcked(args[2], args[3]); break;
                 case "set-cluster-config": setClusterConfig(args[2], args[3]); break;
+                case "client-quotas": clientQuotas(args[2], args[3], args[4]); break;
                 default:
                     System.err.println("unknown scenario " + scenario);
                     System.exit(2);
@@ -471,6 +474,46 @@ public class GregorCompat {
             ConfigEntry e = c.get(key);
             check(e != null && value.equals(e.value()) && e.source() == ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
                     "cluster default " + key + " after alter: " + c);
+        }
+    }
+
+    /**
+     * What kafka-configs --alter --entity-type clients --add-config producer_byte_rate=..,
+     * consumer_byte_rate=.. sends, then --describe, then a quota the broker cannot enforce.
+     */
+    static void clientQuotas(String clientId, String produceRate, String consumeRate) throws Exception {
+        try (Admin a = admin()) {
+            org.apache.kafka.common.quota.ClientQuotaEntity client = new org.apache.kafka.common.quota.ClientQuotaEntity(
+                    Map.of(org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId));
+            a.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(client, List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("producer_byte_rate", Double.valueOf(produceRate)),
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("consumer_byte_rate", Double.valueOf(consumeRate))))))
+                    .all().get(60, TimeUnit.SECONDS);
+            Map<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> got = a.describeClientQuotas(
+                    org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(List.of(
+                            org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(
+                                    org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId))))
+                    .entities().get(60, TimeUnit.SECONDS);
+            check(got.equals(Map.of(client, Map.of("producer_byte_rate", Double.valueOf(produceRate),
+                    "consumer_byte_rate", Double.valueOf(consumeRate)))), "described quotas: " + got);
+            Map<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> all = a.describeClientQuotas(
+                    org.apache.kafka.common.quota.ClientQuotaFilter.all()).entities().get(60, TimeUnit.SECONDS);
+            check(all.containsKey(client), "all quotas: " + all);
+            org.apache.kafka.common.quota.ClientQuotaEntity user = new org.apache.kafka.common.quota.ClientQuotaEntity(
+                    Map.of(org.apache.kafka.common.quota.ClientQuotaEntity.USER, "alice"));
+            try {
+                a.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(user, List.of(
+                        new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("request_percentage", 50.0)))))
+                        .all().get(60, TimeUnit.SECONDS);
+                check(false, "request_percentage was accepted");
+            } catch (ExecutionException e) {
+                check(e.getCause() instanceof org.apache.kafka.common.errors.InvalidRequestException
+                        && e.getCause().getMessage().contains("request_percentage"), "request_percentage refused with " + e.getCause());
+            }
+            check(a.describeClientQuotas(org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(List.of(
+                    org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(
+                            org.apache.kafka.common.quota.ClientQuotaEntity.USER, "alice"))))
+                    .entities().get(60, TimeUnit.SECONDS).isEmpty(), "a refused quota was stored");
         }
     }
 

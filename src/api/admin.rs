@@ -1,15 +1,24 @@
-//! Cluster administration beyond topics and configs: ElectLeaders (served by the controller,
-//! as in ZooKeeper-mode Kafka) and DescribeLogDirs (each broker describes its own log dirs).
+//! Cluster administration beyond topics and configs: ElectLeaders and partition reassignment
+//! (served by the controller, as in ZooKeeper-mode Kafka) and DescribeLogDirs (each broker
+//! describes its own log dirs).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::alter_partition_reassignments_response::{
+    ReassignablePartitionResponse, ReassignableTopicResponse,
+};
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+use kafka_protocol::messages::list_partition_reassignments_response::{
+    OngoingPartitionReassignment, OngoingTopicReassignment,
+};
 use kafka_protocol::messages::{
-    DescribeLogDirsRequest, DescribeLogDirsResponse, ElectLeadersRequest, ElectLeadersResponse, TopicName,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, DescribeProducersRequest, DescribeProducersResponse, ElectLeadersRequest,
+    ElectLeadersResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -164,6 +173,129 @@ pub fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest) -> D
             }
         }
         r.results.push(out);
+    }
+    r
+}
+
+fn broker_ids(ids: &[i32]) -> Vec<BrokerId> {
+    ids.iter().map(|&i| BrokerId(i)).collect()
+}
+
+/// AlterPartitionReassignments (blocking: ZooKeeper reads and writes). Answered once each move
+/// is started (or finished, when nothing needs copying), as Kafka's controller answers.
+pub fn alter_partition_reassignments(
+    ctx: &RequestContext,
+    req: AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    let mut r = AlterPartitionReassignmentsResponse::default();
+    // null on success, as Kafka answers (the crate's default is an empty string)
+    r.error_message = None;
+    if let Err(e) = ctx.broker.check_controller() {
+        r.error_code = e.code;
+        r.error_message = Some(StrBytes::from_string(e.message));
+        return r;
+    }
+    let wanted: Vec<crate::controller::reassign::ReassignmentRequest> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                let target = p.replicas.as_ref().map(|rs| rs.iter().map(|b| b.0).collect::<Vec<i32>>());
+                (t.name.0.to_string(), p.partition_index, target)
+            })
+        })
+        .collect();
+    let results = ctx.broker.alter_reassignments(&wanted);
+    for ((topic, partition, _), res) in wanted.into_iter().zip(results) {
+        let mut pr = ReassignablePartitionResponse::default();
+        pr.partition_index = partition;
+        pr.error_message = None;
+        if let Err(e) = res {
+            pr.error_code = e.code;
+            pr.error_message = Some(StrBytes::from_string(e.message));
+        }
+        match r.responses.iter_mut().find(|t| t.name.0.as_str() == topic) {
+            Some(t) => t.partitions.push(pr),
+            None => {
+                let mut t = ReassignableTopicResponse::default();
+                t.name = TopicName(StrBytes::from_string(topic));
+                t.partitions.push(pr);
+                r.responses.push(t);
+            }
+        }
+    }
+    r
+}
+
+/// ListPartitionReassignments: the controller's reassignments in flight.
+pub fn list_partition_reassignments(
+    ctx: &RequestContext,
+    req: ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
+    let mut r = ListPartitionReassignmentsResponse::default();
+    r.error_message = None;
+    if let Err(e) = ctx.broker.check_controller() {
+        r.error_code = e.code;
+        r.error_message = Some(StrBytes::from_string(e.message));
+        return r;
+    }
+    let only: Option<std::collections::BTreeMap<String, BTreeSet<i32>>> = req
+        .topics
+        .as_ref()
+        .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.iter().copied().collect())).collect());
+    for (topic, partition, replicas, adding, removing) in ctx.broker.list_reassignments(only.as_ref()) {
+        let mut p = OngoingPartitionReassignment::default();
+        p.partition_index = partition;
+        p.replicas = broker_ids(&replicas);
+        p.adding_replicas = broker_ids(&adding);
+        p.removing_replicas = broker_ids(&removing);
+        match r.topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+            Some(t) => t.partitions.push(p),
+            None => {
+                let mut t = OngoingTopicReassignment::default();
+                t.name = TopicName(StrBytes::from_string(topic));
+                t.partitions.push(p);
+                r.topics.push(t);
+            }
+        }
+    }
+    r
+}
+
+/// DescribeProducers: the idempotent producers each partition's leader has state for
+/// (non-transactional, so no coordinator epoch nor open transaction).
+pub fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse {
+    let broker = &ctx.broker;
+    let mut r = DescribeProducersResponse::default();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut out = kafka_protocol::messages::describe_producers_response::TopicResponse::default();
+        for index in t.partition_indexes {
+            let mut pr = kafka_protocol::messages::describe_producers_response::PartitionResponse::default();
+            pr.partition_index = index;
+            match broker.replicas.partition(&name, index) {
+                Some(p) => {
+                    pr.active_producers = p
+                        .active_producers()
+                        .into_iter()
+                        .map(|a| {
+                            let mut s = kafka_protocol::messages::describe_producers_response::ProducerState::default();
+                            s.producer_id = ProducerId(a.producer_id);
+                            s.producer_epoch = i32::from(a.epoch);
+                            s.last_sequence = a.last_sequence;
+                            s.last_timestamp = a.last_timestamp;
+                            s.coordinator_epoch = -1;
+                            s.current_txn_start_offset = -1;
+                            s
+                        })
+                        .collect();
+                }
+                None => pr.error_code = super::not_led_error(broker, &name, index),
+            }
+            out.partitions.push(pr);
+        }
+        out.name = t.name;
+        r.topics.push(out);
     }
     r
 }

@@ -19,8 +19,9 @@ use uuid::Uuid;
 
 use super::error::ErrorCode;
 use super::RequestContext;
+use crate::client_quota::CONSUMER_BYTE_RATE;
 use crate::replication::fetch_session::{Session, SessionPartition};
-use crate::replication::FetchResult;
+use crate::replication::{quota, FetchResult};
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
@@ -150,6 +151,19 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         requested
     };
 
+    // consumer_byte_rate: a consumer over its quota gets no data, after its throttle time.
+    let (user, client) = super::quotas::quota_identity(ctx);
+    let window = ctx.broker.quota_window();
+    if replica < 0 {
+        let throttle = ctx.broker.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
+        if !throttle.is_zero() {
+            tokio::time::sleep(throttle).await;
+            r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+            r.responses = throttled_answer(&wanted);
+            return r;
+        }
+    }
+    let rack = if version >= 11 { req.rack_id.as_str() } else { "" };
     let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let deadline = Instant::now() + max_wait;
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -161,7 +175,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         tokio::pin!(changed);
         changed.as_mut().enable();
 
-        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica);
+        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica, rack);
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break responses;
@@ -172,7 +186,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         });
         if tokio::time::timeout(deadline - now, changed).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            break read_all(ctx, &wanted, max_bytes, version, replica).0;
+            break read_all(ctx, &wanted, max_bytes, version, replica, rack).0;
         }
     };
     drop(parked);
@@ -181,7 +195,40 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         None => responses,
     };
     count_bytes_out(ctx, &r.responses, replica >= 0);
+    if replica < 0 {
+        let sent: usize =
+            r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum();
+        let throttle = ctx.broker.quotas.record(CONSUMER_BYTE_RATE, user, &client, sent, window);
+        r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+    }
     r
+}
+
+/// What a throttled consumer is told: every partition it asked for, without data (offsets
+/// and watermarks unknown, no error), as Kafka's throttled fetch response.
+fn throttled_answer(wanted: &[Wanted]) -> Vec<FetchableTopicResponse> {
+    wanted
+        .iter()
+        .map(|w| {
+            let mut t = FetchableTopicResponse::default();
+            t.topic = TopicName(StrBytes::from_string(w.name.clone()));
+            t.topic_id = w.id;
+            t.partitions = w
+                .partitions
+                .iter()
+                .map(|wp| {
+                    let mut pd = PartitionData::default();
+                    pd.partition_index = wp.index;
+                    pd.high_watermark = -1;
+                    pd.last_stable_offset = -1;
+                    pd.log_start_offset = -1;
+                    pd.preferred_read_replica = BrokerId(-1);
+                    pd
+                })
+                .collect();
+            t
+        })
+        .collect()
 }
 
 /// Counts what this answer sends, once: a long-poll may read several times before it answers.
@@ -250,13 +297,20 @@ fn read_all(
     max_bytes: usize,
     version: i16,
     replica: i32,
+    rack: &str,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let broker = &ctx.broker;
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
     let mut out = Vec::with_capacity(wanted.len());
+    let throttle_rate = broker.effective_config().leader_replication_throttled_rate;
     for w in wanted {
+        // This leader's throttled replicas of the topic, for a follower's fetch (KIP-73).
+        let throttled = (replica >= 0 && throttle_rate < quota::UNLIMITED)
+            .then(|| broker.cache.topic(&w.name))
+            .flatten()
+            .and_then(|t| t.configs.get("leader.replication.throttled.replicas").cloned());
         let mut topic = FetchableTopicResponse::default();
         topic.topic = TopicName(StrBytes::from_string(w.name.clone()));
         topic.topic_id = w.id;
@@ -271,7 +325,12 @@ fn read_all(
             pd.last_stable_offset = -1;
             pd.log_start_offset = -1;
             pd.preferred_read_replica = BrokerId(-1);
-            let partition = if w.name.is_empty() { None } else { broker.replicas.partition(&w.name, wp.index) };
+            // A consumer with Fetch v11+ may read from a follower (KIP-392).
+            let partition = match (w.name.is_empty(), replica < 0 && version >= 11) {
+                (true, _) => None,
+                (false, true) => broker.replicas.hosted(&w.name, wp.index),
+                (false, false) => broker.replicas.partition(&w.name, wp.index),
+            };
             match partition {
                 Some(_) if conversion_refused => {
                     pd.error_code = ErrorCode::UnsupportedVersion.code();
@@ -311,7 +370,31 @@ fn read_all(
                             // The follower's progress committed writes that may be waited on.
                             broker.replicas.notify_changed();
                         }
+                        let mut result = result;
+                        if quota::is_throttled(throttled.as_ref(), wp.index, broker.config.broker_id)
+                            && !p.isr().contains(&replica)
+                        {
+                            // Its progress is recorded; only the copy waits for the bucket.
+                            if broker.leader_quota.exceeded(throttle_rate) {
+                                result.records = Bytes::new();
+                            } else {
+                                broker.leader_quota.record(throttle_rate, result.records.len());
+                            }
+                        }
                         result
+                    } else if !p.is_leader() {
+                        p.read_as_follower(wp.offset, limit.max(1), wp.current_leader_epoch)
+                    } else if let Some(preferred) = preferred_read_replica(broker, &p, rack, wp.offset) {
+                        // Sent at once (as Kafka does): the client fetches from there instead.
+                        pd.preferred_read_replica = BrokerId(preferred);
+                        any_error = true;
+                        FetchResult {
+                            error_code: 0,
+                            high_watermark: p.high_watermark(),
+                            log_start_offset: p.log_start_offset(),
+                            records: Bytes::new(),
+                            diverging: None,
+                        }
                     } else {
                         p.read(wp.offset, limit.max(1), wp.current_leader_epoch)
                     };
@@ -351,6 +434,27 @@ fn read_all(
         out.push(topic);
     }
     (out, total, any_error)
+}
+
+/// Kafka's `RackAwareReplicaSelector`: for a consumer in another rack than this leader, the
+/// most caught-up in-sync follower in the consumer's rack that holds the offset; None: read
+/// here.
+fn preferred_read_replica(
+    broker: &crate::broker::Broker,
+    p: &crate::replication::Partition,
+    rack: &str,
+    offset: i64,
+) -> Option<i32> {
+    if !broker.config.rack_aware_selector || rack.is_empty() || broker.config.rack.as_deref() == Some(rack) {
+        return None;
+    }
+    let candidates = p.in_sync_followers_at(offset);
+    if candidates.is_empty() {
+        return None;
+    }
+    let snapshot = broker.cache.snapshot();
+    let in_rack = |id: i32| snapshot.brokers.iter().any(|b| b.id == id && b.rack.as_deref() == Some(rack));
+    candidates.into_iter().filter(|(id, _)| in_rack(*id)).max_by_key(|(_, leo)| *leo).map(|(id, _)| id)
 }
 
 /// `message.downconversion.enable` of the topic, else the broker's

@@ -13,6 +13,7 @@ pub mod legacy;
 mod metadata;
 mod produce;
 mod producer_id;
+mod quotas;
 mod topics;
 
 use std::sync::Arc;
@@ -39,6 +40,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::OffsetCommit, 0, 9),
     (ApiKey::OffsetFetch, 0, 9),
@@ -131,6 +137,19 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
             off_runtime(ctx, move |c| configs::incremental_alter_configs(c, r)).await?,
         ),
         RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(admin::elect_leaders(ctx, r).await?),
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            off_runtime(ctx, move |c| admin::alter_partition_reassignments(c, r)).await?,
+        ),
+        RequestKind::ListPartitionReassignments(r) => {
+            ResponseKind::ListPartitionReassignments(admin::list_partition_reassignments(ctx, r))
+        }
+        RequestKind::DescribeClientQuotas(r) => {
+            ResponseKind::DescribeClientQuotas(off_runtime(ctx, move |c| quotas::describe_client_quotas(c, r)).await?)
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            ResponseKind::AlterClientQuotas(off_runtime(ctx, move |c| quotas::alter_client_quotas(c, r)).await?)
+        }
+        RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(admin::describe_producers(ctx, r)),
         RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(admin::describe_log_dirs(ctx, r)),
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(metadata::describe_cluster(ctx, r)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),

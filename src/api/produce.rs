@@ -37,6 +37,12 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let effective = broker.effective_config();
+    let produced: usize = req
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
         let info = broker.cache.topic(&name);
@@ -126,11 +132,20 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
             }
         }
     }
+    // producer_byte_rate: the answer waits out the throttle time, which mutes the connection
+    // (one request in flight each), and names it so the client backs off too (KIP-219).
+    let (user, client) = super::quotas::quota_identity(ctx);
+    let throttle =
+        broker.quotas.record(crate::client_quota::PRODUCER_BYTE_RATE, user, &client, produced, broker.quota_window());
+    if !throttle.is_zero() {
+        tokio::time::sleep(throttle).await;
+    }
     if acks == 0 {
         return None;
     }
     let mut r = ProduceResponse::default();
     r.responses = responses;
+    r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
     Some(r)
 }
 

@@ -16,25 +16,6 @@ use crate::metadata::{PartitionInfo, TopicInfo};
 pub const ADMIN_DELETE_TOPICS: &str = "/admin/delete_topics";
 pub const ADMIN_REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";
 
-/// One step of moving a partition to `target` replicas, as Kafka's controller does it: first
-/// add the new replicas (the assignment is the union, so they start following), and once all
-/// of them are in the ISR, drop the old ones. Returns the assignment to write, or None when
-/// the move is complete.
-pub fn reassignment_step(current: &[i32], target: &[i32], isr: &[i32]) -> Option<Vec<i32>> {
-    if current == target {
-        return None;
-    }
-    let mut union: Vec<i32> = target.to_vec();
-    union.extend(current.iter().filter(|r| !target.contains(r)));
-    if current != union.as_slice() {
-        return Some(union);
-    }
-    if target.iter().all(|r| isr.contains(r)) {
-        return Some(target.to_vec());
-    }
-    Some(union)
-}
-
 /// Parses Kafka's `/admin/reassign_partitions` JSON: (topic, partition, replicas).
 pub fn parse_reassignment(data: &str) -> Vec<(String, i32, Vec<i32>)> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else { return vec![] };
@@ -167,9 +148,9 @@ impl Broker {
                 self.store.delete_recursive(&format!("{ADMIN_DELETE_TOPICS}/{topic}"))?;
             }
         }
-        // A reassignment advances as its new replicas join the ISR, so while one is pending
-        // every pass looks at it (one read when there is none).
-        self.reassign_partitions(live)?;
+        // A reassignment advances when its new replicas join the ISR: the ISR change names the
+        // partition, so only the partitions in this pass are looked at.
+        self.reassignment_duties(live, scope)?;
         let snapshot = self.cache.snapshot();
         let unclean_default =
             self.effective_config().values.get("unclean.leader.election.enable").is_some_and(|v| v == "true");
@@ -386,69 +367,9 @@ fn cached_state(p: &PartitionInfo) -> Option<PartitionState> {
     })
 }
 
-impl Broker {
-    /// Advances the reassignments requested in `/admin/reassign_partitions` by one step each
-    /// and removes the request once every partition has its target replicas.
-    fn reassign_partitions(&self, live: &BTreeSet<i32>) -> Result<(), StoreError> {
-        let Some(data) = self.store.try_get(ADMIN_REASSIGN_PARTITIONS)? else { return Ok(()) };
-        let mut done = true;
-        for (topic, partition, target) in parse_reassignment(&data) {
-            let Some(topic_data) = self.store.try_get(&zk_data::topic_path(&topic))? else { continue };
-            let Some((mut assignment, id)) = zk_data::parse_topic_json(&topic_data) else { continue };
-            let Some(current) = assignment.get(&partition).cloned() else { continue };
-            if target.is_empty() || target.iter().any(|r| !live.contains(r)) {
-                tracing::warn!(%topic, partition, ?target, "reassignment names a broker that is not alive; waiting");
-                done = false;
-                continue;
-            }
-            let state_path = zk_data::partition_state_path(&topic, partition);
-            let state = self.store.try_get(&state_path)?.and_then(|d| zk_data::parse_partition_state(&d));
-            let isr = state.as_ref().map(|s| s.isr.clone()).unwrap_or_default();
-            let Some(next) = reassignment_step(&current, &target, &isr) else { continue };
-            if next == current {
-                done = false; // new replicas still catching up
-                continue;
-            }
-            tracing::info!(%topic, partition, from = ?current, to = ?next, "reassignment step");
-            if next == target {
-                if let Some(mut s) = state {
-                    s.isr.retain(|r| target.contains(r));
-                    if !target.contains(&s.leader) {
-                        s.leader = elect_leader(&target, &s.isr, live, false).unwrap_or(-1);
-                    }
-                    s.leader_epoch += 1;
-                    s.controller_epoch = self.controller_epoch();
-                    self.store.set(&state_path, &zk_data::partition_state_json(&s))?;
-                }
-            } else {
-                done = false;
-            }
-            assignment.insert(partition, next);
-            self.store.set(
-                &zk_data::topic_path(&topic),
-                &zk_data::topic_json(&assignment, id.unwrap_or_else(zk_data::new_kafka_uuid)),
-            )?;
-        }
-        if done {
-            self.store.delete_recursive(ADMIN_REASSIGN_PARTITIONS)?;
-            tracing::info!("partition reassignment complete");
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reassignment_adds_then_removes() {
-        // [1,2] -> [2,3]: first the union, then (once 3 is in the ISR) the target.
-        assert_eq!(reassignment_step(&[1, 2], &[2, 3], &[1, 2]), Some(vec![2, 3, 1]));
-        assert_eq!(reassignment_step(&[2, 3, 1], &[2, 3], &[1, 2]), Some(vec![2, 3, 1]));
-        assert_eq!(reassignment_step(&[2, 3, 1], &[2, 3], &[1, 2, 3]), Some(vec![2, 3]));
-        assert_eq!(reassignment_step(&[2, 3], &[2, 3], &[2, 3]), None);
-    }
 
     fn live(ids: &[i32]) -> BTreeSet<i32> {
         ids.iter().copied().collect()

@@ -8,6 +8,7 @@ pub mod channel;
 pub mod election;
 pub mod messages;
 pub mod propagate;
+pub mod reassign;
 pub mod requests;
 
 use std::collections::BTreeMap;
@@ -135,6 +136,16 @@ impl Broker {
         validate_topic_name(&req.name)?;
         if self.store.is_zookeeper() && self.store.get(&zk_data::topic_path(&req.name)).is_some() {
             return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
+        }
+        // As Kafka's AdminZkClient: a name whose deletion is pending is not created again (a
+        // client still holding it in its metadata would otherwise bring it straight back).
+        if self.store.is_zookeeper()
+            && self.store.try_get(&format!("{}/{}", election::ADMIN_DELETE_TOPICS, req.name))?.is_some()
+        {
+            return Err(ApiError::new(
+                ErrorCode::TopicAlreadyExists,
+                format!("Topic '{}' is marked for deletion.", req.name),
+            ));
         }
         if self.cache.topic(&req.name).is_some() {
             return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{}' already exists.", req.name)));
@@ -377,6 +388,8 @@ impl Broker {
                 replicas: replicas.clone(),
                 isr,
                 partition_epoch: 0,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             });
         }
         partitions.sort_by_key(|p| p.index);
@@ -463,6 +476,12 @@ impl Broker {
                 format!("The topic '{name}' does not exist."),
             ));
         };
+        if topic.partitions.iter().any(|p| p.is_being_reassigned()) {
+            return Err(ApiError::new(
+                ErrorCode::ReassignmentInProgress,
+                format!("A partition reassignment is in progress for the topic '{name}'."),
+            ));
+        }
         let current = topic.partitions.len() as i32;
         if count <= current {
             return Err(ApiError::new(
@@ -569,6 +588,8 @@ impl Broker {
                     replicas: replicas.clone(),
                     isr: state.isr,
                     partition_epoch: 0,
+                    adding_replicas: Vec::new(),
+                    removing_replicas: Vec::new(),
                 });
             }
             let info = Arc::new(TopicInfo { name: name.clone(), id, partitions, configs });

@@ -215,6 +215,8 @@ fn same_state(a: &PartitionInfo, b: &PartitionInfo) -> bool {
         && a.isr == b.isr
         && a.replicas == b.replicas
         && a.partition_epoch == b.partition_epoch
+        && a.adding_replicas == b.adding_replicas
+        && a.removing_replicas == b.removing_replicas
 }
 
 /// Items grouped by topic, in the order they came.
@@ -254,6 +256,8 @@ fn leader_and_isr(
                     isr: p.isr.clone(),
                     partition_epoch: p.partition_epoch,
                     replicas: p.replicas.clone(),
+                    adding_replicas: p.adding_replicas.clone(),
+                    removing_replicas: p.removing_replicas.clone(),
                     is_new: false,
                     ..Default::default()
                 })

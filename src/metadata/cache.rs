@@ -41,6 +41,21 @@ pub struct PartitionInfo {
     pub isr: Vec<i32>,
     /// The version of the partition's state znode (Kafka's partition epoch).
     pub partition_epoch: i32,
+    /// A reassignment in flight: replicas joining and leaving (`replicas` holds both). Only
+    /// the controller's image has them (UpdateMetadata does not carry them).
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
+}
+
+impl PartitionInfo {
+    /// The replicas a reassignment in flight moves the partition to (else its replicas).
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas.iter().copied().filter(|r| !self.removing_replicas.contains(r)).collect()
+    }
+
+    pub fn is_being_reassigned(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -79,13 +79,33 @@ pub fn parse_cluster_id(data: &str) -> Option<String> {
 
 /// `/brokers/topics/<t>`: the replica assignment, version 3 with the topic id.
 pub fn topic_json(assignment: &BTreeMap<i32, Vec<i32>>, topic_id: Uuid) -> String {
+    topic_json_moving(assignment, topic_id, &BTreeMap::new())
+}
+
+/// A partition's reassignment in flight, as Kafka 2.4+ keeps it in the topic znode
+/// (`adding_replicas`, `removing_replicas`): the replica list is then the union of the old
+/// and the target replicas.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Moving {
+    pub adding: Vec<i32>,
+    pub removing: Vec<i32>,
+}
+
+/// Partition -> its reassignment in flight (only partitions being moved).
+pub type Reassignments = BTreeMap<i32, Moving>;
+
+/// `/brokers/topics/<t>` with the reassignments in flight.
+pub fn topic_json_moving(assignment: &BTreeMap<i32, Vec<i32>>, topic_id: Uuid, moving: &Reassignments) -> String {
     let partitions: serde_json::Map<String, Value> =
         assignment.iter().map(|(p, r)| (p.to_string(), json!(r))).collect();
+    let side = |f: fn(&Moving) -> &Vec<i32>| -> serde_json::Map<String, Value> {
+        moving.iter().filter(|(_, m)| !f(m).is_empty()).map(|(p, m)| (p.to_string(), json!(f(m)))).collect()
+    };
     json!({
         "partitions": partitions,
         "topic_id": uuid_to_kafka(topic_id),
-        "adding_replicas": {},
-        "removing_replicas": {},
+        "adding_replicas": side(|m| &m.adding),
+        "removing_replicas": side(|m| &m.removing),
         "version": 3
     })
     .to_string()
@@ -95,15 +115,39 @@ pub fn topic_json(assignment: &BTreeMap<i32, Vec<i32>>, topic_id: Uuid) -> Strin
 pub type Assignment = BTreeMap<i32, Vec<i32>>;
 
 pub fn parse_topic_json(data: &str) -> Option<(Assignment, Option<Uuid>)> {
+    parse_topic_json_moving(data).map(|(a, id, _)| (a, id))
+}
+
+/// The topic znode with its reassignments in flight (missing keys read as none, as Kafka
+/// reads the version 1 layout).
+pub fn parse_topic_json_moving(data: &str) -> Option<(Assignment, Option<Uuid>, Reassignments)> {
     let v: Value = serde_json::from_str(data).ok()?;
+    let ids = |r: &Value| -> Option<Vec<i32>> {
+        Some(r.as_array()?.iter().filter_map(|r| r.as_i64()).map(|r| r as i32).collect())
+    };
     let mut assignment = BTreeMap::new();
     for (p, replicas) in v.get("partitions")?.as_object()? {
         let p: i32 = p.parse().ok()?;
-        let replicas = replicas.as_array()?.iter().filter_map(|r| r.as_i64()).map(|r| r as i32).collect();
-        assignment.insert(p, replicas);
+        assignment.insert(p, ids(replicas)?);
     }
     let id = v.get("topic_id").and_then(Value::as_str).and_then(uuid_from_kafka);
-    Some((assignment, id))
+    let mut moving: Reassignments = BTreeMap::new();
+    for (key, adding) in [("adding_replicas", true), ("removing_replicas", false)] {
+        let Some(map) = v.get(key).and_then(Value::as_object) else { continue };
+        for (p, replicas) in map {
+            let (Ok(p), Some(replicas)) = (p.parse::<i32>(), ids(replicas)) else { continue };
+            if replicas.is_empty() || !assignment.contains_key(&p) {
+                continue;
+            }
+            let m = moving.entry(p).or_default();
+            if adding {
+                m.adding = replicas;
+            } else {
+                m.removing = replicas;
+            }
+        }
+    }
+    Some((assignment, id, moving))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

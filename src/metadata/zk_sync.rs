@@ -50,6 +50,8 @@ pub struct Changes {
     pub admin: bool,
     /// `/config/brokers/*` or a change notification: every broker re-reads its dynamic configs.
     pub broker_configs: bool,
+    /// `/config/users`, `/config/clients` or a change notification: client quotas again.
+    pub quotas: bool,
 }
 
 impl Changes {
@@ -69,7 +71,12 @@ impl Changes {
                     }
                 }
                 ["admin", ..] | ["isr_change_notification", ..] => c.admin = true,
-                ["config", "brokers", ..] | ["config", "changes", ..] => c.broker_configs = true,
+                ["config", "brokers", ..] => c.broker_configs = true,
+                ["config", "changes", ..] => {
+                    c.broker_configs = true;
+                    c.quotas = true;
+                }
+                ["config", "users" | "clients", ..] => c.quotas = true,
                 _ => {}
             }
         }
@@ -79,13 +86,27 @@ impl Changes {
     }
 }
 
-fn partition_info(data: Option<&(String, i32)>, p: i32, replicas: &[i32]) -> PartitionInfo {
+fn partition_info(
+    data: Option<&(String, i32)>,
+    p: i32,
+    replicas: &[i32],
+    moving: Option<&zk_data::Moving>,
+) -> PartitionInfo {
     let state = data.and_then(|(d, v)| zk_data::parse_partition_state(d).map(|s| (s, *v)));
     let (leader, leader_epoch, isr, partition_epoch) = match state {
         Some((s, version)) => (s.leader, s.leader_epoch, s.isr, version),
         None => (-1, -1, vec![], -1),
     };
-    PartitionInfo { index: p, leader, leader_epoch, replicas: replicas.to_vec(), isr, partition_epoch }
+    PartitionInfo {
+        index: p,
+        leader,
+        leader_epoch,
+        replicas: replicas.to_vec(),
+        isr,
+        partition_epoch,
+        adding_replicas: moving.map(|m| m.adding.clone()).unwrap_or_default(),
+        removing_replicas: moving.map(|m| m.removing.clone()).unwrap_or_default(),
+    }
 }
 
 /// A topic this controller just created is read back from its topic znode, possibly before
@@ -134,6 +155,9 @@ impl Broker {
         }
         if changes.is_none_or(|c| c.broker_configs) {
             self.reload_broker_configs()?;
+        }
+        if changes.is_none_or(|c| c.quotas) {
+            self.reload_client_quotas()?;
         }
         let was_controller = self.is_controller();
         let previous = self.cache.snapshot();
@@ -231,7 +255,9 @@ impl Broker {
                         let mut next = (**old).clone();
                         for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
                             let Some(data) = states.get(&(name, p.index)) else { continue };
-                            let fresh = partition_info(data.as_ref(), p.index, &p.replicas);
+                            let mut fresh = partition_info(data.as_ref(), p.index, &p.replicas, None);
+                            fresh.adding_replicas = p.adding_replicas.clone();
+                            fresh.removing_replicas = p.removing_replicas.clone();
                             // A state this controller already wrote and applied is not undone
                             // by a read from before it.
                             if (fresh.leader_epoch, fresh.partition_epoch) >= (p.leader_epoch, p.partition_epoch) {
@@ -337,7 +363,7 @@ impl Broker {
                 parsed.push(None);
                 continue;
             };
-            let Some((assignment, id)) = zk_data::parse_topic_json(&data) else {
+            let Some((assignment, id, moving)) = zk_data::parse_topic_json_moving(&data) else {
                 tracing::warn!(topic = %name, "topic znode gregor does not understand; skipped");
                 parsed.push(None);
                 continue;
@@ -347,7 +373,7 @@ impl Broker {
                 // A topic written by hand (as old tools did) gets its id from the controller.
                 None if self.is_controller() => {
                     let id = zk_data::new_kafka_uuid();
-                    store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, id))?;
+                    store.set(&zk_data::topic_path(name), &zk_data::topic_json_moving(&assignment, id, &moving))?;
                     id
                 }
                 None => {
@@ -356,21 +382,21 @@ impl Broker {
                 }
             };
             let configs = config.map(|(d, _)| zk_data::parse_topic_config(&d)).unwrap_or_default();
-            parsed.push(Some((name, assignment, id, configs)));
+            parsed.push(Some((name, assignment, id, configs, moving)));
         }
         let state_paths: Vec<String> = parsed
             .iter()
             .flatten()
-            .flat_map(|(name, assignment, _, _)| assignment.keys().map(|&p| zk_data::partition_state_path(name, p)))
+            .flat_map(|(name, assignment, _, _, _)| assignment.keys().map(|&p| zk_data::partition_state_path(name, p)))
             .collect();
         let mut states = read_many(store, &state_paths)?.into_iter();
         Ok(parsed
             .into_iter()
             .map(|t| {
-                let (name, assignment, id, configs) = t?;
+                let (name, assignment, id, configs, moving) = t?;
                 let partitions = assignment
                     .iter()
-                    .map(|(&p, replicas)| partition_info(states.next().flatten().as_ref(), p, replicas))
+                    .map(|(&p, replicas)| partition_info(states.next().flatten().as_ref(), p, replicas, moving.get(&p)))
                     .collect();
                 Some(Arc::new(TopicInfo { name: name.clone(), id, partitions, configs }))
             })

@@ -252,6 +252,8 @@ impl Broker {
                         replicas: p.replicas.clone(),
                         isr: p.isr.clone(),
                         partition_epoch: p.zk_version,
+                        adding_replicas: Vec::new(),
+                        removing_replicas: Vec::new(),
                     };
                     match info.partitions.binary_search_by_key(&p.partition_index, |x| x.index) {
                         Ok(i) => {

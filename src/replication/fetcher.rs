@@ -18,8 +18,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-use super::{Role, TopicPartition};
+use super::{quota, Role, TopicPartition};
 use crate::broker::Broker;
+use crate::metadata::cache::ClusterSnapshot;
 
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
 /// `diverging_epoch`, and still naming topics rather than ids.
@@ -220,11 +221,19 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition], sessio
     let mut slot: HashMap<&str, usize> = HashMap::new();
     let mut sent = Vec::new();
     let mut following = std::collections::HashSet::new();
+    let rate = broker.effective_config().follower_replication_throttled_rate;
+    let snapshot = (rate < quota::UNLIMITED).then(|| broker.cache.snapshot());
+    let over_quota = snapshot.is_some() && broker.follower_quota.exceeded(rate);
     for tp in wanted {
         let (topic, index) = tp;
         let Some(p) = broker.replicas.hosted(topic, *index) else { continue };
         let (role, epoch) = p.role();
         if role != (Role::Follower { leader }) {
+            continue;
+        }
+        if over_quota && snapshot.as_ref().is_some_and(|s| follower_throttled(broker, s, topic, *index)) {
+            // Left out of this request and of the session (as Kafka leaves it out), so the
+            // leader sends nothing for it until the bucket has refilled.
             continue;
         }
         following.insert(tp);
@@ -311,13 +320,30 @@ async fn exchange(
     FetchResponse::decode(&mut body, FETCH_VERSION)
 }
 
+/// A partition this follower copies under `follower.replication.throttled.rate`: listed for
+/// this broker in its topic's `follower.replication.throttled.replicas` and not in the ISR.
+fn follower_throttled(broker: &Broker, snapshot: &ClusterSnapshot, topic: &str, index: i32) -> bool {
+    let me = broker.config.broker_id;
+    let Some(t) = snapshot.topics.get(topic) else { return false };
+    quota::is_throttled(t.configs.get("follower.replication.throttled.replicas"), index, me)
+        && !t.partitions.iter().any(|p| p.index == index && p.isr.contains(&me))
+}
+
 /// Applies one response. Returns false if any partition reported an error worth backing off
 /// for (leadership in flux).
 fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
     let mut healthy = response.error_code == 0;
+    let rate = broker.effective_config().follower_replication_throttled_rate;
+    let snapshot = (rate < quota::UNLIMITED).then(|| broker.cache.snapshot());
     for t in response.responses {
         let topic = t.topic.0.to_string();
         for pd in t.partitions {
+            if let Some(s) = &snapshot {
+                let bytes = pd.records.as_ref().map_or(0, |r| r.len());
+                if bytes > 0 && follower_throttled(broker, s, &topic, pd.partition_index) {
+                    broker.follower_quota.record(rate, bytes);
+                }
+            }
             let Some(p) = broker.replicas.hosted(&topic, pd.partition_index) else { continue };
             if p.role().0 != (Role::Follower { leader }) {
                 continue;

@@ -11,6 +11,7 @@ pub mod fetch_session;
 pub mod fetcher;
 pub mod leader_epoch;
 pub mod partition;
+pub mod quota;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -216,6 +216,17 @@ impl Partition {
         let mut s = lock(&self.state);
         s.replicas = replicas.to_vec();
         if s.role == Role::Leader && s.leader_epoch == epoch {
+            // The replica set may change within an epoch (a reassignment step whose epoch
+            // bump was lost in a race): replicas that joined must be able to join the ISR.
+            let now = Instant::now();
+            s.followers.retain(|r, _| replicas.contains(r));
+            for &r in replicas.iter().filter(|&&r| r != self.broker_id) {
+                s.followers.entry(r).or_insert(FollowerProgress {
+                    log_end_offset: -1,
+                    last_caught_up: now,
+                    leader_end_at_last_fetch: -1,
+                });
+            }
             let change = apply_isr(&mut s, isr.to_vec());
             drop(s);
             self.report_isr_change(change);
@@ -326,7 +337,7 @@ impl Partition {
         for h in &headers {
             if h.producer_id >= 0 && h.base_sequence >= 0 {
                 let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
-                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, offset);
+                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, offset, h.max_timestamp);
             }
             offset += h.last_offset_delta as i64 + 1;
         }
@@ -347,6 +358,11 @@ impl Partition {
         }
     }
 
+    /// The idempotent producers this replica has state for (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<crate::txn::producer_state::ActiveProducer> {
+        lock(&self.producers).active()
+    }
+
     /// Appends batches fetched from the leader, keeping their offsets and epochs.
     pub fn append_as_follower(&self, records: &[u8], leader_high_watermark: i64) -> Result<(), LogError> {
         let mut buf = records.to_vec();
@@ -364,7 +380,14 @@ impl Partition {
             epochs.assign(h.partition_leader_epoch, h.base_offset);
             if h.producer_id >= 0 && h.base_sequence >= 0 {
                 let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
-                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset);
+                producers.record(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    last_seq,
+                    h.base_offset,
+                    h.max_timestamp,
+                );
             }
             let size = h.total_size().min(rest.len());
             rest = &rest[size..];
@@ -435,6 +458,32 @@ impl Partition {
             return FetchResult::error(code);
         }
         self.read_up_to(offset, max_bytes, self.high_watermark())
+    }
+
+    /// A consumer's fetch from a follower (Fetch v11+, KIP-392): up to this replica's high
+    /// watermark, with the leader epoch the client knows checked as a leader checks it.
+    pub fn read_as_follower(&self, offset: i64, max_bytes: usize, current_leader_epoch: i32) -> FetchResult {
+        if !matches!(self.role().0, Role::Follower { .. }) {
+            return FetchResult::error(NOT_LEADER_OR_FOLLOWER);
+        }
+        if let Err(code) = self.check_epoch(current_leader_epoch) {
+            return FetchResult::error(code);
+        }
+        self.read_up_to(offset, max_bytes, self.high_watermark())
+    }
+
+    /// A leader's followers in the ISR that hold `offset`, with their log end offsets: where a
+    /// consumer may read it.
+    pub fn in_sync_followers_at(&self, offset: i64) -> Vec<(i32, i64)> {
+        let s = lock(&self.state);
+        if s.role != Role::Leader {
+            return Vec::new();
+        }
+        s.isr
+            .iter()
+            .filter(|r| **r != self.broker_id)
+            .filter_map(|r| s.followers.get(r).filter(|f| f.log_end_offset >= offset).map(|f| (*r, f.log_end_offset)))
+            .collect()
     }
 
     /// Everything in the log, committed or not (the group coordinator replays its partition
@@ -686,7 +735,14 @@ fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
         Ok(headers) => {
             for h in headers {
                 let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
-                state.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset);
+                state.record(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    last_seq,
+                    h.base_offset,
+                    h.max_timestamp,
+                );
             }
         }
         Err(e) => tracing::warn!(dir = %guard.dir().display(), error = %e, "cannot rebuild producer state"),

@@ -19,6 +19,17 @@ struct BatchRecord {
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchRecord>,
+    /// The max timestamp of its last batch (DescribeProducers' `last_timestamp`).
+    last_timestamp: i64,
+}
+
+/// One producer with state here, as DescribeProducers reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -75,8 +86,35 @@ impl ProducerStateManager {
         }
     }
 
-    pub fn record(&mut self, producer_id: i64, epoch: i16, first_seq: i32, last_seq: i32, first_offset: i64) {
+    /// The producers with batches remembered, by id.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .filter_map(|(&producer_id, e)| {
+                Some(ActiveProducer {
+                    producer_id,
+                    epoch: e.epoch,
+                    last_sequence: e.batches.back()?.last_seq,
+                    last_timestamp: e.last_timestamp,
+                })
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
+    }
+
+    pub fn record(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+        first_offset: i64,
+        timestamp: i64,
+    ) {
         let entry = self.producers.entry(producer_id).or_default();
+        entry.last_timestamp = timestamp;
         if epoch != entry.epoch {
             entry.batches.clear();
             entry.epoch = epoch;
@@ -96,18 +134,18 @@ mod tests {
     fn sequence_rules() {
         let mut s = ProducerStateManager::default();
         assert_eq!(s.check(7, 0, 0, 9), SequenceCheck::Append);
-        s.record(7, 0, 0, 9, 100);
+        s.record(7, 0, 0, 9, 100, 0);
         assert_eq!(s.check(7, 0, 0, 9), SequenceCheck::Duplicate { first_offset: 100 });
         assert_eq!(s.check(7, 0, 20, 29), SequenceCheck::Reject(45));
         assert_eq!(s.check(7, 0, 10, 19), SequenceCheck::Append);
-        s.record(7, 0, 10, 19, 110);
+        s.record(7, 0, 10, 19, 110, 0);
         assert_eq!(s.check(7, 1, 0, 0), SequenceCheck::Append);
         assert_eq!(s.check(7, 1, 5, 6), SequenceCheck::Reject(45));
-        s.record(7, 1, 0, 0, 120);
+        s.record(7, 1, 0, 0, 120, 0);
         assert_eq!(s.check(7, 0, 20, 20), SequenceCheck::Reject(47));
         // Only the last five batches are remembered.
         for i in 1..=6 {
-            s.record(7, 1, i, i, 120 + i as i64);
+            s.record(7, 1, i, i, 120 + i as i64, 0);
         }
         assert_eq!(s.check(7, 1, 1, 1), SequenceCheck::Reject(45));
         assert_eq!(s.check(7, 1, 6, 6), SequenceCheck::Duplicate { first_offset: 126 });
@@ -116,7 +154,20 @@ mod tests {
     #[test]
     fn wraps_at_i32_max() {
         let mut s = ProducerStateManager::default();
-        s.record(1, 0, i32::MAX - 1, i32::MAX, 0);
+        s.record(1, 0, i32::MAX - 1, i32::MAX, 0, 0);
         assert_eq!(s.check(1, 0, 0, 3), SequenceCheck::Append);
+    }
+
+    #[test]
+    fn active_producers_report_their_last_batch() {
+        let mut s = ProducerStateManager::default();
+        s.record(9, 2, 0, 4, 10, 1_000);
+        s.record(9, 2, 5, 7, 15, 2_000);
+        s.record(3, 0, 0, 0, 20, 500);
+        let a = s.active();
+        assert_eq!(
+            a.iter().map(|p| (p.producer_id, p.epoch, p.last_sequence, p.last_timestamp)).collect::<Vec<_>>(),
+            vec![(3, 0, 0, 500), (9, 2, 7, 2_000)]
+        );
     }
 }
