@@ -50,6 +50,8 @@ pub struct Changes {
     pub admin: bool,
     /// `/config/brokers/*` or a change notification: every broker re-reads its dynamic configs.
     pub broker_configs: bool,
+    /// `/config/users/<user>`: that user's SCRAM credentials are read again.
+    pub users: BTreeSet<String>,
 }
 
 impl Changes {
@@ -70,6 +72,9 @@ impl Changes {
                 }
                 ["admin", ..] | ["isr_change_notification", ..] => c.admin = true,
                 ["config", "brokers", ..] | ["config", "changes", ..] => c.broker_configs = true,
+                ["config", "users", u] => {
+                    c.users.insert(u.to_string());
+                }
                 _ => {}
             }
         }
@@ -134,6 +139,14 @@ impl Broker {
         }
         if changes.is_none_or(|c| c.broker_configs) {
             self.reload_broker_configs()?;
+        }
+        match changes {
+            None => self.security.scram.load_all(store)?,
+            Some(c) => {
+                for user in &c.users {
+                    self.security.scram.reload(store, user)?;
+                }
+            }
         }
         let was_controller = self.is_controller();
         let previous = self.cache.snapshot();
