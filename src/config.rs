@@ -44,7 +44,12 @@ const DEFAULT_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:S
 /// Keys that only an authorizer reads.
 const AUTHORIZER_ONLY_KEYS: &[&str] = &["super.users", "allow.everyone.if.no.acl.found"];
 /// Keys outside [`DEFAULTS`] that [`check_security`] reads, so they are not "unknown".
-const SECURITY_KEYS: &[&str] = &["authorizer.class.name", "control.plane.listener.name"];
+const SECURITY_KEYS: &[&str] = &[
+    "authorizer.class.name",
+    "control.plane.listener.name",
+    "connection.failed.authentication.delay.ms",
+    "connections.max.reauth.ms",
+];
 /// gregor's own keys (Kafka exposes metrics over JMX instead). Not in [`DEFAULTS`]: unset means
 /// off, and DescribeConfigs lists them only where they are set.
 const METRICS_PORT: &str = "metrics.port";

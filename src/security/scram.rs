@@ -409,8 +409,10 @@ impl ScramServer {
                 if channel.and_then(|c| B64.decode(c).ok()).as_deref() != Some(gs2_header.as_bytes()) {
                     return Step::Failure("channel binding does not match the client-first message".into());
                 }
-                if rnonce != Some(nonce.as_str()) {
-                    return Step::Failure("nonce does not match".into());
+                // Kafka checks only that the echoed nonce ends with the server's (librdkafka 2.0
+                // repeats the client nonce in front), so that is what is checked here too.
+                if !rnonce.is_some_and(|r| r.ends_with(nonce.as_str())) {
+                    return Step::Failure("nonce does not match the server's".into());
                 }
                 let Some(credential) = credential else {
                     return Step::Failure(format!("unknown user {user}"));
