@@ -132,7 +132,8 @@ pub enum AuthState {
 
 pub enum Exchange {
     Plain,
-    Scram(ScramServer),
+    /// Boxed: only connections mid-exchange carry its state.
+    Scram(Box<ScramServer>),
 }
 
 pub enum TokenOutcome {
@@ -154,7 +155,7 @@ impl Exchange {
         }
         match mechanism {
             "PLAIN" => Some(Exchange::Plain),
-            m => Mechanism::from_name(m).map(|m| Exchange::Scram(ScramServer::new(m))),
+            m => Mechanism::from_name(m).map(|m| Exchange::Scram(Box::new(ScramServer::new(m)))),
         }
     }
 
