@@ -30,11 +30,14 @@ def compile_client() -> tuple:
     return f"{out}:{cp}", out
 
 
-def run(cp: str, bootstrap: str, tmp: Path, *args: str, timeout: float = 300, replication_factor: int = 1) -> str:
-    """Runs one GregorCompat scenario; asserts it exits 0 and prints "OK <scenario>"."""
+def run(cp: str, bootstrap: str, tmp: Path, *args: str, timeout: float = 300, replication_factor: int = 1,
+        client_config: Path = None) -> str:
+    """Runs one GregorCompat scenario; asserts it exits 0 and prints "OK <scenario>".
+    client_config: a properties file of client settings (security.protocol, sasl.*, ssl.*)."""
     tmp.mkdir(parents=True, exist_ok=True)
+    extra = [f"-Dgregor.client.config={client_config}"] if client_config else []
     cmd = ["java", "-Xmx512m", f"-Djava.io.tmpdir={tmp}", f"-Dgregor.replication.factor={replication_factor}",
-           "-cp", cp, "GregorCompat", bootstrap, *args]
+           *extra, "-cp", cp, "GregorCompat", bootstrap, *args]
     p = subprocess.run(cmd, capture_output=True, timeout=timeout)
     out = p.stdout.decode(errors="replace")
     err = p.stderr.decode(errors="replace")

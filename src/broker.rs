@@ -88,6 +88,8 @@ pub struct Broker {
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     /// The log cleaner, once the log tasks are started.
     pub cleaner: std::sync::OnceLock<Arc<crate::log::cleaner::LogCleaner>>,
+    /// Each listener's TLS and SASL settings, and the SCRAM credentials.
+    pub security: crate::security::Security,
 }
 
 fn now_ms() -> i64 {
@@ -96,6 +98,9 @@ fn now_ms() -> i64 {
 
 impl Broker {
     pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Arc<Broker>> {
+        // First: a listener that cannot be secured as configured stops the broker before it
+        // touches its data or registers.
+        let security = crate::security::Security::from_config(&config)?;
         for dir in &config.log_dirs {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", dir.display()))?;
@@ -119,6 +124,7 @@ impl Broker {
                 Err(e) => return Err(anyhow::anyhow!("cannot create {path}: {e}")),
             }
         }
+        security.scram.load_all(&store).map_err(|e| anyhow::anyhow!("cannot read SCRAM credentials: {e}"))?;
 
         let cluster_id = match store.try_get(zk_data::CLUSTER_ID)?.and_then(|d| zk_data::parse_cluster_id(&d)) {
             Some(id) => id,
@@ -198,6 +204,7 @@ impl Broker {
             replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
+            security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;

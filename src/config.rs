@@ -36,14 +36,20 @@ fn unsupported(key: &str, reason: impl Into<String>) -> ConfigError {
 
 /// Kafka's `SecurityProtocol` names.
 const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
-/// The only protocol gregor can serve until TLS and SASL exist.
+/// The protocol of the inter-broker listener, until the follower fetcher and the controller
+/// channel can speak TLS and SASL.
 const PLAINTEXT: &str = "PLAINTEXT";
 /// Kafka's default `listener.security.protocol.map`: each protocol name maps to itself.
 const DEFAULT_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
 /// Keys that only an authorizer reads.
 const AUTHORIZER_ONLY_KEYS: &[&str] = &["super.users", "allow.everyone.if.no.acl.found"];
 /// Keys outside [`DEFAULTS`] that [`check_security`] reads, so they are not "unknown".
-const SECURITY_KEYS: &[&str] = &["authorizer.class.name", "control.plane.listener.name"];
+const SECURITY_KEYS: &[&str] = &[
+    "authorizer.class.name",
+    "control.plane.listener.name",
+    "connection.failed.authentication.delay.ms",
+    "connections.max.reauth.ms",
+];
 /// gregor's own keys (Kafka exposes metrics over JMX instead). Not in [`DEFAULTS`]: unset means
 /// off, and DescribeConfigs lists them only where they are set.
 const METRICS_PORT: &str = "metrics.port";
@@ -394,8 +400,9 @@ impl BrokerConfig {
             eps
         };
         check_security(&values, &listeners, &advertised_listeners)?;
+        crate::security::check_keys(&values)?;
         let tls_sasl_keys = tls_sasl_keys(&values);
-        if !tls_sasl_keys.is_empty() {
+        if !tls_sasl_keys.is_empty() && listeners.iter().all(|e| e.security_protocol == PLAINTEXT) {
             // Names only: values such as sasl.jaas.config hold secrets.
             tracing::warn!(
                 keys = %tls_sasl_keys.join(","),
@@ -1007,9 +1014,11 @@ fn resolve_protocols(
     Ok(())
 }
 
-/// Refuses every setting that asks for TLS, SASL or ACLs: gregor has none of them yet, and
-/// serving such a configuration would give clients more than it allows. Runs before anything
-/// binds a port or touches the data directories.
+/// Refuses every security setting gregor cannot honour (an SSL or SASL inter-broker
+/// listener, an authorizer, ZooKeeper TLS/SASL): serving such a configuration would give
+/// clients, or other brokers, more than it allows. Runs before anything binds a port or
+/// touches the data directories. The listeners' own TLS and SASL keys are checked by
+/// `security::Security::from_config` at start.
 fn check_security(
     values: &BTreeMap<String, String>,
     listeners: &[Endpoint],
@@ -1020,8 +1029,9 @@ fn check_security(
         unsupported(
             key,
             format!(
-                "listener {} ({ep}) uses security protocol {}, which gregor does not support yet; only PLAINTEXT \
-                 listeners can be served",
+                "listener {} ({ep}) uses security protocol {}, which gregor's follower fetcher and controller \
+                 channel cannot speak yet; the inter-broker listener must be PLAINTEXT (add a PLAINTEXT listener \
+                 for inter.broker.listener.name)",
                 ep.listener_name, ep.security_protocol
             ),
         )
@@ -1031,10 +1041,12 @@ fn check_security(
     };
     let names = |eps: &[Endpoint]| eps.iter().map(|e| e.listener_name.as_str()).collect::<Vec<_>>().join(",");
 
+    // A single standalone broker has no inter-broker traffic to secure.
+    let clustered = !get("zookeeper.connect").is_empty();
     let key = "security.inter.broker.protocol";
     if !get(key).is_empty() {
         let protocol = security_protocol(key, get(key), get(key))?;
-        if protocol != PLAINTEXT {
+        if protocol != PLAINTEXT && clustered {
             return Err(unsupported(
                 key,
                 format!("{protocol} between brokers is not supported yet; only PLAINTEXT can be used"),
@@ -1054,13 +1066,25 @@ fn check_security(
         let ep = named(pool, name).ok_or_else(|| {
             invalid(key, name, format!("must be a listener name defined in {pool_key} ({})", names(pool)))
         })?;
-        if ep.security_protocol != PLAINTEXT {
+        if ep.security_protocol != PLAINTEXT && clustered {
             return Err(not_plaintext(key, &ep));
         }
     }
+    // Without inter.broker.listener.name, the inter-broker listener is the one named after
+    // security.inter.broker.protocol (PLAINTEXT), else the first.
+    if clustered
+        && get("inter.broker.listener.name").is_empty()
+        && !advertised.iter().any(|e| e.listener_name.eq_ignore_ascii_case(PLAINTEXT))
+    {
+        if let Some(ep) = advertised.first().filter(|e| e.security_protocol != PLAINTEXT) {
+            return Err(not_plaintext("inter.broker.listener.name", ep));
+        }
+    }
     for (key, eps) in [("listeners", listeners), ("advertised.listeners", advertised)] {
-        if let Some(ep) = eps.iter().find(|e| e.security_protocol != PLAINTEXT) {
-            return Err(not_plaintext(key, ep));
+        for ep in eps {
+            if eps.iter().filter(|e| e.listener_name.eq_ignore_ascii_case(&ep.listener_name)).count() > 1 {
+                return Err(invalid(key, &ep.to_string(), format!("listener {} is defined twice", ep.listener_name)));
+            }
         }
     }
     let key = "authorizer.class.name";
@@ -1502,26 +1526,26 @@ mod tests {
     }
 
     #[test]
-    fn secured_listeners_are_refused() {
-        let err = refusal(&[("listeners", "SASL_SSL://127.0.0.1:29592")]);
-        assert_eq!(
-            err,
-            "listeners: listener SASL_SSL (SASL_SSL://127.0.0.1:29592) uses security protocol SASL_SSL, which gregor \
-             does not support yet; only PLAINTEXT listeners can be served"
-        );
+    fn secured_listeners_are_accepted_and_a_secured_inter_broker_listener_is_not() {
+        // Standalone there is no inter-broker traffic: any listener may be secured (its TLS
+        // and SASL keys are checked when the broker builds them).
+        let c = load(&[("listeners", "SASL_SSL://127.0.0.1:29592")]).unwrap();
+        assert_eq!(c.listeners[0].security_protocol(), "SASL_SSL");
         for protocol in ["SSL", "SASL_PLAINTEXT", "SASL_SSL"] {
-            let err = refusal(&[
+            let c = load(&[
+                ("zookeeper.connect", "127.0.0.1:2181"),
                 ("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:29592"),
                 ("listener.security.protocol.map", &format!("INTERNAL:PLAINTEXT,EXTERNAL:{protocol}")),
-            ]);
-            assert!(err.contains("listener EXTERNAL (EXTERNAL://127.0.0.1:29592)"), "{err}");
-            assert!(err.contains(&format!("security protocol {protocol}")), "{err}");
+                ("inter.broker.listener.name", "INTERNAL"),
+            ])
+            .unwrap();
+            assert_eq!(c.listeners[1].security_protocol(), protocol);
         }
-        let err = refusal(&[
-            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
-            ("advertised.listeners", "PLAINTEXT://kafka:9092,SSL://kafka:9093"),
-        ]);
-        assert!(err.starts_with("advertised.listeners: listener SSL (SSL://kafka:9093)"), "{err}");
+        // In a cluster, the inter-broker listener falls back to the first one, which is secured.
+        let err = refusal(&[("zookeeper.connect", "127.0.0.1:2181"), ("listeners", "SASL_SSL://127.0.0.1:29592")]);
+        assert!(err.starts_with("inter.broker.listener.name: listener SASL_SSL (SASL_SSL://127.0.0.1:29592)"), "{err}");
+        let err = refusal(&[("listeners", "PLAINTEXT://127.0.0.1:9092,plaintext://127.0.0.1:9093")]);
+        assert!(err.contains("defined twice"), "{err}");
     }
 
     #[test]
@@ -1542,7 +1566,7 @@ mod tests {
 
     #[test]
     fn secured_inter_broker_and_control_plane_are_refused() {
-        let err = refusal(&[("security.inter.broker.protocol", "SASL_SSL")]);
+        let err = refusal(&[("security.inter.broker.protocol", "SASL_SSL"), ("zookeeper.connect", "zk:2181")]);
         assert!(err.starts_with("security.inter.broker.protocol: SASL_SSL between brokers"), "{err}");
         let err = refusal(&[("security.inter.broker.protocol", "KERBEROS")]);
         assert!(err.contains("security.inter.broker.protocol") && err.contains("unknown security protocol"), "{err}");
@@ -1561,6 +1585,7 @@ mod tests {
         assert!(load(&with("control.plane.listener.name", "INTERNAL")).is_ok());
 
         let mut secured = with("listener.security.protocol.map", "INTERNAL:SASL_PLAINTEXT,EXTERNAL:PLAINTEXT");
+        secured.push(("zookeeper.connect", "zk:2181"));
         let err = refusal(&secured);
         assert!(err.starts_with("inter.broker.listener.name: listener INTERNAL (INTERNAL://kafka:9092)"), "{err}");
         secured.retain(|(k, _)| *k != "inter.broker.listener.name");

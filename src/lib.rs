@@ -3,7 +3,7 @@
 //! Modules are named after their Kafka counterparts (see DESIGN.md): `network` is the
 //! SocketServer, `api` KafkaApis, `log` the storage layer, `metadata` the znode tree and
 //! metadata cache, `controller` the KafkaController, `replication` the ReplicaManager, `txn`
-//! producer ids and idempotence, `metrics` Kafka's metrics as Prometheus reads them.
+//! producer ids and idempotence, `security` TLS and SASL authentication, `metrics` Kafka's metrics as Prometheus reads them.
 
 pub mod api;
 pub mod broker;
@@ -17,4 +17,5 @@ pub mod metadata;
 pub mod metrics;
 pub mod network;
 pub mod replication;
+pub mod security;
 pub mod txn;

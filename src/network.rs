@@ -13,7 +13,7 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::task::TaskTracker;
@@ -22,6 +22,8 @@ use tracing::Instrument;
 use crate::api::{self, RequestContext};
 use crate::broker::Broker;
 use crate::metrics::GaugeGuard;
+use crate::security::sasl::{AuthState, Exchange, TokenOutcome};
+use crate::security::{KafkaPrincipal, ListenerSecurity};
 
 /// Encoded responses waiting for the socket before the connection stops handling requests
 /// (back-pressure on a client that does not read).
@@ -46,6 +48,9 @@ pub enum FrameError {
     Malformed(ApiKey, i16, String),
     #[error("inter-broker request: {0}")]
     InterBroker(String),
+    /// Authentication failed or was not followed; Kafka closes such connections.
+    #[error("authentication: {0}")]
+    Authentication(String),
 }
 
 /// Kafka's connection quotas: `max.connections` over the broker, `listener.name.<l>.max.connections`
@@ -267,7 +272,7 @@ pub async fn serve_listener(
                     _counted: metrics.connection(),
                     admitted,
                 };
-                tracker.spawn(conn.serve(stream, shutdown.clone()).instrument(span));
+                tracker.spawn(conn.start(stream, shutdown.clone()).instrument(span));
             }
             Err(e) => {
                 // Typically EMFILE: back off briefly instead of spinning on accept.
@@ -287,8 +292,41 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve(self, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
-        let (rd, mut wr) = stream.into_split();
+    /// The TLS handshake where the listener has TLS, then the requests.
+    async fn start(self, stream: TcpStream, shutdown: watch::Receiver<bool>) {
+        let Some(acceptor) = self.path.security.tls.clone() else {
+            let (rd, wr) = stream.into_split();
+            return self.serve(rd, wr, shutdown).await;
+        };
+        // A client that never finishes its handshake holds its slot no longer than an idle one.
+        let idle = self.path.broker.config.connections_max_idle;
+        let tls = match tokio::time::timeout(idle, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::info!(error = %e, "TLS handshake failed; closing");
+                return;
+            }
+            Err(_) => {
+                tracing::info!("no TLS handshake within connections.max.idle.ms; closing");
+                return;
+            }
+        };
+        if self.path.security.principal_from_certificate {
+            if let Some(p) = crate::security::tls::peer_principal(tls.get_ref().1, &self.path.security.principal_mapper)
+            {
+                tracing::info!(principal = %p, "authenticated by client certificate");
+                self.path.set_principal(p);
+            }
+        }
+        let (rd, wr) = tokio::io::split(tls);
+        self.serve(rd, wr, shutdown).await
+    }
+
+    async fn serve<R, W>(self, rd: R, mut wr: W, mut shutdown: watch::Receiver<bool>)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let mut rd = BufReader::with_capacity(4 * 1024, rd);
         // Requests are handled one at a time, in order (Kafka mutes a connection while a
         // request is in flight): pipelined produces must append in the order they were sent.
@@ -311,6 +349,8 @@ impl Connection {
         let pool = self.admitted.quotas.memory.clone();
         let mut stopping = false;
         loop {
+            // Before authentication, frames are held to sasl.server.max.receive.size.
+            let max = self.path.max_frame(max);
             let frame = if stopping {
                 // Shutting down: answer the requests already received whole, then close.
                 if !holds_whole_frame(rd.buffer()) {
@@ -342,8 +382,16 @@ impl Connection {
                     if tx.send(response).await.is_err() {
                         break;
                     }
+                    if let Some(why) = self.path.closing() {
+                        tracing::info!("{why}; closing");
+                        break;
+                    }
                 }
                 Ok(None) => {}
+                Err(FrameError::Authentication(why)) => {
+                    tracing::info!("{why}; closing");
+                    break;
+                }
                 Err(FrameError::Closed) => break,
                 Err(FrameError::Io(e)) => {
                     tracing::debug!(error = %e, "read failed; closing");
@@ -367,23 +415,84 @@ pub struct RequestPath {
     broker: Arc<Broker>,
     listener: Arc<str>,
     peer: String,
+    security: Arc<ListenerSecurity>,
+    /// Taken only between awaits: requests on a connection are handled one at a time.
+    auth: Mutex<ConnectionAuth>,
+}
+
+/// A connection's authentication: who it is, where it is in SASL, and when its session ends.
+struct ConnectionAuth {
+    principal: Arc<KafkaPrincipal>,
+    state: AuthState,
+    /// The mechanism of the last handshake, which a re-authentication must repeat.
+    mechanism: Option<String>,
+    /// `connections.max.reauth.ms` after the last authentication; past it, only a
+    /// re-authentication is served.
+    session_expiry: Option<Instant>,
+    /// Set when a response has been sent after which Kafka closes the connection.
+    close_after_response: Option<String>,
+    /// A later handshake is a re-authentication (KIP-368).
+    authenticated_once: bool,
 }
 
 impl RequestPath {
     pub fn new(broker: Arc<Broker>, listener: Arc<str>, peer: String) -> RequestPath {
-        RequestPath { broker, listener, peer }
+        let security = broker.security.listener(&listener);
+        let state = if security.sasl.is_some() { AuthState::Handshake } else { AuthState::NotSasl };
+        let auth = ConnectionAuth {
+            principal: Arc::new(KafkaPrincipal::anonymous()),
+            state,
+            mechanism: None,
+            session_expiry: None,
+            close_after_response: None,
+            authenticated_once: false,
+        };
+        RequestPath { broker, listener, peer, security, auth: Mutex::new(auth) }
+    }
+
+    fn auth(&self) -> std::sync::MutexGuard<'_, ConnectionAuth> {
+        self.auth.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_principal(&self, principal: KafkaPrincipal) {
+        self.auth().principal = Arc::new(principal);
+    }
+
+    /// The connection's principal (`User:ANONYMOUS` until authenticated).
+    pub fn principal(&self) -> Arc<KafkaPrincipal> {
+        self.auth().principal.clone()
+    }
+
+    fn authenticated(&self) -> bool {
+        matches!(self.auth().state, AuthState::NotSasl | AuthState::Authenticated)
+    }
+
+    fn max_frame(&self, max: usize) -> usize {
+        match &self.security.sasl {
+            Some(s) if !self.authenticated() => max.min(s.max_receive_size),
+            _ => max,
+        }
+    }
+
+    fn closing(&self) -> Option<String> {
+        self.auth().close_after_response.take()
     }
 
     /// Decodes one frame, runs its handler and returns the encoded response (None: the
     /// request gets no response, as Produce with acks=0).
     pub async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
         let received = Instant::now();
+        if matches!(self.auth().state, AuthState::Authenticate { raw: true, .. }) {
+            // After SaslHandshake v0 the client sends bare tokens, not requests.
+            return self.raw_token(frame).await.map(Some);
+        }
         if frame.len() < 8 {
             return Err(FrameError::TooShort(frame.len()));
         }
         let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
         let version = i16::from_be_bytes([frame[2], frame[3]]);
         let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        self.check_authentication(raw_key)?;
         if api::inter_broker::is_inter_broker(raw_key) && self.broker.store.is_zookeeper() {
             let response = self.process_inter_broker(raw_key, version, frame).await?;
             self.broker.metrics.requests.record(raw_key, version, false, received.elapsed());
@@ -420,6 +529,17 @@ impl RequestPath {
             _ => false,
         };
         let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
+        let request = match request {
+            RequestKind::SaslHandshake(r) => {
+                let body = self.sasl_handshake(version, r);
+                return encode_response(key, version, correlation_id, &ResponseKind::SaslHandshake(body)).map(Some);
+            }
+            RequestKind::SaslAuthenticate(r) => {
+                let body = self.sasl_authenticate(version, r).instrument(span).await;
+                return encode_response(key, version, correlation_id, &ResponseKind::SaslAuthenticate(body)).map(Some);
+            }
+            other => other,
+        };
         let response = match api::handle(&ctx, request).instrument(span).await {
             Ok(Some(response)) => Some(encode_response(key, version, correlation_id, &response)?),
             Ok(None) => None,
@@ -438,6 +558,7 @@ impl RequestPath {
             header,
             peer: self.peer.clone(),
             slot: Arc::new(std::sync::Mutex::new(slot)),
+            principal: self.principal(),
         }
     }
 
@@ -492,6 +613,165 @@ impl RequestPath {
         buf.extend_from_slice(&body);
         let len = (buf.len() - 4) as i32;
         buf[..4].copy_from_slice(&len.to_be_bytes());
+        Ok(buf.freeze())
+    }
+}
+
+const SASL_HANDSHAKE: i16 = 17;
+const API_VERSIONS: i16 = 18;
+const SASL_AUTHENTICATE: i16 = 36;
+const ILLEGAL_SASL_STATE: i16 = 34;
+const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+const SASL_AUTHENTICATION_FAILED: i16 = 58;
+
+/// SASL on the request path: what may be asked before authentication, the handshake and the
+/// token exchange.
+impl RequestPath {
+    /// Before authentication only ApiVersions and the SASL requests are served; Kafka closes
+    /// the connection on anything else. After a session expired, only a re-authentication.
+    fn check_authentication(&self, key: i16) -> Result<(), FrameError> {
+        let auth = self.auth();
+        let expired = auth.session_expiry.is_some_and(|at| Instant::now() >= at);
+        let allowed = match &auth.state {
+            AuthState::NotSasl => true,
+            AuthState::Handshake if !auth.authenticated_once => key == API_VERSIONS || key == SASL_HANDSHAKE,
+            AuthState::Authenticated if expired => key == SASL_HANDSHAKE,
+            AuthState::Authenticated => true,
+            AuthState::Authenticate { .. } if !auth.authenticated_once => key == SASL_AUTHENTICATE,
+            // Re-authenticating: the old session serves until it expires.
+            AuthState::Handshake | AuthState::Authenticate { .. } => {
+                !expired || key == SASL_AUTHENTICATE || key == SASL_HANDSHAKE
+            }
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(FrameError::Authentication(if expired {
+            format!("request with API key {key} after the SASL session expired (connections.max.reauth.ms)")
+        } else {
+            format!("request with API key {key} before SASL authentication completed")
+        }))
+    }
+
+    fn sasl_handshake(
+        &self,
+        version: i16,
+        request: kafka_protocol::messages::SaslHandshakeRequest,
+    ) -> kafka_protocol::messages::SaslHandshakeResponse {
+        use kafka_protocol::messages::SaslHandshakeResponse;
+        let Some(settings) = &self.security.sasl else {
+            return SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE);
+        };
+        let mechanisms = settings.mechanisms.iter().map(|m| m.clone().into()).collect();
+        let response = SaslHandshakeResponse::default().with_mechanisms(mechanisms);
+        let mechanism = request.mechanism.to_string();
+        let mut auth = self.auth();
+        let reauth = match auth.state {
+            AuthState::Handshake => false,
+            AuthState::Authenticated if version >= 1 => true,
+            _ => {
+                auth.close_after_response = Some("SaslHandshake out of order".into());
+                return response.with_error_code(ILLEGAL_SASL_STATE);
+            }
+        };
+        if reauth && auth.mechanism.as_deref() != Some(mechanism.as_str()) {
+            auth.close_after_response = Some(format!("re-authentication with another mechanism ({mechanism})"));
+            return response.with_error_code(UNSUPPORTED_SASL_MECHANISM);
+        }
+        match Exchange::start(settings, &mechanism) {
+            None => {
+                let shown: String = mechanism.chars().take(64).collect();
+                auth.close_after_response = Some(format!("SaslHandshake for unsupported mechanism {shown:?}"));
+                response.with_error_code(UNSUPPORTED_SASL_MECHANISM)
+            }
+            Some(exchange) => {
+                auth.state = AuthState::Authenticate { exchange, raw: version == 0 };
+                auth.mechanism = Some(mechanism);
+                response
+            }
+        }
+    }
+
+    /// One token through the exchange; on success the connection's principal is set.
+    /// Err: the reason authentication failed (for the log), after the configured delay.
+    async fn sasl_step(&self, token: &[u8], version: i16) -> Result<(Vec<u8>, i64), String> {
+        let Some(settings) = &self.security.sasl else {
+            return Err("SASL token on a listener without SASL".into());
+        };
+        let security = &self.broker.security;
+        let (outcome, mechanism) = {
+            let mut auth = self.auth();
+            let mechanism = auth.mechanism.clone().unwrap_or_default();
+            let AuthState::Authenticate { exchange, .. } = &mut auth.state else {
+                return Err("SaslAuthenticate out of order".into());
+            };
+            (exchange.step(token, settings, &security.scram, &security.decoy_key), mechanism)
+        };
+        let why = match outcome {
+            TokenOutcome::Challenge(c) => return Ok((c, 0)),
+            TokenOutcome::Success { principal, response } => {
+                let mut auth = self.auth();
+                if auth.authenticated_once && *auth.principal != principal {
+                    format!("re-authentication as {principal}, not {}", auth.principal)
+                } else {
+                    let lifetime = security.max_reauth_ms;
+                    auth.session_expiry =
+                        (lifetime > 0).then(|| Instant::now() + std::time::Duration::from_millis(lifetime as u64));
+                    if !auth.authenticated_once {
+                        tracing::info!(%principal, %mechanism, "authenticated");
+                    }
+                    auth.state = AuthState::Authenticated;
+                    auth.principal = Arc::new(principal);
+                    auth.authenticated_once = true;
+                    // SaslAuthenticate v0 has no session lifetime: such a client is closed at expiry.
+                    return Ok((response, if version >= 1 { lifetime } else { 0 }));
+                }
+            }
+            TokenOutcome::Failure(why) => why,
+        };
+        // Brute force gets no faster answer than the configured delay.
+        tokio::time::sleep(security.failed_authentication_delay).await;
+        Err(format!("SASL {mechanism} authentication failed: {why}"))
+    }
+
+    async fn sasl_authenticate(
+        &self,
+        version: i16,
+        request: kafka_protocol::messages::SaslAuthenticateRequest,
+    ) -> kafka_protocol::messages::SaslAuthenticateResponse {
+        use kafka_protocol::messages::SaslAuthenticateResponse;
+        if self.security.sasl.is_none() {
+            return SaslAuthenticateResponse::default()
+                .with_error_code(ILLEGAL_SASL_STATE)
+                .with_error_message(Some("SaslAuthenticate request received on a listener without SASL".into()));
+        }
+        match self.sasl_step(&request.auth_bytes, version).await {
+            Ok((token, lifetime)) => {
+                SaslAuthenticateResponse::default().with_auth_bytes(token.into()).with_session_lifetime_ms(lifetime)
+            }
+            Err(why) => {
+                let mut auth = self.auth();
+                let mechanism = auth.mechanism.clone().unwrap_or_default();
+                let out_of_order = !matches!(auth.state, AuthState::Authenticate { .. });
+                auth.close_after_response = Some(why);
+                let (code, message) = if out_of_order {
+                    (ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request".to_string())
+                } else {
+                    (SASL_AUTHENTICATION_FAILED, crate::security::sasl::failure_message(&mechanism))
+                };
+                auth.state = AuthState::Handshake;
+                SaslAuthenticateResponse::default().with_error_code(code).with_error_message(Some(message.into()))
+            }
+        }
+    }
+
+    /// A bare token after SaslHandshake v0, answered with a bare token; a failure closes the
+    /// connection without an answer, as Kafka does.
+    async fn raw_token(&self, frame: Bytes) -> Result<Bytes, FrameError> {
+        let (token, _) = self.sasl_step(&frame, 0).await.map_err(FrameError::Authentication)?;
+        let mut buf = BytesMut::with_capacity(token.len() + 4);
+        buf.put_i32(token.len() as i32);
+        buf.extend_from_slice(&token);
         Ok(buf.freeze())
     }
 }

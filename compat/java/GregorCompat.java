@@ -90,8 +90,22 @@ public class GregorCompat {
 
     // ------------------------------------------------------------------ clients
 
+    /** Client settings from the file named by -Dgregor.client.config (security.protocol, sasl.*, ssl.*). */
+    static void secure(Properties p) {
+        String file = System.getProperty("gregor.client.config");
+        if (file == null) return;
+        try (java.io.FileInputStream in = new java.io.FileInputStream(file)) {
+            Properties extra = new Properties();
+            extra.load(in);
+            p.putAll(extra);
+        } catch (java.io.IOException e) {
+            throw new RuntimeException("cannot read " + file, e);
+        }
+    }
+
     static Admin admin() {
         Properties p = new Properties();
+        secure(p);
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
@@ -100,6 +114,7 @@ public class GregorCompat {
 
     static KafkaProducer<byte[], byte[]> producer(Map<String, String> extra) {
         Properties p = new Properties();
+        secure(p);
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
@@ -110,6 +125,7 @@ public class GregorCompat {
 
     static KafkaConsumer<byte[], byte[]> consumer() {
         Properties p = new Properties();
+        secure(p);
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());

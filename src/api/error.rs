@@ -44,6 +44,10 @@ pub enum ErrorCode {
     UnknownTopicId = 100,
     InconsistentTopicId = 103,
     IneligibleReplica = 107,
+    UnsupportedSaslMechanism = 33,
+    ResourceNotFound = 91,
+    DuplicateResource = 92,
+    UnacceptableCredential = 93,
 }
 
 impl ErrorCode {

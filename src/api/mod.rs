@@ -14,6 +14,7 @@ mod metadata;
 mod produce;
 mod producer_id;
 mod quotas;
+mod scram_credentials;
 mod topics;
 
 use std::sync::Arc;
@@ -58,6 +59,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
+    // Answered on the connection itself (network): they change who the connection is.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
@@ -90,6 +96,9 @@ pub struct RequestContext {
     /// This request's `queued.max.requests` slot, held while it is decoded and handled (shared
     /// by the clones that carry the request onto the blocking pool).
     pub slot: Arc<std::sync::Mutex<Option<RequestSlot>>>,
+    /// Who the connection authenticated as: `User:ANONYMOUS` on PLAINTEXT, on SSL without a
+    /// client certificate, and never otherwise past authentication.
+    pub principal: Arc<crate::security::KafkaPrincipal>,
 }
 
 /// A `queued.max.requests` permit, and the request's place in the count of those handled.
@@ -104,6 +113,11 @@ impl RequestContext {
 
     pub fn version(&self) -> i16 {
         self.header.request_api_version
+    }
+
+    /// The client's IP address, for host-based checks.
+    pub fn client_ip(&self) -> Option<std::net::IpAddr> {
+        self.peer.trim_start_matches('/').parse().ok()
     }
 }
 
@@ -169,6 +183,12 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(group::list_groups(ctx, r)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(group::delete_groups(ctx, r)),
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(group::offset_delete(ctx, r)),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(scram_credentials::describe(ctx, r))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(off_runtime(ctx, move |c| scram_credentials::alter(c, r)).await?)
+        }
         other => {
             // The network layer only decodes keys from SUPPORTED_APIS, so this is a bug in the
             // table, not bad input.

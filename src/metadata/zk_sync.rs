@@ -52,6 +52,8 @@ pub struct Changes {
     pub broker_configs: bool,
     /// `/config/users`, `/config/clients` or a change notification: client quotas again.
     pub quotas: bool,
+    /// `/config/users/<user>`: that user's SCRAM credentials are read again.
+    pub users: BTreeSet<String>,
 }
 
 impl Changes {
@@ -74,6 +76,10 @@ impl Changes {
                 ["config", "brokers", ..] => c.broker_configs = true,
                 ["config", "changes", ..] => {
                     c.broker_configs = true;
+                    c.quotas = true;
+                }
+                ["config", "users", u] => {
+                    c.users.insert(u.to_string());
                     c.quotas = true;
                 }
                 ["config", "users" | "clients", ..] => c.quotas = true,
@@ -158,6 +164,14 @@ impl Broker {
         }
         if changes.is_none_or(|c| c.quotas) {
             self.reload_client_quotas()?;
+        }
+        match changes {
+            None => self.security.scram.load_all(store)?,
+            Some(c) => {
+                for user in &c.users {
+                    self.security.scram.reload(store, user)?;
+                }
+            }
         }
         let was_controller = self.is_controller();
         let previous = self.cache.snapshot();
