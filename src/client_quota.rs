@@ -57,36 +57,9 @@ impl Entity {
     }
 }
 
-/// Kafka's `Sanitizer.sanitize`: URL encoding, so any user or client id is a znode name.
-pub fn sanitize(name: &str) -> String {
-    let mut out = String::new();
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-pub fn desanitize(name: &str) -> String {
-    let bytes = name.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&name[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+// Kafka's `Sanitizer`: user and client ids are URL-encoded into znode names, as user names
+// for SCRAM credentials are.
+pub use crate::security::scram::{desanitize, sanitize};
 
 fn entity_name(znode: &str) -> Option<String> {
     (znode != DEFAULT).then(|| desanitize(znode))
