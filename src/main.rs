@@ -71,6 +71,9 @@ fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
+    // Keystores, truststores and SASL settings that cannot be used refuse the start before
+    // any port is bound (the broker reads them again when it starts).
+    gregor::security::Security::from_config(&config)?;
     let mut bound = Vec::new();
     for ep in &config.listeners {
         let addr = format!("{}:{}", if ep.host.is_empty() { "0.0.0.0" } else { &ep.host }, ep.port);
