@@ -373,8 +373,10 @@ mod tests {
     #[test]
     fn a_cancellation_returns_to_the_old_replicas_and_needs_one_in_flight() {
         let moving = part(&[2, 3, 4, 1], &[4], &[1]);
+        // As Kafka's `originReplicas`: the in-flight list without the joining replicas, in its
+        // order (the target came first, so the old order is not restored).
         let plan = plan_reassignment(&moving, None, &live(&[1, 2, 3, 4])).unwrap();
-        assert_eq!((plan.replicas, plan.moving), (vec![1, 2, 3], Moving::default()));
+        assert_eq!((plan.replicas, plan.moving), (vec![2, 3, 1], Moving::default()));
         let idle = part(&[1, 2, 3], &[], &[]);
         assert_eq!(
             plan_reassignment(&idle, None, &live(&[1, 2, 3])).unwrap_err().code,
@@ -382,8 +384,8 @@ mod tests {
         );
         // A new target while one is in flight starts from the old replicas, not the union.
         let plan = plan_reassignment(&moving, Some(&[3, 4, 5]), &live(&[1, 2, 3, 4, 5])).unwrap();
-        assert_eq!(plan.replicas, vec![3, 4, 5, 1, 2]);
-        assert_eq!(plan.moving, Moving { adding: vec![4, 5], removing: vec![1, 2] });
+        assert_eq!(plan.replicas, vec![3, 4, 5, 2, 1]);
+        assert_eq!(plan.moving, Moving { adding: vec![4, 5], removing: vec![2, 1] });
     }
 
     #[test]
