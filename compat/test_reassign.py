@@ -4,14 +4,19 @@ alter_partition_reassignments / list_partition_reassignments (what kafka-reassig
 sets, on a 4-broker cluster under an acks=all producer; and the legacy
 /admin/reassign_partitions znode.
 """
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from cluster_harness import Cluster
 from common import uniq, wait_until
 from gregor_fixtures import _failed, _register
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+import kproto  # noqa: E402
 
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -37,11 +42,23 @@ def _kp(c):
     return KafkaAdminClient(bootstrap_servers=c.bootstrap(), request_timeout_ms=30000)
 
 
+def _applied(b, rtype, name, configs):
+    """Whether broker `b` answers DescribeConfigs with `configs` (what it has applied: each
+    broker learns of a change through /config/changes, in its own time)."""
+    with kproto.Conn(b.host, b.port, timeout=10) as conn:
+        r = kproto.decode_describe_configs(
+            conn.call(kproto.DESCRIBE_CONFIGS, 1, kproto.describe_configs_request(1, [(rtype, name, list(configs))])), 1)
+    got = {e["name"]: e["value"] for e in r["results"][0]["configs"]}
+    return all(got.get(k) == v for k, v in configs.items())
+
+
 def _set_broker(c, i, configs):
     res = ck.admin.ConfigResource(ck.admin.ResourceType.BROKER, str(i), incremental_configs=[
         ck.admin.ConfigEntry(k, v, incremental_operation=ck.admin.AlterConfigOpType.SET) for k, v in configs.items()])
     a = c.admin(i)
     a.incremental_alter_configs([res])[res].result(WAIT)
+    b = c.brokers[i]
+    wait_until(lambda: _applied(b, kproto.RESOURCE_BROKER, str(i), configs), WAIT, f"broker {i} to apply {configs}")
 
 
 def _set_topic(c, topic, configs):
@@ -49,6 +66,10 @@ def _set_topic(c, topic, configs):
         ck.admin.ConfigEntry(k, v, incremental_operation=ck.admin.AlterConfigOpType.SET) for k, v in configs.items()])
     a = c.admin(1)
     a.incremental_alter_configs([res])[res].result(WAIT)
+    # a move started before every broker has the throttle would copy unthrottled
+    for b in c.live():
+        wait_until(lambda b=b: _applied(b, kproto.RESOURCE_TOPIC, topic, configs), WAIT,
+                   f"broker {b.broker_id} to apply {configs}")
 
 
 def _log_bytes(b, topic):
@@ -56,11 +77,18 @@ def _log_bytes(b, topic):
     return sum(f.stat().st_size for f in d.glob("*.log")) if d.exists() else None
 
 
-def _read_all(c, topic):
+def _read_all(c, topic, at_least):
+    """Everything up to the high watermark, once it has reached `at_least` (a leader elected a
+    moment ago answers OFFSET_NOT_AVAILABLE until its followers have fetched again)."""
     cons = ck.Consumer({"bootstrap.servers": c.bootstrap(), "group.id": uniq("v"), "enable.auto.commit": False,
                         "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted"})
+
+    def watermarks():
+        lo, hi = cons.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)
+        return (lo, hi) if hi >= at_least else None
+
     try:
-        lo, hi = cons.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=WAIT)
+        lo, hi = wait_until(watermarks, WAIT, f"the high watermark to reach {at_least}")
         cons.assign([ck.TopicPartition(topic, 0, lo)])
         got = []
         deadline = time.monotonic() + WAIT
@@ -164,7 +192,7 @@ def test_reassign_under_load_with_throttle_then_cancel(cluster):
         # the old replica is deleted from broker 1
         wait_until(lambda: _log_bytes(c.brokers[1], topic) is None, WAIT, "broker 1 to delete its replica")
         # nothing acknowledged is lost
-        got, hi = _read_all(c, topic)
+        got, hi = _read_all(c, topic, PRELOAD + len(load.acked))
         assert len(got) == hi and hi >= PRELOAD + len(load.acked), (len(got), hi)
         missing = set(load.acked) - set(got)
         assert not missing, f"{len(missing)} acknowledged records lost"

@@ -282,6 +282,20 @@ impl Broker {
         let unreadable = || ApiError::new(ErrorCode::UnknownServerError, format!("unreadable znodes of {topic}"));
         let (mut assignment, id, mut moving) = zk_data::parse_topic_json_moving(&topic_data).ok_or_else(unreadable)?;
         let current = zk_data::parse_partition_state(&state_data).ok_or_else(unreadable)?;
+        let conflict = || {
+            ApiError::new(
+                ErrorCode::ReassignmentInProgress,
+                format!("{topic}-{} changed meanwhile; try again", p.index),
+            )
+        };
+        // The plan was made from the image; the versions below only guard the read-to-write
+        // gap. A step planned from an older image (a controller pass finishing a move that an
+        // AlterPartitionReassignments has just cancelled) must not be written over the newer one.
+        let in_flight = Moving { adding: p.adding_replicas.clone(), removing: p.removing_replicas.clone() };
+        if assignment.get(&p.index) != Some(&p.replicas) || moving.get(&p.index).cloned().unwrap_or_default() != in_flight
+        {
+            return Err(conflict());
+        }
         let next = state_for(&current, &plan.replicas, &plan.target, live, self.controller_epoch());
         assignment.insert(p.index, plan.replicas.clone());
         if plan.moving == Moving::default() {
@@ -295,12 +309,6 @@ impl Broker {
             (topic_path.clone(), zk_data::topic_json_moving(&assignment, id, &moving), Some(topic_version)),
         ];
         let written = self.store.write_many(&writes)?;
-        let conflict = || {
-            ApiError::new(
-                ErrorCode::ReassignmentInProgress,
-                format!("{topic}-{} changed meanwhile; try again", p.index),
-            )
-        };
         if written.len() != writes.len() {
             return Err(conflict());
         }

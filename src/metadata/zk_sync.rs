@@ -193,8 +193,14 @@ impl Broker {
             // Everything else a broker knows comes from the controller's requests; of the
             // tree it follows only who the controller is and the topic configs.
             self.cache.update(|c| c.controller_id = controller.unwrap_or(-1));
-            if let Some(c) = changes {
-                self.reload_topic_configs(&c.topics);
+            match changes {
+                Some(c) => self.reload_topic_configs(&c.topics)?,
+                // Notifications may have been missed (a new session, a failed pass): every
+                // topic's configs are read again, or a change made meanwhile is never seen.
+                None => {
+                    let known: BTreeSet<String> = self.cache.snapshot().topics.keys().cloned().collect();
+                    self.reload_topic_configs(&known)?;
+                }
             }
             return Ok(());
         }
@@ -301,16 +307,18 @@ impl Broker {
     }
 
     /// Non-controller: re-reads the configs of the named topics this broker knows.
-    fn reload_topic_configs(&self, names: &BTreeSet<String>) {
+    fn reload_topic_configs(&self, names: &BTreeSet<String>) -> Result<(), StoreError> {
         let before = self.cache.snapshot();
         let known: Vec<String> = names.iter().filter(|n| before.topics.contains_key(*n)).cloned().collect();
         if known.is_empty() {
-            return;
+            return Ok(());
         }
-        let configs = self.read_topic_configs(&known);
+        // A failed read fails the pass, which is then retried from the top: the configs in the
+        // cache stay as they were rather than fall back to the broker's defaults.
+        let configs = self.try_read_topic_configs(&known)?;
         self.cache.update(|c| {
             for (name, conf) in &configs {
-                if let Some(t) = c.topics.get(name) {
+                if let Some(t) = c.topics.get(name).filter(|t| t.configs != *conf) {
                     let mut next = (**t).clone();
                     next.configs = conf.clone();
                     c.topics.insert(name.clone(), Arc::new(next));
@@ -319,6 +327,7 @@ impl Broker {
         });
         let after = self.cache.snapshot();
         self.apply_topic_configs(&before.topics, &after.topics, names);
+        Ok(())
     }
 
     /// Applies changed topic configs to the open logs of those topics.

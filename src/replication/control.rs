@@ -282,21 +282,27 @@ impl Broker {
 
     /// `/config/topics/<t>` of each topic, in one pipelined read.
     pub fn read_topic_configs(&self, names: &[String]) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.try_read_topic_configs(names).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read topic configs; using broker defaults until they change");
+            BTreeMap::new()
+        })
+    }
+
+    /// The overrides in `/config/topics/<name>` of each topic (empty where none is set).
+    pub fn try_read_topic_configs(
+        &self,
+        names: &[String],
+    ) -> Result<BTreeMap<String, BTreeMap<String, String>>, crate::metadata::store::StoreError> {
         if names.is_empty() {
-            return BTreeMap::new();
+            return Ok(BTreeMap::new());
         }
         let paths: Vec<String> = names.iter().map(|n| zk_data::topic_config_path(n)).collect();
-        match self.store.get_many_versioned(&paths) {
-            Ok(found) => names
-                .iter()
-                .zip(found)
-                .map(|(n, d)| (n.clone(), d.map(|(d, _)| zk_data::parse_topic_config(&d)).unwrap_or_default()))
-                .collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read topic configs; using broker defaults until they change");
-                BTreeMap::new()
-            }
-        }
+        let found = self.store.get_many_versioned(&paths)?;
+        Ok(names
+            .iter()
+            .zip(found)
+            .map(|(n, d)| (n.clone(), d.map(|(d, _)| zk_data::parse_topic_config(&d)).unwrap_or_default()))
+            .collect())
     }
 }
 
