@@ -292,7 +292,8 @@ impl Broker {
         // gap. A step planned from an older image (a controller pass finishing a move that an
         // AlterPartitionReassignments has just cancelled) must not be written over the newer one.
         let in_flight = Moving { adding: p.adding_replicas.clone(), removing: p.removing_replicas.clone() };
-        if assignment.get(&p.index) != Some(&p.replicas) || moving.get(&p.index).cloned().unwrap_or_default() != in_flight
+        if assignment.get(&p.index) != Some(&p.replicas)
+            || moving.get(&p.index).cloned().unwrap_or_default() != in_flight
         {
             return Err(conflict());
         }
