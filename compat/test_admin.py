@@ -288,6 +288,10 @@ def test_elect_leaders_preferred_after_restart_and_unclean(cluster):
     c.brokers[3]._fixed_port = True
     c.brokers[3].start()
     c.wait_registered([1, 3])
+    # kafka-python sends the election to the controller its first Metadata names: wait until
+    # both live brokers name a live one (broker 2 may have been the controller)
+    for i in (1, 3):
+        wait_until(lambda i=i: c.metadata(i).controller_id in (1, 3), WAIT, f"broker {i} to name a live controller")
     assert c.partition_state(lonely, 0)["leader"] == -1
     ka = KafkaAdminClient(bootstrap_servers=c.bootstrap([1, 3]), request_timeout_ms=30000)
     try:
