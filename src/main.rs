@@ -71,6 +71,9 @@ fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
+    // Taken over before any port is bound: a stop sent as soon as the port answers (an
+    // orchestrator, a test) is then a clean shutdown after the start, not the default death.
+    let signals = Signals::install()?;
     // Keystores, truststores and SASL settings that cannot be used refuse the start before
     // any port is bound (the broker reads them again when it starts).
     gregor::security::Security::from_config(&config)?;
@@ -121,7 +124,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         tokio::spawn(gregor::metrics::http::serve(listener, scrape, stop_rx.clone()));
     }
 
-    wait_for_signal().await?;
+    signals.wait().await;
     tracing::info!("shutting down");
     broker.controlled_shutdown().await;
     let _ = stop_tx.send(true);
@@ -136,13 +139,22 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, each a graceful shutdown.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
