@@ -98,7 +98,8 @@ where
 /// topic configs.
 /// What every broker watches, whatever the size of the cluster: who the controller is, and
 /// topic and broker configs.
-const WATCHED: &[&str] = &["/controller", "/config"];
+/// And the ACL change notifications, which each broker's authorizer follows.
+const WATCHED: &[&str] = &["/controller", "/config", "/kafka-acl-changes", "/kafka-acl-extended-changes"];
 /// What the controller watches besides (Kafka's controller: broker registrations, topics and
 /// their partition states, admin requests, ISR change notifications).
 const CONTROLLER_WATCHED: &[&str] = &["/brokers", "/admin", "/isr_change_notification"];
