@@ -43,20 +43,19 @@ COVERAGE = {
     ka.DESCRIBE_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
     ka.ALTER_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
     ka.DESCRIBE_PRODUCERS: ("test_admin_apis", "test_describe_producers_of_a_partition"),
+    # Also by real clients on brokers with an authorizer: compat/test_acls.py.
+    ka.DESCRIBE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
+    ka.CREATE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
+    ka.DELETE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners
-# (or brokers with an authorizer) instead: api key -> (compat test file, test function).
+# instead: api key -> (compat test file, test function).
 SECURED_COVERAGE = {
     17: ("test_security.py", "test_sasl_out_of_order_unknown_mechanism_and_oversized_token"),  # SaslHandshake
     36: ("test_security.py", "test_session_lifetime_and_reauthentication"),  # SaslAuthenticate
     50: ("test_security.py", "test_scram_credentials_in_zookeeper_reach_every_broker"),  # DescribeUserScram...
     51: ("test_security.py", "test_scram_credentials_in_zookeeper_reach_every_broker"),  # AlterUserScram...
-    # The ACL APIs answer SECURITY_DISABLED without an authorizer; test_acls.py runs them on
-    # brokers that have one (confluent-kafka and kafka-python).
-    29: ("test_acls.py", "test_prefixed_grants_a_literal_deny_and_deleting_acls"),  # DescribeAcls
-    30: ("test_acls.py", "test_prefixed_grants_a_literal_deny_and_deleting_acls"),  # CreateAcls
-    31: ("test_acls.py", "test_prefixed_grants_a_literal_deny_and_deleting_acls"),  # DeleteAcls
 }
 
 
