@@ -177,6 +177,20 @@ def kafka_python_commit_error(user: str, b, group: str, topic: str, offset: int)
         c.close()
 
 
+def kafka_python_produce_error(user: str, b, topic: str):
+    import kafka
+    p = kafka.KafkaProducer(bootstrap_servers=conf(b, user)["bootstrap.servers"], security_protocol="SASL_PLAINTEXT",
+                            sasl_mechanism="PLAIN", sasl_plain_username=user, sasl_plain_password=USERS[user],
+                            retries=0, request_timeout_ms=10000)
+    try:
+        p.send(topic, b"x").get(timeout=20)
+        return None
+    except kafka.errors.KafkaError as e:
+        return type(e).__name__
+    finally:
+        p.close()
+
+
 def kafka_python_describe_acls_error(user, b):
     from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, KafkaAdminClient,
                              ResourcePatternFilter)
@@ -232,8 +246,9 @@ def test_a_user_without_acls_is_refused_everywhere_and_nothing_is_written(broker
     # Produce: WRITE is missing (DESCRIBE alone); nothing is appended.
     assert produce_error(m, shown) == TOPIC_AUTH
     assert produce_error(m, hidden) == TOPIC_AUTH
+    assert kafka_python_produce_error("mallory", b, shown) == "TopicAuthorizationFailedError"
     assert end_offset(b, shown) == 5 and end_offset(b, hidden) == 0
-    cells += 2
+    cells += 3
     # An idempotent producer: InitProducerId needs IDEMPOTENT_WRITE or WRITE on some topic.
     assert produce_error(m, shown, **{"enable.idempotence": True}) == CLUSTER_AUTH
     assert end_offset(b, shown) == 5
@@ -286,7 +301,7 @@ def test_a_user_without_acls_is_refused_everywhere_and_nothing_is_written(broker
     assert ma.describe_acls(any_acl).result(timeout=30) == []
     assert kafka_python_describe_acls_error("mallory", b) == "ClusterAuthorizationFailedError"
     cells += 3
-    assert cells == 17
+    assert cells == 18
     assert len(su.describe_acls(any_acl).result(timeout=30)) == 2
 
 
