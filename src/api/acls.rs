@@ -262,8 +262,9 @@ fn update_pattern(
         }
         let written = match (&current, after.is_empty()) {
             (None, _) => store.create(&path, &acls_json(&after), false),
-            // Kafka removes a pattern's znode with its last ACL.
-            (Some(_), true) => store.delete_recursive(&path),
+            // Kafka removes a pattern's znode with its last ACL; conditionally, so an ACL
+            // another broker added meanwhile is not lost with it.
+            (Some((_, version)), true) => store.delete_if_version(&path, *version),
             (Some((_, version)), false) => store.set_if_version(&path, &acls_json(&after), *version),
         };
         match written {
@@ -468,6 +469,31 @@ mod tests {
         assert!(AclFilter::parse(0, None, ANY, None, None, ANY, ANY).is_err());
         assert!(AclFilter::parse(ANY, None, 0, None, None, ANY, ANY).is_err());
         assert!(AclFilter::parse(ANY, None, ANY, None, None, 0, ANY).is_err());
+    }
+
+    #[test]
+    fn a_pattern_znode_follows_its_acls_and_the_authorizer_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ZnodeStore::Embedded(crate::metadata::EmbeddedStore::open(dir.path().join("store")).unwrap());
+        let authorizer = Authorizer::new(Default::default(), false);
+        let p = pattern(ResourceType::Topic, "t", PatternType::Prefixed);
+        let e = AclEntry {
+            principal: "User:a".into(),
+            host: "*".into(),
+            operation: Operation::Read,
+            permission: Permission::Allow,
+        };
+        let before = update_pattern(&store, &authorizer, &p, |s| {
+            s.insert(e.clone());
+        })
+        .unwrap();
+        assert!(before.is_empty());
+        assert_eq!(store.get("/kafka-acl-extended/prefixed/Topic/t").map(|d| parse_acls(&d).len()), Some(1));
+        assert_eq!(authorizer.snapshot().acls.get(&p).map(BTreeSet::len), Some(1));
+        let before = update_pattern(&store, &authorizer, &p, |s| s.clear()).unwrap();
+        assert_eq!(before.len(), 1);
+        assert_eq!(store.get("/kafka-acl-extended/prefixed/Topic/t"), None, "the last ACL takes its znode along");
+        assert!(authorizer.snapshot().acls.is_empty());
     }
 
     #[test]

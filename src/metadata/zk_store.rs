@@ -440,6 +440,16 @@ impl ZkStore {
         }
     }
 
+    /// Deletes a leaf node only if it is still at `version` (gone already counts as done).
+    pub fn delete_if_version(&self, path: &str, version: i32) -> Result<(), StoreError> {
+        let p = path.to_string();
+        match self.call(move |c| async move { c.delete(&p, Some(version)).await })? {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(zk::Error::BadVersion) => Err(StoreError::BadVersion(path.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub fn children(&self, path: &str) -> Result<Vec<String>, StoreError> {
         let p = path.to_string();
         match self.call(move |c| async move { c.list_children(&p).await })? {
