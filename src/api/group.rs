@@ -264,6 +264,9 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
         }
     }
     let results = match group_check {
+        // Nothing left to commit once the unreadable topics are out: the coordinator is not
+        // asked (it could create the group), as in Kafka.
+        Ok(()) if wanted.is_empty() => Vec::new(),
         Ok(()) => ctx.broker.groups.commit_offsets(
             &store,
             req.group_id.0.as_str(),
