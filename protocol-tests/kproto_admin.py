@@ -443,3 +443,85 @@ def decode_describe_producers(r: R, v: int) -> dict:
     r.tags()
     r.end()
     return out
+
+
+# DescribeAcls / CreateAcls / DeleteAcls (issue 14) ---------------------------
+# A binding is (resource_type, name, pattern_type, principal, host, operation, permission); a
+# filter the same with None for "any name/principal/host".
+
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+kp.API_NAMES.update({DESCRIBE_ACLS: "DescribeAcls", CREATE_ACLS: "CreateAcls", DELETE_ACLS: "DeleteAcls"})
+kp.FLEX.update({DESCRIBE_ACLS: 2, CREATE_ACLS: 2, DELETE_ACLS: 2})
+ENCODER_RANGES.update({DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3)})
+SECURITY_DISABLED = 54
+
+
+def _acl_filter(w: W, f) -> None:
+    rtype, name, pattern, principal, host, op, perm = f
+    w.i8(rtype).nullable_string(name).i8(pattern).nullable_string(principal).nullable_string(host).i8(op).i8(perm)
+
+
+def create_acls_request(v: int, bindings) -> bytes:
+    w = _w(CREATE_ACLS, v)
+
+    def one(w, b):
+        rtype, name, pattern, principal, host, op, perm = b
+        w.i8(rtype).string(name).i8(pattern).string(principal).string(host).i8(op).i8(perm).tags()
+    return w.array(bindings, one).tags().done()
+
+
+def decode_create_acls(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+    out["results"] = r.array(lambda rr: _tagged(rr, {"error_code": rr.i16(), "error_message": rr.string()}))
+    r.tags()
+    return out
+
+
+def _tagged(rr: R, d: dict) -> dict:
+    rr.tags()
+    return d
+
+
+def describe_acls_request(v: int, f) -> bytes:
+    w = _w(DESCRIBE_ACLS, v)
+    _acl_filter(w, f)
+    return w.tags().done()
+
+
+def decode_describe_acls(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.string()}
+
+    def acl(rr):
+        return _tagged(rr, {"principal": rr.string(), "host": rr.string(), "operation": rr.i8(),
+                            "permission_type": rr.i8()})
+
+    def resource(rr):
+        return _tagged(rr, {"resource_type": rr.i8(), "resource_name": rr.string(), "pattern_type": rr.i8(),
+                            "acls": rr.array(acl)})
+    out["resources"] = r.array(resource)
+    r.tags()
+    return out
+
+
+def delete_acls_request(v: int, filters) -> bytes:
+    w = _w(DELETE_ACLS, v)
+
+    def one(w, f):
+        _acl_filter(w, f)
+        w.tags()
+    return w.array(filters, one).tags().done()
+
+
+def decode_delete_acls(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+
+    def matching(rr):
+        return _tagged(rr, {"error_code": rr.i16(), "error_message": rr.string(), "resource_type": rr.i8(),
+                            "resource_name": rr.string(), "pattern_type": rr.i8(), "principal": rr.string(),
+                            "host": rr.string(), "operation": rr.i8(), "permission_type": rr.i8()})
+
+    def result(rr):
+        return _tagged(rr, {"error_code": rr.i16(), "error_message": rr.string(), "matching_acls": rr.array(matching)})
+    out["filter_results"] = r.array(result)
+    r.tags()
+    return out

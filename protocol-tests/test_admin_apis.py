@@ -255,3 +255,61 @@ def test_describe_producers_of_a_partition(broker):
         assert code == 0 and (p["producer_id"], p["producer_epoch"], p["last_sequence"]) == (4242, 3, 2), p
         assert p["last_timestamp"] >= 1_700_000_000_000 and p["coordinator_epoch"] == -1, p
         assert p["current_txn_start_offset"] == -1, p
+
+
+# ACLs (issue 14) ------------------------------------------------------------------------------
+
+TOPIC, GROUP, ANY, LITERAL, PREFIXED, MATCH = 2, 3, 1, 3, 4, 2
+READ, WRITE, ALLOW, DENY = 3, 4, 3, 2
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_acls_created_described_and_deleted_by_filter(broker_factory, which):
+    # The harness's PLAINTEXT client is User:ANONYMOUS: a super user here.
+    b = broker_factory({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                        "super.users": "User:ANONYMOUS"})
+    lo, hi = b.api_versions[ka.CREATE_ACLS]
+    v = lo if which == "min" else hi
+    for api in (ka.DESCRIBE_ACLS, ka.DELETE_ACLS):
+        assert b.api_versions[api] == (lo, hi)
+    with kp.Conn(b.host, b.port) as c:
+        bindings = [(TOPIC, "orders", LITERAL, "User:alice", "*", READ, ALLOW),
+                    (TOPIC, "ord", PREFIXED, "User:alice", "*", WRITE, ALLOW),
+                    (GROUP, "g", LITERAL, "User:bob", "10.0.0.1", READ, DENY),
+                    (ANY, "x", LITERAL, "User:alice", "*", READ, ALLOW),      # no resource type
+                    (TOPIC, "x", MATCH, "User:alice", "*", READ, ALLOW),      # MATCH is a filter only
+                    (TOPIC, "x", LITERAL, "alice", "*", READ, ALLOW)]         # no principal type
+        r = ka.decode_create_acls(c.call(ka.CREATE_ACLS, v, ka.create_acls_request(v, bindings)), v)
+        assert [x["error_code"] for x in r["results"]] == [0, 0, 0, 42, 42, 42]
+
+        def describe(f):
+            r = ka.decode_describe_acls(c.call(ka.DESCRIBE_ACLS, v, ka.describe_acls_request(v, f)), v)
+            assert r["error_code"] == 0, r
+            return sorted((x["resource_type"], x["resource_name"], x["pattern_type"], a["principal"], a["host"],
+                           a["operation"], a["permission_type"]) for x in r["resources"] for a in x["acls"])
+        everything = (ANY, None, ANY, None, None, ANY, ANY)
+        assert describe(everything) == sorted(bindings[:3])
+        # MATCH: every pattern that covers the topic "orders" (the literal and the prefix).
+        assert describe((TOPIC, "orders", MATCH, None, None, ANY, ANY)) == sorted(bindings[:2])
+        assert describe((ANY, None, ANY, "User:bob", None, ANY, ANY)) == [bindings[2]]
+
+        filters = [(TOPIC, "ord", PREFIXED, None, None, ANY, ANY), (ANY, None, ANY, None, None, 0, ANY)]
+        r = ka.decode_delete_acls(c.call(ka.DELETE_ACLS, v, ka.delete_acls_request(v, filters)), v)
+        deleted, refused = r["filter_results"]
+        assert deleted["error_code"] == 0
+        assert [(m["resource_name"], m["pattern_type"], m["operation"]) for m in deleted["matching_acls"]] == [
+            ("ord", PREFIXED, WRITE)]
+        assert refused["error_code"] == 42 and refused["matching_acls"] == []
+        assert describe(everything) == sorted([bindings[0], bindings[2]])
+
+
+def test_acl_apis_without_an_authorizer_answer_security_disabled(broker):
+    lo, hi = broker.api_versions[ka.CREATE_ACLS]
+    with kp.Conn(broker.host, broker.port) as c:
+        for v in (lo, hi):
+            r = ka.decode_create_acls(c.call(ka.CREATE_ACLS, v, ka.create_acls_request(
+                v, [(TOPIC, "t", LITERAL, "User:a", "*", READ, ALLOW)])), v)
+            assert r["results"][0]["error_code"] == ka.SECURITY_DISABLED
+            r = ka.decode_describe_acls(c.call(ka.DESCRIBE_ACLS, v, ka.describe_acls_request(
+                v, (ANY, None, ANY, None, None, ANY, ANY))), v)
+            assert r["error_code"] == ka.SECURITY_DISABLED

@@ -43,6 +43,10 @@ COVERAGE = {
     ka.DESCRIBE_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
     ka.ALTER_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
     ka.DESCRIBE_PRODUCERS: ("test_admin_apis", "test_describe_producers_of_a_partition"),
+    # Also by real clients on brokers with an authorizer: compat/test_acls.py.
+    ka.DESCRIBE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
+    ka.CREATE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
+    ka.DELETE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners

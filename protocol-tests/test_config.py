@@ -158,12 +158,15 @@ def test_secured_listener_is_refused_at_start(broker_factory, tmp_path):
     assert "ssl.keystore.location: /nonexistent/keystore.jks: only PEM keystores are supported" in out, out
 
 
-def test_authorizer_is_refused_at_start(broker_factory, tmp_path):
+def test_an_authorizer_other_than_kafkas_acl_authorizer_is_refused_at_start(broker_factory, tmp_path):
+    # Kafka's ZooKeeper ACL authorizer is served (compat/test_acls.py); a class gregor cannot
+    # load would leave every API unchecked, so it stops the broker.
     out, _ = refused_at_start(broker_factory, tmp_path, {
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin",
     })
-    assert "authorizer.class.name: kafka.security.authorizer.AclAuthorizer cannot be honoured" in out, out
+    assert ("authorizer.class.name: org.apache.kafka.metadata.authorizer.StandardAuthorizer cannot be loaded by "
+            "gregor") in out, out
 
 
 def test_custom_plaintext_listener_names_are_served(broker_factory):

@@ -21,6 +21,7 @@ CLASS_NAMES = {
     ka.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignmentsRequest",
     ka.DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotasRequest", ka.ALTER_CLIENT_QUOTAS: "AlterClientQuotasRequest",
     ka.DESCRIBE_PRODUCERS: "DescribeProducersRequest",
+    ka.DESCRIBE_ACLS: "DescribeAclsRequest", ka.CREATE_ACLS: "CreateAclsRequest", ka.DELETE_ACLS: "DeleteAclsRequest",
 }
 
 
@@ -48,6 +49,12 @@ def build(api, v):
                                                    [("producer_byte_rate", 1024.0, False), ("x", 0.0, True)])], True)
     if api == ka.DESCRIBE_PRODUCERS:
         return ka.describe_producers_request(v, {"t": [0, 1]})
+    if api == ka.CREATE_ACLS:
+        return ka.create_acls_request(v, [(2, "t", 3, "User:a", "*", 3, 3), (3, "g", 4, "User:b", "1.2.3.4", 8, 2)])
+    if api == ka.DESCRIBE_ACLS:
+        return ka.describe_acls_request(v, (2, "t", 2, None, "*", 1, 3))
+    if api == ka.DELETE_ACLS:
+        return ka.delete_acls_request(v, [(1, None, 1, "User:a", None, 3, 1), (2, "t", 4, None, None, 1, 2)])
     raise AssertionError(api)
 
 

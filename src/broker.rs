@@ -125,6 +125,15 @@ impl Broker {
             }
         }
         security.scram.load_all(&store).map_err(|e| anyhow::anyhow!("cannot read SCRAM credentials: {e}"))?;
+        if let Some(authorizer) = &security.authorizer {
+            for path in crate::security::authorizer::ROOT_PATHS {
+                match store.create(path, "", false) {
+                    Ok(()) | Err(StoreError::NodeExists(_)) => {}
+                    Err(e) => return Err(anyhow::anyhow!("cannot create {path}: {e}")),
+                }
+            }
+            authorizer.load_all(&store).map_err(|e| anyhow::anyhow!("cannot read ACLs: {e}"))?;
+        }
 
         let cluster_id = match store.try_get(zk_data::CLUSTER_ID)?.and_then(|d| zk_data::parse_cluster_id(&d)) {
             Some(id) => id,

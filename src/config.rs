@@ -362,7 +362,9 @@ impl BrokerConfig {
     pub fn from_map(given: BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
         for key in given.keys() {
             if AUTHORIZER_ONLY_KEYS.contains(&key.as_str()) {
-                tracing::warn!(key = %key, "has no effect without authorizer.class.name; ignored");
+                if given.get("authorizer.class.name").is_none_or(|v| v.trim().is_empty()) {
+                    tracing::warn!(key = %key, "has no effect without authorizer.class.name; ignored");
+                }
             } else if !DEFAULTS.iter().any(|(k, _)| k == key)
                 && !SECURITY_KEYS.contains(&key.as_str())
                 && key != METRICS_PORT
@@ -1088,13 +1090,13 @@ fn check_security(
         }
     }
     let key = "authorizer.class.name";
-    if !get(key).is_empty() {
+    if !get(key).is_empty() && !crate::security::authorizer::ACL_AUTHORIZER_CLASSES.contains(&get(key)) {
         return Err(unsupported(
             key,
             format!(
-                "{} cannot be honoured: gregor has no authorizer yet and would serve every client without ACL \
-                 checks; remove the key to run without authorization",
-                get(key)
+                "{} cannot be loaded by gregor; only Kafka's ZooKeeper ACL authorizer ({}) is served",
+                get(key),
+                crate::security::authorizer::ACL_AUTHORIZER_CLASSES.join(" or ")
             ),
         ));
     }
@@ -1605,9 +1607,15 @@ mod tests {
     }
 
     #[test]
-    fn an_authorizer_is_refused_and_acl_only_keys_are_not() {
-        let err = refusal(&[("authorizer.class.name", "kafka.security.authorizer.AclAuthorizer")]);
-        assert!(err.starts_with("authorizer.class.name: kafka.security.authorizer.AclAuthorizer cannot be"), "{err}");
+    fn only_kafkas_acl_authorizer_is_accepted() {
+        for class in ["kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer"] {
+            assert!(load(&[("authorizer.class.name", class)]).is_ok());
+        }
+        let err = refusal(&[("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")]);
+        assert!(
+            err.starts_with("authorizer.class.name: org.apache.kafka.metadata.authorizer.StandardAuthorizer cannot"),
+            "{err}"
+        );
         assert!(load(&[("authorizer.class.name", " ")]).is_ok());
         assert!(load(&[("super.users", "User:admin"), ("allow.everyone.if.no.acl.found", "true")]).is_ok());
     }

@@ -602,10 +602,25 @@ impl RequestPath {
         let header = messages::decode_request_header(&mut frame)
             .map_err(|e| FrameError::InterBroker(format!("malformed header: {e}")))?;
         let span = tracing::debug_span!("request", api = key, version, correlation_id = header.correlation_id);
-        let body = api::inter_broker::handle(&self.broker, key, version, frame)
-            .instrument(span)
-            .await
-            .map_err(FrameError::InterBroker)?;
+        // Only a principal with CLUSTER_ACTION on the cluster (the brokers) may send these.
+        let allowed = self.broker.security.authorizer.as_ref().is_none_or(|a| {
+            let principal = self.principal();
+            let host = self.peer.trim_start_matches('/').parse().ok();
+            let session = crate::security::authorizer::Session { principal: &principal, host };
+            a.authorize(
+                &session,
+                crate::security::authorizer::Operation::ClusterAction,
+                crate::security::authorizer::ResourceType::Cluster,
+                crate::security::authorizer::CLUSTER_NAME,
+            )
+        });
+        let body = if allowed {
+            api::inter_broker::handle(&self.broker, key, version, frame).instrument(span).await
+        } else {
+            tracing::info!(principal = %self.principal(), api = key, "inter-broker request refused: no CLUSTER_ACTION");
+            api::inter_broker::refuse(key, version)
+        }
+        .map_err(FrameError::InterBroker)?;
         let mut buf = BytesMut::with_capacity(body.len() + 16);
         buf.put_i32(0);
         messages::encode_response_header(header.correlation_id, key, version, &mut buf)

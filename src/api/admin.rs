@@ -25,6 +25,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::error::{ApiError, ErrorCode};
 use super::RequestContext;
 use crate::controller::election::ElectionType;
+use crate::security::authorizer::{Operation, ResourceType};
 
 /// How often a waiting ElectLeaders looks whether the brokers have been told of its leaders.
 const ELECTION_POLL: Duration = Duration::from_millis(20);
@@ -61,6 +62,26 @@ fn run_elections(ctx: &RequestContext, req: &ElectLeadersRequest) -> Result<Vec<
 
 pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> Result<ElectLeadersResponse, String> {
     let mut r = ElectLeadersResponse::default();
+    if !ctx.authorized_cluster(Operation::Alter) {
+        let code = ErrorCode::ClusterAuthorizationFailed.code();
+        r.error_code = code;
+        for t in req.topic_partitions.iter().flatten() {
+            let mut out = ReplicaElectionResult::default();
+            out.topic = t.topic.clone();
+            out.partition_result = t
+                .partitions
+                .iter()
+                .map(|&p| {
+                    let mut pr = PartitionResult::default();
+                    pr.partition_id = p;
+                    pr.error_code = code;
+                    pr
+                })
+                .collect();
+            r.replica_election_results.push(out);
+        }
+        return Ok(r);
+    }
     let all = req.topic_partitions.is_none();
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
     let c = ctx.clone();
@@ -143,6 +164,10 @@ pub fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest) -> D
         .as_ref()
         .map(|ts| ts.iter().flat_map(|t| t.partitions.iter().map(move |&p| (t.topic.0.to_string(), p))).collect());
     let mut r = DescribeLogDirsResponse::default();
+    if !ctx.authorized_cluster(Operation::Describe) {
+        r.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+        return r;
+    }
     for (dir, online, keys) in broker.replicas.logs().placement() {
         let mut out = DescribeLogDirsResult::default();
         out.log_dir = StrBytes::from_string(dir.display().to_string());
@@ -190,7 +215,11 @@ pub fn alter_partition_reassignments(
     let mut r = AlterPartitionReassignmentsResponse::default();
     // null on success, as Kafka answers (the crate's default is an empty string)
     r.error_message = None;
-    if let Err(e) = ctx.broker.check_controller() {
+    let allowed = match ctx.authorized_cluster(Operation::Alter) {
+        true => Ok(()),
+        false => Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
+    };
+    if let Err(e) = allowed.and_then(|()| ctx.broker.check_controller()) {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;
@@ -234,7 +263,11 @@ pub fn list_partition_reassignments(
 ) -> ListPartitionReassignmentsResponse {
     let mut r = ListPartitionReassignmentsResponse::default();
     r.error_message = None;
-    if let Err(e) = ctx.broker.check_controller() {
+    let allowed = match ctx.authorized_cluster(Operation::Describe) {
+        true => Ok(()),
+        false => Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
+    };
+    if let Err(e) = allowed.and_then(|()| ctx.broker.check_controller()) {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;
@@ -269,10 +302,16 @@ pub fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -
     let mut r = DescribeProducersResponse::default();
     for t in req.topics {
         let name = t.name.0.to_string();
+        let may_read = ctx.authorized(Operation::Read, ResourceType::Topic, &name);
         let mut out = kafka_protocol::messages::describe_producers_response::TopicResponse::default();
         for index in t.partition_indexes {
             let mut pr = kafka_protocol::messages::describe_producers_response::PartitionResponse::default();
             pr.partition_index = index;
+            if !may_read {
+                pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                out.partitions.push(pr);
+                continue;
+            }
             match broker.replicas.partition(&name, index) {
                 Some(p) => {
                     pr.active_producers = p

@@ -16,6 +16,7 @@ use super::RequestContext;
 use crate::broker::Broker;
 use crate::config::{is_dynamic_broker_config, TOPIC_CONFIGS};
 use crate::dynamic_config::{DynamicValues, DEFAULT_ENTITY};
+use crate::security::authorizer::{Operation, ResourceType};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
@@ -161,6 +162,21 @@ fn broker_entries(
         .collect()
 }
 
+/// Kafka's check for a config resource: `op` on the topic, or on the cluster for a broker or
+/// broker logger, each refused with its own error.
+fn config_access(ctx: &RequestContext, resource_type: i8, name: &str, op: Operation) -> Result<(), ApiError> {
+    const RESOURCE_BROKER_LOGGER: i8 = 8;
+    match resource_type {
+        RESOURCE_TOPIC if !ctx.authorized(op, ResourceType::Topic, name) => {
+            Err(ApiError::new(ErrorCode::TopicAuthorizationFailed, "Topic authorization failed."))
+        }
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER if !ctx.authorized_cluster(op) => {
+            Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed."))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let broker = &ctx.broker;
     let mut r = DescribeConfigsResponse::default();
@@ -170,6 +186,12 @@ pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> De
         out.resource_name = res.resource_name.clone();
         let wanted =
             |name: &str| res.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == name));
+        if let Err(e) = config_access(ctx, res.resource_type, res.resource_name.as_str(), Operation::DescribeConfigs) {
+            out.error_code = e.code;
+            out.error_message = Some(StrBytes::from_string(e.message));
+            r.results.push(out);
+            continue;
+        }
         match res.resource_type {
             RESOURCE_TOPIC => match broker.cache.topic(res.resource_name.as_str()) {
                 Some(t) => {
@@ -286,11 +308,12 @@ pub fn incremental_alter_configs(
             .iter()
             .map(|c| (c.name.to_string(), c.config_operation, c.value.as_ref().map(|v| v.to_string())))
             .collect();
-        let result = match res.resource_type {
+        let allowed = config_access(ctx, res.resource_type, res.resource_name.as_str(), Operation::AlterConfigs);
+        let result = allowed.and_then(|()| match res.resource_type {
             RESOURCE_TOPIC => alter_topic(ctx, res.resource_name.as_str(), &ops, req.validate_only),
             RESOURCE_BROKER => alter_broker(ctx, res.resource_name.as_str(), &ops, req.validate_only),
             _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
-        };
+        });
         if let Err(e) = result {
             out.error_code = e.code;
             out.error_message = Some(StrBytes::from_string(e.message));
@@ -418,14 +441,15 @@ pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterCon
         out.resource_name = res.resource_name.clone();
         let entries: Vec<(String, Option<String>)> =
             res.configs.iter().map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()))).collect();
-        let result = match res.resource_type {
+        let allowed = config_access(ctx, res.resource_type, res.resource_name.as_str(), Operation::AlterConfigs);
+        let result = allowed.and_then(|()| match res.resource_type {
             RESOURCE_TOPIC => replace_topic_configs(ctx, res.resource_name.as_str(), &entries, req.validate_only),
             RESOURCE_BROKER => broker_entity(&ctx.broker, res.resource_name.as_str()).and_then(|entity| {
                 let configs = entries.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
                 store_broker_entity(ctx, &entity, configs, req.validate_only)
             }),
             _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
-        };
+        });
         if let Err(e) = result {
             out.error_code = e.code;
             out.error_message = Some(StrBytes::from_string(e.message));

@@ -22,6 +22,7 @@ use super::RequestContext;
 use crate::client_quota::CONSUMER_BYTE_RATE;
 use crate::replication::fetch_session::{Session, SessionPartition};
 use crate::replication::{quota, FetchResult};
+use crate::security::authorizer::{Operation, ResourceType};
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
@@ -305,7 +306,14 @@ fn read_all(
     let mut any_error = false;
     let mut out = Vec::with_capacity(wanted.len());
     let throttle_rate = broker.effective_config().leader_replication_throttled_rate;
+    // A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic.
+    let follower_allowed = replica >= 0 && ctx.authorized_cluster(Operation::ClusterAction);
     for w in wanted {
+        let may_read = if replica >= 0 {
+            follower_allowed
+        } else {
+            w.name.is_empty() || ctx.authorized(Operation::Read, ResourceType::Topic, &w.name)
+        };
         // This leader's throttled replicas of the topic, for a follower's fetch (KIP-73).
         let throttled = (replica >= 0 && throttle_rate < quota::UNLIMITED)
             .then(|| broker.cache.topic(&w.name))
@@ -331,6 +339,12 @@ fn read_all(
                 (false, true) => broker.replicas.hosted(&w.name, wp.index),
                 (false, false) => broker.replicas.partition(&w.name, wp.index),
             };
+            if !may_read {
+                pd.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                any_error = true;
+                topic.partitions.push(pd);
+                continue;
+            }
             match partition {
                 Some(_) if conversion_refused => {
                     pd.error_code = ErrorCode::UnsupportedVersion.code();
@@ -488,6 +502,7 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
     let from_consumer = req.replica_id.0 == -1;
     for t in req.topics {
         let name = t.name.0.to_string();
+        let may_describe = ctx.authorized(Operation::Describe, ResourceType::Topic, &name);
         let mut tr = ListOffsetsTopicResponse::default();
         for p in t.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
@@ -495,6 +510,11 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
             pr.timestamp = -1;
             pr.offset = -1;
             pr.leader_epoch = -1;
+            if !may_describe {
+                pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                tr.partitions.push(pr);
+                continue;
+            }
             let led = ctx.broker.replicas.partition(&name, p.partition_index);
             let fenced = led.as_ref().and_then(|part| part.check_epoch(p.current_leader_epoch).err());
             match (led, fenced) {
@@ -559,9 +579,14 @@ pub fn list_offsets_v0(ctx: &RequestContext, req: ListOffsetsRequest, max_counts
     let mut out = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
+        let may_describe = ctx.authorized(Operation::Describe, ResourceType::Topic, &name);
         let mut parts = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let max = counts.next().unwrap_or(0);
+            if !may_describe {
+                parts.push((p.partition_index, ErrorCode::TopicAuthorizationFailed.code(), Vec::new()));
+                continue;
+            }
             match ctx.broker.replicas.partition(&name, p.partition_index) {
                 None => parts.push((
                     p.partition_index,
@@ -582,14 +607,23 @@ pub fn list_offsets_v0(ctx: &RequestContext, req: ListOffsetsRequest, max_counts
 /// consumer (KIP-320) can find where its log diverged.
 pub fn offset_for_leader_epoch(ctx: &RequestContext, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
     let mut r = OffsetForLeaderEpochResponse::default();
+    // Kafka: a principal with CLUSTER_ACTION (a follower) may ask about any topic, others
+    // need DESCRIBE on each.
+    let cluster_action = ctx.authorized_cluster(Operation::ClusterAction);
     for t in req.topics {
         let name = t.topic.0.to_string();
+        let may_describe = cluster_action || ctx.authorized(Operation::Describe, ResourceType::Topic, &name);
         let mut tr = OffsetForLeaderTopicResult::default();
         for p in t.partitions {
             let mut e = EpochEndOffset::default();
             e.partition = p.partition;
             e.leader_epoch = -1;
             e.end_offset = -1;
+            if !may_describe {
+                e.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                tr.partitions.push(e);
+                continue;
+            }
             match ctx.broker.replicas.partition(&name, p.partition) {
                 None => e.error_code = super::not_led_error(&ctx.broker, &name, p.partition),
                 Some(part) => match part.check_epoch(p.current_leader_epoch) {

@@ -22,12 +22,26 @@ use kafka_protocol::protocol::StrBytes;
 
 use std::time::{Duration, Instant};
 
+use super::error::ErrorCode;
 use super::RequestContext;
 use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest, OFFSET_METADATA_MAX_BYTES};
 use crate::group::OFFSETS_TOPIC;
+use crate::security::authorizer::{Operation, ResourceType};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
+}
+
+const GROUP_AUTHORIZATION_FAILED: i16 = ErrorCode::GroupAuthorizationFailed as i16;
+const TOPIC_AUTHORIZATION_FAILED: i16 = ErrorCode::TopicAuthorizationFailed as i16;
+
+/// The group checks Kafka makes before it looks for the coordinator: `op` on the group, then
+/// whether this broker coordinates it.
+fn check_group(ctx: &RequestContext, op: Operation, group: &str) -> Result<(), i16> {
+    if !ctx.authorized(op, ResourceType::Group, group) {
+        return Err(GROUP_AUTHORIZATION_FAILED);
+    }
+    ctx.broker.check_coordinator(group)
 }
 
 pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
@@ -43,7 +57,13 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
         c.key = s(key.clone());
         c.node_id = BrokerId(-1);
         c.port = -1;
-        if req.key_type != 0 {
+        if req.key_type == 0 && !ctx.authorized(Operation::Describe, ResourceType::Group, &key) {
+            c.error_code = GROUP_AUTHORIZATION_FAILED;
+            c.error_message = Some(s("Group authorization failed."));
+        } else if req.key_type == 1 && !ctx.authorized(Operation::Describe, ResourceType::TransactionalId, &key) {
+            c.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
+            c.error_message = Some(s("Transactional Id authorization failed."));
+        } else if req.key_type != 0 {
             // Transactions have no coordinator yet.
             c.error_code = codes::COORDINATOR_NOT_AVAILABLE;
             c.error_message = Some(s("The coordinator is not available."));
@@ -76,7 +96,7 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
 
 pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGroupResponse {
     let broker = &ctx.broker;
-    if let Err(code) = broker.check_coordinator(req.group_id.0.as_str()) {
+    if let Err(code) = check_group(ctx, Operation::Read, req.group_id.0.as_str()) {
         let mut r = JoinGroupResponse::default();
         r.error_code = code;
         r.generation_id = -1;
@@ -141,7 +161,7 @@ pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGrou
     let store = broker.group_store();
     let group_id = req.group_id.0.to_string();
     let mut r = SyncGroupResponse::default();
-    if let Err(code) = broker.check_coordinator(&group_id) {
+    if let Err(code) = check_group(ctx, Operation::Read, &group_id) {
         r.error_code = code;
         return r;
     }
@@ -175,7 +195,7 @@ pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGrou
 pub fn heartbeat(ctx: &RequestContext, req: HeartbeatRequest) -> HeartbeatResponse {
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
     let mut r = HeartbeatResponse::default();
-    if let Err(code) = ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+    if let Err(code) = check_group(ctx, Operation::Read, req.group_id.0.as_str()) {
         r.error_code = code;
         return r;
     }
@@ -200,7 +220,7 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
         vec![(req.member_id.to_string(), None)]
     };
     let mut r = LeaveGroupResponse::default();
-    if let Err(code) = ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+    if let Err(code) = check_group(ctx, Operation::Read, req.group_id.0.as_str()) {
         r.error_code = code;
         return r;
     }
@@ -230,8 +250,10 @@ const OFFSETS_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
 
 pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let store = ctx.broker.group_store();
+    let group_check = check_group(ctx, Operation::Read, req.group_id.0.as_str());
+    let unreadable = unreadable_topics(ctx, req.topics.iter().map(|t| t.name.0.as_str()));
     let mut wanted = Vec::new();
-    for t in &req.topics {
+    for t in req.topics.iter().filter(|t| !unreadable.contains(t.name.0.as_str())) {
         for p in &t.partitions {
             wanted.push((
                 (t.name.0.to_string(), p.partition_index),
@@ -241,7 +263,10 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
             ));
         }
     }
-    let results = match ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+    let results = match group_check {
+        // Nothing left to commit once the unreadable topics are out: the coordinator is not
+        // asked (it could create the group), as in Kafka.
+        Ok(()) if wanted.is_empty() => Vec::new(),
         Ok(()) => ctx.broker.groups.commit_offsets(
             &store,
             req.group_id.0.as_str(),
@@ -266,17 +291,29 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
         for p in t.partitions {
             let mut pr = OffsetCommitResponsePartition::default();
             pr.partition_index = p.partition_index;
-            pr.error_code = results
-                .iter()
-                .find(|((n, i), _)| *n == name && *i == p.partition_index)
-                .map(|(_, c)| *c)
-                .unwrap_or(codes::UNKNOWN_TOPIC_OR_PARTITION);
+            pr.error_code = match group_check {
+                Err(GROUP_AUTHORIZATION_FAILED) => GROUP_AUTHORIZATION_FAILED,
+                _ if unreadable.contains(&name) => TOPIC_AUTHORIZATION_FAILED,
+                _ => results
+                    .iter()
+                    .find(|((n, i), _)| *n == name && *i == p.partition_index)
+                    .map(|(_, c)| *c)
+                    .unwrap_or(codes::UNKNOWN_TOPIC_OR_PARTITION),
+            };
             tr.partitions.push(pr);
         }
         tr.name = t.name;
         r.topics.push(tr);
     }
     r
+}
+
+/// The topics of a request the principal may not READ (commits and offset deletes).
+fn unreadable_topics<'a>(
+    ctx: &RequestContext,
+    names: impl Iterator<Item = &'a str>,
+) -> std::collections::HashSet<String> {
+    names.filter(|n| !ctx.authorized(Operation::Read, ResourceType::Topic, n)).map(str::to_string).collect()
 }
 
 const REQUEST_TIMED_OUT: i16 = 7;
@@ -312,14 +349,20 @@ fn partition_exists(ctx: &RequestContext, topic: &str, partition: i32) -> bool {
 /// coordinator involved (Kafka 3.9's `setOrCreateConsumerOffset`).
 pub fn offset_commit_v0(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.0.to_string();
+    let group_allowed = ctx.authorized(Operation::Read, ResourceType::Group, &group);
     let mut r = OffsetCommitResponse::default();
     for t in req.topics {
         let mut tr = OffsetCommitResponseTopic::default();
         let name = t.name.0.to_string();
+        let topic_allowed = ctx.authorized(Operation::Read, ResourceType::Topic, &name);
         for p in t.partitions {
             let mut pr = OffsetCommitResponsePartition::default();
             pr.partition_index = p.partition_index;
-            pr.error_code = if !partition_exists(ctx, &name, p.partition_index) {
+            pr.error_code = if !group_allowed {
+                GROUP_AUTHORIZATION_FAILED
+            } else if !topic_allowed {
+                TOPIC_AUTHORIZATION_FAILED
+            } else if !partition_exists(ctx, &name, p.partition_index) {
                 codes::UNKNOWN_TOPIC_OR_PARTITION
             } else if p.committed_metadata.as_ref().is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES) {
                 codes::OFFSET_METADATA_TOO_LARGE
@@ -347,17 +390,23 @@ pub fn offset_commit_v0(ctx: &RequestContext, req: OffsetCommitRequest) -> Offse
 /// topic) answers offset -1 and no error, as Kafka does.
 pub fn offset_fetch_v0(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse {
     let group = req.group_id.0.to_string();
+    let group_allowed = ctx.authorized(Operation::Describe, ResourceType::Group, &group);
     let mut r = OffsetFetchResponse::default();
     for t in req.topics.unwrap_or_default() {
         let mut tr = OffsetFetchResponseTopic::default();
         let name = t.name.0.to_string();
+        let topic_allowed = ctx.authorized(Operation::Describe, ResourceType::Topic, &name);
         for p in t.partition_indexes {
             let mut pr = OffsetFetchResponsePartition::default();
             pr.partition_index = p;
             pr.committed_offset = -1;
             pr.committed_leader_epoch = -1;
             pr.metadata = Some(StrBytes::default());
-            if partition_exists(ctx, &name, p) && is_znode_name(&group) {
+            if !group_allowed {
+                pr.error_code = GROUP_AUTHORIZATION_FAILED;
+            } else if !topic_allowed {
+                pr.error_code = TOPIC_AUTHORIZATION_FAILED;
+            } else if partition_exists(ctx, &name, p) && is_znode_name(&group) {
                 match ctx.broker.store.try_get(&zk_offset_path(&group, &name, p)) {
                     Ok(None) => {}
                     Ok(Some(v)) => match v.trim().parse::<i64>() {
@@ -382,10 +431,35 @@ const UNKNOWN_SERVER_ERROR: i16 = -1;
 
 type Fetched = Vec<((String, i32), Option<CommittedOffset>)>;
 
-fn group_offsets(ctx: &RequestContext, group: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
-    let wanted =
-        topics.map(|ts| ts.into_iter().flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p))).collect());
-    ctx.broker.groups.fetch_offsets(group, wanted)
+/// A group's committed offsets, as far as the principal may DESCRIBE their topics: a named
+/// topic it may not is answered TOPIC_AUTHORIZATION_FAILED, and "all topics" leaves such
+/// topics out, as Kafka does. The second list holds the refused partitions.
+fn group_offsets(
+    ctx: &RequestContext,
+    group: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> (Fetched, Vec<(String, i32)>) {
+    let may_describe = |t: &str| ctx.authorized(Operation::Describe, ResourceType::Topic, t);
+    let mut refused = Vec::new();
+    let wanted = topics.map(|ts| {
+        let mut wanted = Vec::new();
+        for (t, ps) in ts {
+            let allowed = may_describe(&t);
+            for p in ps {
+                match allowed {
+                    true => wanted.push((t.clone(), p)),
+                    false => refused.push((t.clone(), p)),
+                }
+            }
+        }
+        wanted
+    });
+    let everything = wanted.is_none();
+    let mut fetched = ctx.broker.groups.fetch_offsets(group, wanted);
+    if everything && ctx.broker.security.authorizer.is_some() {
+        fetched.retain(|((t, _), _)| may_describe(t));
+    }
+    (fetched, refused)
 }
 
 type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
@@ -408,13 +482,14 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
             let topics =
                 g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
             let mut gr = OffsetFetchResponseGroup::default();
-            if let Err(code) = ctx.broker.check_coordinator(g.group_id.0.as_str()) {
+            if let Err(code) = check_group(ctx, Operation::Describe, g.group_id.0.as_str()) {
                 gr.error_code = code;
                 gr.group_id = g.group_id;
                 r.groups.push(gr);
                 continue;
             }
-            for (topic, parts) in by_topic(group_offsets(ctx, g.group_id.0.as_str(), topics)) {
+            let (fetched, refused) = group_offsets(ctx, g.group_id.0.as_str(), topics);
+            for (topic, parts) in by_topic(fetched) {
                 let mut tr = OffsetFetchResponseTopics::default();
                 tr.name = TopicName(s(topic));
                 tr.partitions = parts
@@ -430,12 +505,28 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
                     .collect();
                 gr.topics.push(tr);
             }
+            for (topic, parts) in by_topic(refused.into_iter().map(|tp| (tp, None)).collect()) {
+                let mut tr = OffsetFetchResponseTopics::default();
+                tr.name = TopicName(s(topic));
+                tr.partitions = parts
+                    .into_iter()
+                    .map(|(p, _)| {
+                        let mut pr = OffsetFetchResponsePartitions::default();
+                        pr.partition_index = p;
+                        pr.committed_offset = -1;
+                        pr.committed_leader_epoch = -1;
+                        pr.error_code = TOPIC_AUTHORIZATION_FAILED;
+                        pr
+                    })
+                    .collect();
+                gr.topics.push(tr);
+            }
             gr.group_id = g.group_id;
             r.groups.push(gr);
         }
         return r;
     }
-    if let Err(code) = ctx.broker.check_coordinator(req.group_id.0.as_str()) {
+    if let Err(code) = check_group(ctx, Operation::Describe, req.group_id.0.as_str()) {
         if ctx.version() >= 2 {
             r.error_code = code;
         } else {
@@ -460,7 +551,24 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
         return r;
     }
     let topics = req.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
-    for (topic, parts) in by_topic(group_offsets(ctx, req.group_id.0.as_str(), topics)) {
+    let (fetched, refused) = group_offsets(ctx, req.group_id.0.as_str(), topics);
+    for (topic, parts) in by_topic(refused.into_iter().map(|tp| (tp, None)).collect()) {
+        let mut tr = OffsetFetchResponseTopic::default();
+        tr.name = TopicName(s(topic));
+        tr.partitions = parts
+            .into_iter()
+            .map(|(p, _)| {
+                let mut pr = OffsetFetchResponsePartition::default();
+                pr.partition_index = p;
+                pr.committed_offset = -1;
+                pr.committed_leader_epoch = -1;
+                pr.error_code = TOPIC_AUTHORIZATION_FAILED;
+                pr
+            })
+            .collect();
+        r.topics.push(tr);
+    }
+    for (topic, parts) in by_topic(fetched) {
         let mut tr = OffsetFetchResponseTopic::default();
         tr.name = TopicName(s(topic));
         tr.partitions = parts
@@ -482,7 +590,7 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
 pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut r = DescribeGroupsResponse::default();
     for id in req.groups {
-        if let Err(code) = ctx.broker.check_coordinator(id.0.as_str()) {
+        if let Err(code) = check_group(ctx, Operation::Describe, id.0.as_str()) {
             let mut d = DescribedGroup::default();
             d.error_code = code;
             d.group_id = id;
@@ -521,8 +629,11 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
             }
             d
         });
+        d.authorized_operations = match req.include_authorized_operations {
+            true => ctx.authorized_operations(ResourceType::Group, id.0.as_str()),
+            false => i32::MIN,
+        };
         d.group_id = id;
-        d.authorized_operations = i32::MIN;
         r.groups.push(d);
     }
     r
@@ -538,9 +649,14 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
     if !req.types_filter.is_empty() && !req.types_filter.iter().any(|t| t.eq_ignore_ascii_case(GROUP_TYPE_CLASSIC)) {
         return r;
     }
+    // DESCRIBE on the cluster lists every group; otherwise those the principal may describe.
+    let all_visible = ctx.authorized_cluster(Operation::Describe);
     for (id, protocol_type, state) in ctx.broker.groups.list() {
         // Each coordinator lists the groups it coordinates, as Kafka's do.
         if ctx.broker.check_coordinator(&id).is_err() {
+            continue;
+        }
+        if !all_visible && !ctx.authorized(Operation::Describe, ResourceType::Group, &id) {
             continue;
         }
         if !states.is_empty() && !states.contains(&state.name().to_lowercase()) {
@@ -561,7 +677,7 @@ pub fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> DeleteGr
     let mut r = DeleteGroupsResponse::default();
     for id in req.groups_names {
         let mut d = DeletableGroupResult::default();
-        d.error_code = match ctx.broker.check_coordinator(id.0.as_str()) {
+        d.error_code = match check_group(ctx, Operation::Delete, id.0.as_str()) {
             Ok(()) => ctx.broker.groups.delete_group(&store, id.0.as_str()),
             Err(code) => code,
         };
@@ -573,18 +689,18 @@ pub fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> DeleteGr
 
 pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let store = ctx.broker.group_store();
+    let unreadable = unreadable_topics(ctx, req.topics.iter().map(|t| t.name.0.as_str()));
     let tps: Vec<(String, i32)> = req
         .topics
         .iter()
+        .filter(|t| !unreadable.contains(t.name.0.as_str()))
         .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), p.partition_index)))
         .collect();
     let mut r = OffsetDeleteResponse::default();
     let subscribed = |g: &crate::group::coordinator::Group, topic: &str| {
         g.members.values().any(|m| subscribed_topics(m, g.protocol_name.as_deref()).iter().any(|t| t == topic))
     };
-    let deleted = ctx
-        .broker
-        .check_coordinator(req.group_id.0.as_str())
+    let deleted = check_group(ctx, Operation::Delete, req.group_id.0.as_str())
         .and_then(|_| ctx.broker.groups.delete_offsets(&store, req.group_id.0.as_str(), tps, subscribed));
     match deleted {
         Err(code) => r.error_code = code,
@@ -595,11 +711,14 @@ pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDe
                 for p in t.partitions {
                     let mut pr = OffsetDeleteResponsePartition::default();
                     pr.partition_index = p.partition_index;
-                    pr.error_code = results
-                        .iter()
-                        .find(|((n, i), _)| *n == name && *i == p.partition_index)
-                        .map(|(_, c)| *c)
-                        .unwrap_or(codes::NONE);
+                    pr.error_code = match unreadable.contains(&name) {
+                        true => TOPIC_AUTHORIZATION_FAILED,
+                        false => results
+                            .iter()
+                            .find(|((n, i), _)| *n == name && *i == p.partition_index)
+                            .map(|(_, c)| *c)
+                            .unwrap_or(codes::NONE),
+                    };
                     tr.partitions.push(pr);
                 }
                 tr.name = t.name;

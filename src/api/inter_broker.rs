@@ -20,6 +20,31 @@ pub fn is_inter_broker(api_key: i16) -> bool {
 
 /// Decodes, handles and encodes one request body. `Err` closes the connection with the reason
 /// (a malformed request; a stale one is answered with its error code instead).
+/// The answer to a broker request from a principal without CLUSTER_ACTION on the cluster:
+/// CLUSTER_AUTHORIZATION_FAILED, nothing done, as Kafka answers it.
+pub fn refuse(api_key: i16, version: i16) -> Result<BytesMut, String> {
+    let mut out = BytesMut::new();
+    let code = ErrorCode::ClusterAuthorizationFailed.code();
+    let encoded = match api_key {
+        messages::LEADER_AND_ISR => {
+            LeaderAndIsrResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
+        }
+        messages::UPDATE_METADATA => UpdateMetadataResponse { error_code: code }.encode(&mut out, version),
+        messages::STOP_REPLICA => {
+            StopReplicaResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
+        }
+        messages::CONTROLLED_SHUTDOWN => {
+            ControlledShutdownResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
+        }
+        messages::ALTER_PARTITION => {
+            AlterPartitionResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
+        }
+        other => return Err(format!("no handler for inter-broker API key {other}")),
+    };
+    encoded.map_err(|e| format!("cannot encode inter-broker response (key {api_key} v{version}): {e}"))?;
+    Ok(out)
+}
+
 pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: Bytes) -> Result<BytesMut, String> {
     let mut out = BytesMut::new();
     let malformed = |e: messages::CodecError| format!("malformed inter-broker request (key {api_key} v{version}): {e}");

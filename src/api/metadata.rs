@@ -15,6 +15,7 @@ use super::RequestContext;
 use crate::controller::auto_create::is_internal;
 use crate::controller::validate_topic_name;
 use crate::metadata::{BrokerInfo, TopicInfo};
+use crate::security::authorizer::{Operation, ResourceType, CLUSTER_NAME};
 
 /// Kafka's "not requested" marker for authorized-operations fields.
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
@@ -101,18 +102,32 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
         Some(t) => Some(t),
     };
     let allow_auto_create = version < 4 || req.allow_auto_topic_creation;
-    let topics = match requested {
-        None => broker.cache.snapshot().topics.values().map(|t| topic_response(t)).collect(),
+    let may_describe = |name: &str| ctx.authorized(Operation::Describe, ResourceType::Topic, name);
+    let topics: Vec<MetadataResponseTopic> = match requested {
+        // All topics: those the principal may not describe are left out, as if absent.
+        None => broker
+            .cache
+            .snapshot()
+            .topics
+            .values()
+            .filter(|t| may_describe(&t.name))
+            .map(|t| topic_response(t))
+            .collect(),
         Some(list) => list
             .into_iter()
             .map(|rt| {
                 let name = rt.name.map(|n| n.0.to_string());
                 let Some(name) = name else {
                     return match broker.cache.snapshot().topic_by_id(rt.topic_id) {
-                        Some(t) => topic_response(t),
+                        Some(t) if may_describe(&t.name) => topic_response(t),
+                        Some(_) => error_topic(None, rt.topic_id, ErrorCode::TopicAuthorizationFailed),
                         None => error_topic(None, rt.topic_id, ErrorCode::UnknownTopicId),
                     };
                 };
+                // Named but not describable: refused whether it exists or not.
+                if !may_describe(&name) {
+                    return error_topic(Some(name), Uuid::nil(), ErrorCode::TopicAuthorizationFailed);
+                }
                 if let Some(t) = broker.cache.topic(&name) {
                     return topic_response(&t);
                 }
@@ -121,6 +136,12 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
                 }
                 if !(allow_auto_create && broker.config.auto_create_topics_enable) {
                     return error_topic(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition);
+                }
+                // Auto-creation needs CREATE on the cluster or on the topic.
+                if !(ctx.authorized_cluster(Operation::Create)
+                    || ctx.authorized(Operation::Create, ResourceType::Topic, &name))
+                {
+                    return error_topic(Some(name), Uuid::nil(), ErrorCode::TopicAuthorizationFailed);
                 }
                 match broker.auto_create(&name) {
                     Ok(Some(t)) => topic_response(&t),
@@ -167,7 +188,27 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
     r.controller_id = BrokerId(snapshot.controller_id);
     r.topics = topics;
     r.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    // Asked for from v8 (the cluster's only until v10): Kafka reports none of the cluster's
+    // operations to a principal that may not describe it.
+    if version >= 8 && req.include_cluster_authorized_operations {
+        r.cluster_authorized_operations = cluster_operations(ctx);
+    }
+    if version >= 8 && req.include_topic_authorized_operations {
+        for t in r.topics.iter_mut() {
+            if let Some(name) = &t.name {
+                t.topic_authorized_operations = ctx.authorized_operations(ResourceType::Topic, name.0.as_str());
+            }
+        }
+    }
     r
+}
+
+fn cluster_operations(ctx: &RequestContext) -> i32 {
+    if ctx.authorized_cluster(Operation::Describe) {
+        ctx.authorized_operations(ResourceType::Cluster, CLUSTER_NAME)
+    } else {
+        0
+    }
 }
 
 pub fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> DescribeClusterResponse {
@@ -182,7 +223,10 @@ pub fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> De
     }
     r.cluster_id = StrBytes::from_string(snapshot.cluster_id.clone());
     r.controller_id = BrokerId(snapshot.controller_id);
-    r.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    r.cluster_authorized_operations = match req.include_cluster_authorized_operations {
+        true => cluster_operations(ctx),
+        false => AUTHORIZED_OPERATIONS_OMITTED,
+    };
     r.brokers = brokers_for(ctx)
         .into_iter()
         .map(|b| {

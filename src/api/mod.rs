@@ -3,6 +3,7 @@
 
 pub mod error;
 
+mod acls;
 mod admin;
 mod api_versions;
 mod configs;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 
 use crate::broker::Broker;
+use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME};
 
 /// Every API key gregor serves with the versions it really implements, within Kafka 3.9's. The
 /// `kafka-protocol` crate decodes the newer ones, `legacy` the older (checked by a test).
@@ -62,6 +64,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     // Answered on the connection itself (network): they change who the connection is.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
@@ -118,6 +123,41 @@ impl RequestContext {
     /// The client's IP address, for host-based checks.
     pub fn client_ip(&self) -> Option<std::net::IpAddr> {
         self.peer.trim_start_matches('/').parse().ok()
+    }
+
+    /// Whether this request's principal may do `op` on the resource: always without an
+    /// authorizer, as in Kafka. Reads the ACL snapshot only.
+    pub fn authorized(&self, op: Operation, resource_type: ResourceType, name: &str) -> bool {
+        let Some(authorizer) = &self.broker.security.authorizer else { return true };
+        let session = Session { principal: &self.principal, host: self.client_ip() };
+        let allowed = authorizer.authorize(&session, op, resource_type, name);
+        if !allowed {
+            tracing::debug!(principal = %self.principal, ?op, ?resource_type, %name, "denied");
+        }
+        allowed
+    }
+
+    pub fn authorized_cluster(&self, op: Operation) -> bool {
+        self.authorized(op, ResourceType::Cluster, CLUSTER_NAME)
+    }
+
+    /// `op` on at least one resource of the type (InitProducerId's WRITE on any topic).
+    pub fn authorized_any(&self, op: Operation, resource_type: ResourceType) -> bool {
+        let Some(authorizer) = &self.broker.security.authorizer else { return true };
+        authorizer.authorize_any(&Session { principal: &self.principal, host: self.client_ip() }, op, resource_type)
+    }
+
+    /// The bit field of allowed operations that Metadata, DescribeCluster and DescribeGroups
+    /// report: every operation of the type without an authorizer, as Kafka reports.
+    pub fn authorized_operations(&self, resource_type: ResourceType, name: &str) -> i32 {
+        match &self.broker.security.authorizer {
+            Some(a) => a.authorized_operations(
+                &Session { principal: &self.principal, host: self.client_ip() },
+                resource_type,
+                name,
+            ),
+            None => resource_type.supported_operations().iter().fold(0, |bits, op| bits | (1 << op.code())),
+        }
     }
 }
 
@@ -183,6 +223,13 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(group::list_groups(ctx, r)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(group::delete_groups(ctx, r)),
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(group::offset_delete(ctx, r)),
+        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe_acls(ctx, r)),
+        RequestKind::CreateAcls(r) => {
+            ResponseKind::CreateAcls(off_runtime(ctx, move |c| acls::create_acls(c, r)).await?)
+        }
+        RequestKind::DeleteAcls(r) => {
+            ResponseKind::DeleteAcls(off_runtime(ctx, move |c| acls::delete_acls(c, r)).await?)
+        }
         RequestKind::DescribeUserScramCredentials(r) => {
             ResponseKind::DescribeUserScramCredentials(scram_credentials::describe(ctx, r))
         }

@@ -14,6 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::error::ErrorCode;
 use super::RequestContext;
 use crate::replication::Partition;
+use crate::security::authorizer::{Operation, ResourceType};
 
 const NOT_ENOUGH_REPLICAS: i16 = 19;
 const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
@@ -45,6 +46,9 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         .sum();
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
+        // Kafka answers a topic the principal may not write to before looking it up, so
+        // whether it exists is not revealed.
+        let may_write = ctx.authorized(Operation::Write, ResourceType::Topic, &name);
         let info = broker.cache.topic(&name);
         let config = |key: &str| info.as_ref().and_then(|t| t.configs.get(key).cloned());
         let max_bytes =
@@ -65,6 +69,8 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
             out.log_start_offset = -1;
             let code = if !valid_acks {
                 ErrorCode::InvalidRequiredAcks.code()
+            } else if !may_write {
+                ErrorCode::TopicAuthorizationFailed.code()
             } else if transactional {
                 // Transactions are not implemented; refuse rather than write records that
                 // read_committed consumers would treat as committed.

@@ -4,11 +4,21 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 
 use super::error::ErrorCode;
 use super::RequestContext;
+use crate::security::authorizer::{Operation, ResourceType};
 
 pub fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
+    // Kafka 3.x: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on
+    // some topic.
+    if req.transactional_id.is_none()
+        && !ctx.authorized_cluster(Operation::IdempotentWrite)
+        && !ctx.authorized_any(Operation::Write, ResourceType::Topic)
+    {
+        r.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+        return r;
+    }
     if req.transactional_id.is_some() {
         // No transaction coordinator yet: a clear, non-retriable refusal instead of a
         // producer that retries forever.

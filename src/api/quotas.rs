@@ -11,6 +11,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::error::ErrorCode;
 use super::RequestContext;
 use crate::client_quota::{self, check_alteration, Entity, CLIENT_ID, IP, USER};
+use crate::security::authorizer::Operation;
 
 const MATCH_EXACT: i8 = 0;
 const MATCH_DEFAULT: i8 = 1;
@@ -49,6 +50,12 @@ pub fn describe_client_quotas(ctx: &RequestContext, req: DescribeClientQuotasReq
     let mut r = DescribeClientQuotasResponse::default();
     // null on success, as Kafka answers (the crate's default is an empty string)
     r.error_message = None;
+    if !ctx.authorized_cluster(Operation::DescribeConfigs) {
+        r.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+        r.error_message = Some(StrBytes::from_static_str("Cluster authorization failed."));
+        r.entries = None;
+        return r;
+    }
     let fail = |r: &mut DescribeClientQuotasResponse, m: String| {
         r.error_code = ErrorCode::InvalidRequest.code();
         r.error_message = Some(StrBytes::from_string(m));
@@ -128,6 +135,7 @@ pub fn describe_client_quotas(ctx: &RequestContext, req: DescribeClientQuotasReq
 
 pub fn alter_client_quotas(ctx: &RequestContext, req: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
     let mut r = AlterClientQuotasResponse::default();
+    let allowed = ctx.authorized_cluster(Operation::AlterConfigs);
     for entry in req.entries {
         let pairs: Vec<(String, Option<String>)> = entry
             .entity
@@ -147,28 +155,35 @@ pub fn alter_client_quotas(ctx: &RequestContext, req: AlterClientQuotasRequest) 
             })
             .collect();
         let keys: Vec<&str> = entry.ops.iter().map(|o| o.key.as_str()).collect();
-        let checked = check_alteration(&pairs, &keys).and_then(|entity| {
-            let mut ops = Vec::new();
-            for op in &entry.ops {
-                if op.remove {
-                    ops.push((op.key.to_string(), None));
-                    continue;
+        let allowed = match allowed {
+            true => Ok(()),
+            false => Err((ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.".to_string())),
+        };
+        let checked = allowed
+            .and_then(|()| check_alteration(&pairs, &keys).map_err(|m| (ErrorCode::InvalidRequest, m)))
+            .and_then(|entity| {
+                let mut ops = Vec::new();
+                for op in &entry.ops {
+                    if op.remove {
+                        ops.push((op.key.to_string(), None));
+                        continue;
+                    }
+                    // Both byte rates are Kafka LONG configs of at least 1 byte/s.
+                    let v = op.value;
+                    let invalid = |m: String| Err((ErrorCode::InvalidRequest, m));
+                    if !v.is_finite() || (v - v.round()).abs() > 1e-6 {
+                        return invalid(format!("Configuration {} must be a Long value", op.key.as_str()));
+                    }
+                    if v < 1.0 {
+                        return invalid(format!("Configuration {} must be at least 1, got {v}", op.key.as_str()));
+                    }
+                    ops.push((op.key.to_string(), Some(v)));
                 }
-                // Both byte rates are Kafka LONG configs of at least 1 byte/s.
-                let v = op.value;
-                if !v.is_finite() || (v - v.round()).abs() > 1e-6 {
-                    return Err(format!("Configuration {} must be a Long value", op.key.as_str()));
-                }
-                if v < 1.0 {
-                    return Err(format!("Configuration {} must be at least 1, got {v}", op.key.as_str()));
-                }
-                ops.push((op.key.to_string(), Some(v)));
-            }
-            Ok((entity, ops))
-        });
+                Ok((entity, ops))
+            });
         match checked {
-            Err(m) => {
-                out.error_code = ErrorCode::InvalidRequest.code();
+            Err((code, m)) => {
+                out.error_code = code.code();
                 out.error_message = Some(StrBytes::from_string(m));
             }
             Ok(_) if req.validate_only => {}

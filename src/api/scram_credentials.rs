@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
 use super::error::ErrorCode;
 use super::RequestContext;
 use crate::metadata::zk_data;
+use crate::security::authorizer::Operation;
 use crate::security::scram::{self, Mechanism, ScramCredential};
 
 pub fn describe(
@@ -23,6 +24,11 @@ pub fn describe(
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
     let cache = &ctx.broker.security.scram;
+    if !ctx.authorized_cluster(Operation::Describe) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+            .with_error_message(Some("Cluster authorization failed.".into()));
+    }
     let requested: Vec<String> = match req.users {
         Some(users) if !users.is_empty() => users.into_iter().map(|u| u.name.to_string()).collect(),
         _ => cache.users(),
@@ -117,6 +123,12 @@ pub fn alter(ctx: &RequestContext, req: AlterUserScramCredentialsRequest) -> Alt
                 user.clone(),
                 (ErrorCode::DuplicateResource, "A user credential cannot be altered twice in the same request".into()),
             );
+        }
+    }
+    if !ctx.authorized_cluster(Operation::Alter) {
+        for user in count.keys() {
+            errors
+                .insert(user.clone(), (ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.".into()));
         }
     }
     let mut results = Vec::new();

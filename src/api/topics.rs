@@ -18,6 +18,11 @@ use super::configs::{topic_config_entries, ConfigEntry};
 use super::error::{ApiError, ErrorCode};
 use super::RequestContext;
 use crate::controller::TopicRequest;
+use crate::security::authorizer::{Operation, ResourceType};
+
+fn refused(what: &str) -> ApiError {
+    ApiError::new(ErrorCode::TopicAuthorizationFailed, format!("Authorization failed: {what}"))
+}
 
 /// What CreateTopics reports for a created (or validated) topic.
 type Created = (i32, i16, BTreeMap<String, String>, Option<uuid::Uuid>);
@@ -32,6 +37,8 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
     let mut planned: Vec<usize> = Vec::new();
     let mut to_create: Vec<TopicRequest> = Vec::new();
     let mut budget = PartitionBudget::new(&broker.config);
+    // CREATE on the cluster covers every topic; otherwise each needs CREATE of its own.
+    let may_create_any = ctx.authorized_cluster(Operation::Create);
     for t in req.topics {
         let name = t.name.0.to_string();
         let mut out = CreatableTopicResult::default();
@@ -41,6 +48,10 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
         if !seen.insert(name.clone()) {
             let e = ApiError::new(ErrorCode::InvalidRequest, format!("Duplicate topic name {name} in request"));
             answers.push((out, Some(Err(e))));
+            continue;
+        }
+        if !may_create_any && !ctx.authorized(Operation::Create, ResourceType::Topic, &name) {
+            answers.push((out, Some(Err(refused("CREATE on the topic or the cluster")))));
             continue;
         }
         let configs: BTreeMap<String, String> =
@@ -88,6 +99,16 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
     }
     for (mut out, answer) in answers {
         match answer {
+            // Kafka reports the created topic's configs only to who may describe them.
+            Some(Ok((np, rf, _, id)))
+                if !ctx.authorized(Operation::DescribeConfigs, ResourceType::Topic, out.name.0.as_str()) =>
+            {
+                out.num_partitions = np;
+                out.replication_factor = rf;
+                out.topic_id = id.unwrap_or_default();
+                out.topic_config_error_code = ErrorCode::TopicAuthorizationFailed.code();
+                out.configs = None;
+            }
             Some(Ok((np, rf, configs, id))) => {
                 out.num_partitions = np;
                 out.replication_factor = rf;
@@ -137,6 +158,7 @@ fn delete_topics_now(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
         let mut out = DeletableTopicResult::default();
         out.topic_id = id;
         out.name = name.clone().map(|n| TopicName(StrBytes::from_string(n)));
+        let by_id = name.is_none();
         let resolved =
             match name {
                 Some(n) => Ok(n),
@@ -144,6 +166,16 @@ fn delete_topics_now(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
                     ApiError::new(ErrorCode::UnknownTopicId, "This server does not host this topic ID.")
                 }),
             };
+        // A topic named by id that the principal may not describe stays unknown to it.
+        let resolved = resolved.and_then(|n| {
+            if by_id && !ctx.authorized(Operation::Describe, ResourceType::Topic, &n) {
+                Err(ApiError::new(ErrorCode::UnknownTopicId, "This server does not host this topic ID."))
+            } else if !ctx.authorized(Operation::Delete, ResourceType::Topic, &n) {
+                Err(refused("DELETE on the topic"))
+            } else {
+                Ok(n)
+            }
+        });
         match broker.check_controller().and(resolved).and_then(|n| broker.delete_topic(&n).map(|id| (n, id))) {
             Ok((n, id)) => {
                 out.name = Some(TopicName(StrBytes::from_string(n)));
@@ -216,11 +248,18 @@ pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> 
         let name = t.name.0.to_string();
         let manual: Option<Vec<Vec<i32>>> =
             t.assignments.as_ref().map(|a| a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect());
-        let result = ctx.broker.check_partition_bound(t.count).and_then(|_| budget.claim(t.count)).and_then(|_| {
-            ctx.broker
-                .check_controller()
-                .and_then(|_| ctx.broker.create_partitions(&name, t.count, manual, req.validate_only))
-        });
+        let allowed = match ctx.authorized(Operation::Alter, ResourceType::Topic, &name) {
+            true => Ok(()),
+            false => Err(refused("ALTER on the topic")),
+        };
+        let result = allowed
+            .and_then(|_| ctx.broker.check_partition_bound(t.count))
+            .and_then(|_| budget.claim(t.count))
+            .and_then(|_| {
+                ctx.broker
+                    .check_controller()
+                    .and_then(|_| ctx.broker.create_partitions(&name, t.count, manual, req.validate_only))
+            });
         if let Err(e) = result {
             out.error_code = e.code;
             out.error_message = Some(StrBytes::from_string(e.message));
@@ -235,11 +274,17 @@ pub fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> Delete
     let mut r = DeleteRecordsResponse::default();
     for t in req.topics {
         let name = t.name.0.to_string();
+        let may_delete = ctx.authorized(Operation::Delete, ResourceType::Topic, &name);
         let mut tr = DeleteRecordsTopicResult::default();
         for p in t.partitions {
             let mut pr = DeleteRecordsPartitionResult::default();
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
+            if !may_delete {
+                pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                tr.partitions.push(pr);
+                continue;
+            }
             match ctx.broker.replicas.partition(&name, p.partition_index) {
                 None => pr.error_code = super::not_led_error(&ctx.broker, &name, p.partition_index),
                 Some(part) => {

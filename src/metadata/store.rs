@@ -192,6 +192,14 @@ impl ZnodeStore {
         }
     }
 
+    /// A compare-and-delete of a leaf on the node's version (standalone: a plain delete).
+    pub fn delete_if_version(&self, path: &str, version: i32) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.delete_recursive(path),
+            ZnodeStore::ZooKeeper(z) => z.delete_if_version(path, version),
+        }
+    }
+
     pub fn delete_recursive(&self, path: &str) -> Result<(), StoreError> {
         match self {
             ZnodeStore::Embedded(s) => s.delete_recursive(path),

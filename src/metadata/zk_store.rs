@@ -98,7 +98,8 @@ where
 /// topic configs.
 /// What every broker watches, whatever the size of the cluster: who the controller is, and
 /// topic and broker configs.
-const WATCHED: &[&str] = &["/controller", "/config"];
+/// And the ACL change notifications, which each broker's authorizer follows.
+const WATCHED: &[&str] = &["/controller", "/config", "/kafka-acl-changes", "/kafka-acl-extended-changes"];
 /// What the controller watches besides (Kafka's controller: broker registrations, topics and
 /// their partition states, admin requests, ISR change notifications).
 const CONTROLLER_WATCHED: &[&str] = &["/brokers", "/admin", "/isr_change_notification"];
@@ -435,6 +436,16 @@ impl ZkStore {
         let p = path.to_string();
         match self.call(move |c| async move { c.delete(&p, None).await })? {
             Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes a leaf node only if it is still at `version` (gone already counts as done).
+    pub fn delete_if_version(&self, path: &str, version: i32) -> Result<(), StoreError> {
+        let p = path.to_string();
+        match self.call(move |c| async move { c.delete(&p, Some(version)).await })? {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(zk::Error::BadVersion) => Err(StoreError::BadVersion(path.to_string())),
             Err(e) => Err(e.into()),
         }
     }

@@ -54,6 +54,8 @@ pub struct Changes {
     pub quotas: bool,
     /// `/config/users/<user>`: that user's SCRAM credentials are read again.
     pub users: BTreeSet<String>,
+    /// ACL change notifications: the pattern each names is read again.
+    pub acl_changes: BTreeSet<String>,
 }
 
 impl Changes {
@@ -83,6 +85,9 @@ impl Changes {
                     c.quotas = true;
                 }
                 ["config", "users" | "clients", ..] => c.quotas = true,
+                ["kafka-acl-changes" | "kafka-acl-extended-changes", _] => {
+                    c.acl_changes.insert(path.clone());
+                }
                 _ => {}
             }
         }
@@ -170,6 +175,16 @@ impl Broker {
             Some(c) => {
                 for user in &c.users {
                     self.security.scram.reload(store, user)?;
+                }
+            }
+        }
+        if let Some(authorizer) = &self.security.authorizer {
+            match changes {
+                None => authorizer.load_all(store)?,
+                Some(c) => {
+                    for path in &c.acl_changes {
+                        authorizer.process_notification(store, path)?;
+                    }
                 }
             }
         }
@@ -512,12 +527,18 @@ mod tests {
             "/config/topics/c",
             "/admin/delete_topics/d",
             "/config/changes/config_change_0000000001",
+            "/kafka-acl-changes/acl_changes_0000000003",
+            "/kafka-acl-changes",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         let c = Changes::from_paths(&paths);
         assert!(c.brokers && c.admin && !c.controller);
+        assert_eq!(
+            c.acl_changes.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["/kafka-acl-changes/acl_changes_0000000003"]
+        );
         assert_eq!(c.topics.iter().map(String::as_str).collect::<Vec<_>>(), ["a", "c"]);
         // Topic a is read whole, so its partition event adds nothing; b's two states are read.
         assert_eq!(c.partitions.len(), 1);

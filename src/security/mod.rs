@@ -6,6 +6,7 @@
 //! `listener.name.<l>.` forms); a setting that cannot be honoured stops the broker with a
 //! message naming the key, so no listener is ever served with less security than asked for.
 
+pub mod authorizer;
 pub mod jaas;
 pub mod sasl;
 pub mod scram;
@@ -101,6 +102,8 @@ pub struct Security {
     pub max_reauth_ms: i64,
     /// Keys the made-up salts of unknown SCRAM users, so that they are stable per user.
     pub decoy_key: Vec<u8>,
+    /// `authorizer.class.name`; None: every principal may do everything, as in Kafka.
+    pub authorizer: Option<authorizer::Authorizer>,
 }
 
 impl Security {
@@ -132,6 +135,7 @@ impl Security {
             )? as u64),
             max_reauth_ms: ms("connections.max.reauth.ms", 0)?,
             decoy_key: scram::random_bytes(32),
+            authorizer: authorizer::Authorizer::from_config(values)?,
         })
     }
 
