@@ -104,6 +104,12 @@ def cleaner_checkpoint(broker, topic):
     return None
 
 
+def leader_known_to(c, broker_id, topic):
+    """The leader of partition 0 in the Metadata broker `broker_id` answers (the znode changes
+    first; a client asking the broker a moment later may not find the partition yet)."""
+    return c.metadata(broker_id, topic).topics[topic].partitions[0].leader
+
+
 def segment_bases(broker, topic):
     return sorted(int(f.name[:-4]) for f in (Path(broker.data_dir) / f"{topic}-0").glob("*.log"))
 
@@ -147,6 +153,7 @@ def test_the_cleaner_leaves_records_above_the_high_watermark_alone(cluster_facto
     b1.kill()
     sigcont(b2)
     wait_until(lambda: c.partition_state(topic, 0)["leader"] == 2, WAIT, "broker 2 to lead")
+    wait_until(lambda: leader_known_to(c, 2, topic) == 2, WAIT, "broker 2's metadata to name it leader")
     # Broker 2 may also have the first batch of the second round: the answer to the fetch it
     # had parked (one batch: replica.fetch.max.bytes) was in its socket when it was paused.
     want = latest_per_key(b2.bootstrap, topic)
@@ -158,6 +165,7 @@ def test_the_cleaner_leaves_records_above_the_high_watermark_alone(cluster_facto
     # Broker 1 leads again with what it kept: every key's latest value must be there.
     b2.stop()
     wait_until(lambda: c.partition_state(topic, 0)["leader"] == 1, WAIT, "broker 1 to lead")
+    wait_until(lambda: leader_known_to(c, 1, topic) == 1, WAIT, "broker 1's metadata to name it leader")
     assert latest_per_key(b1.bootstrap, topic) == want
 
 
