@@ -215,11 +215,7 @@ pub fn alter_partition_reassignments(
     let mut r = AlterPartitionReassignmentsResponse::default();
     // null on success, as Kafka answers (the crate's default is an empty string)
     r.error_message = None;
-    let allowed = match ctx.authorized_cluster(Operation::Alter) {
-        true => Ok(()),
-        false => Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
-    };
-    if let Err(e) = allowed.and_then(|()| ctx.broker.check_controller()) {
+    if let Err(e) = ctx.require_cluster(Operation::Alter).and_then(|()| ctx.broker.check_controller()) {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;
@@ -263,11 +259,7 @@ pub fn list_partition_reassignments(
 ) -> ListPartitionReassignmentsResponse {
     let mut r = ListPartitionReassignmentsResponse::default();
     r.error_message = None;
-    let allowed = match ctx.authorized_cluster(Operation::Describe) {
-        true => Ok(()),
-        false => Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
-    };
-    if let Err(e) = allowed.and_then(|()| ctx.broker.check_controller()) {
+    if let Err(e) = ctx.require_cluster(Operation::Describe).and_then(|()| ctx.broker.check_controller()) {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;

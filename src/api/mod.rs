@@ -141,6 +141,16 @@ impl RequestContext {
         self.authorized(op, ResourceType::Cluster, CLUSTER_NAME)
     }
 
+    /// `op` on the cluster, or the error a whole request is refused with.
+    pub fn require_cluster(&self, op: Operation) -> Result<(), error::ApiError> {
+        match self.authorized_cluster(op) {
+            true => Ok(()),
+            false => {
+                Err(error::ApiError::new(error::ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed."))
+            }
+        }
+    }
+
     /// `op` on at least one resource of the type (InitProducerId's WRITE on any topic).
     pub fn authorized_any(&self, op: Operation, resource_type: ResourceType) -> bool {
         let Some(authorizer) = &self.broker.security.authorizer else { return true };
