@@ -4,6 +4,7 @@ import pytest
 
 import kproto as kp
 import kproto_admin as ka
+from gregor_harness import wait_until
 from test_apis import new_topic, topic_name, wait_leader
 
 
@@ -255,3 +256,96 @@ def test_describe_producers_of_a_partition(broker):
         assert code == 0 and (p["producer_id"], p["producer_epoch"], p["last_sequence"]) == (4242, 3, 2), p
         assert p["last_timestamp"] >= 1_700_000_000_000 and p["coordinator_epoch"] == -1, p
         assert p["current_txn_start_offset"] == -1, p
+
+
+def two_dir_broker(broker_factory, tmp_path, **overrides):
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    return broker_factory({"log.dirs": ",".join(map(str, dirs)), **overrides}), [str(d) for d in dirs]
+
+
+def log_dirs_view(c):
+    """(topic, partition, is_future) -> (dir, size, offset lag), from DescribeLogDirs."""
+    v = 4
+    r = ka.decode_describe_log_dirs(c.call(ka.DESCRIBE_LOG_DIRS, v, ka.describe_log_dirs_request(v, None)), v)
+    return {(t["name"], p["partition"], p["is_future"]): (d["log_dir"], p["size"], p["offset_lag"])
+            for d in r["results"] for t in d["topics"] for p in t["partitions"]}
+
+
+def leftovers(dirs):
+    """Future and to-be-deleted directories still on disk."""
+    from pathlib import Path
+    return sorted(p.name for d in dirs for p in Path(d).iterdir() if p.name.endswith(("-future", "-delete")))
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_alter_replica_log_dirs_moves_a_partition(broker_factory, tmp_path, which):
+    b, dirs = two_dir_broker(broker_factory, tmp_path)
+    lo, hi = b.api_versions[ka.ALTER_REPLICA_LOG_DIRS]
+    v = lo if which == "min" else hi
+    with kp.Conn(b.host, b.port) as c:
+        name = new_topic(c, 2)
+        for i in range(20):
+            batch = kp.build_batch([kp.Record(value=b"%d" % i * 300, key=b"k%d" % i)] * 3)
+            assert kp.produce(c, name, 0, batch)["error_code"] == 0
+        before = [(r.offset, r.key, r.value) for r in kp.fetch_all(c, name, 0)]
+        view = log_dirs_view(c)
+        src = view[(name, 0, False)][0]
+        dst = next(d for d in dirs if d != src)
+
+        def alter(moves):
+            return ka.decode_alter_replica_log_dirs(
+                c.call(ka.ALTER_REPLICA_LOG_DIRS, v, ka.alter_replica_log_dirs_request(v, moves)), v)["results"]
+
+        # Kafka's answers: a dir not in log.dirs, a partition this broker has no replica of, a
+        # partition already in the dir asked for (nothing to do).
+        moves = {"/not/a/log/dir": {name: [0]}}
+        moves.setdefault(dst, {}).setdefault(name, []).append(7)
+        moves.setdefault(view[(name, 1, False)][0], {}).setdefault(name, []).append(1)
+        got = alter(moves)
+        assert got == {(name, 0): ka.LOG_DIR_NOT_FOUND, (name, 7): ka.REPLICA_NOT_AVAILABLE, (name, 1): 0}, got
+        assert alter({dst: {name: [0]}}) == {(name, 0): 0}
+
+        def moved():
+            now = log_dirs_view(c)
+            done = now.get((name, 0, False), ("",))[0] == dst and (name, 0, True) not in now
+            return done and not leftovers(dirs)
+        wait_until(moved, 30, "the partition to be in its new log dir, with no future or old copy left")
+        assert (tmp_path / "d1" / f"{name}-0").exists() == (dst == dirs[0])
+        assert [(r.offset, r.key, r.value) for r in kp.fetch_all(c, name, 0)] == before
+        # the moved log takes appends, and a second move brings it back
+        assert kp.produce(c, name, 0, kp.build_batch([kp.Record(value=b"after")]))["base_offset"] == len(before)
+        assert alter({src: {name: [0]}}) == {(name, 0): 0}
+        wait_until(lambda: log_dirs_view(c).get((name, 0, False), ("",))[0] == src and not leftovers(dirs), 30,
+                   "the partition back in its first dir")
+        after = kp.fetch_all(c, name, 0)
+        assert [(r.offset, r.key, r.value) for r in after[:-1]] == before and after[-1].value == b"after"
+
+
+def test_kill_during_a_log_dir_move_loses_nothing(broker_factory, tmp_path):
+    # A throttled copy of 600 KB in 64 KB chunks takes seconds: time to kill the broker mid-move.
+    b, dirs = two_dir_broker(broker_factory, tmp_path, **{
+        "replica.alter.log.dirs.io.max.bytes.per.second": "200000", "replica.fetch.max.bytes": "65536"})
+    v = b.api_versions[ka.ALTER_REPLICA_LOG_DIRS][1]
+    with kp.Conn(b.host, b.port) as c:
+        name = new_topic(c, 1)
+        for i in range(60):
+            batch = kp.build_batch([kp.Record(value=bytes([i]) * 10000, key=b"k%d" % i)])
+            assert kp.produce(c, name, 0, batch)["error_code"] == 0
+        before = [(r.offset, r.value) for r in kp.fetch_all(c, name, 0)]
+        src = log_dirs_view(c)[(name, 0, False)][0]
+        dst = next(d for d in dirs if d != src)
+        r = c.call(ka.ALTER_REPLICA_LOG_DIRS, v, ka.alter_replica_log_dirs_request(v, {dst: {name: [0]}}))
+        assert ka.decode_alter_replica_log_dirs(r, v)["results"] == {(name, 0): 0}
+
+        def mid_move():
+            f = log_dirs_view(c).get((name, 0, True))
+            return f is not None and f[0] == dst and f[1] > 0 and f[2] > 0
+        wait_until(mid_move, 30, "DescribeLogDirs to show the future replica partly copied, lagging")
+    assert [n for n in leftovers(dirs) if n.endswith("-future")], leftovers(dirs)
+    b.restart(mode="kill")
+    with kp.Conn(b.host, b.port) as c:
+        wait_leader(c, name, 1)
+        assert [(r.offset, r.value) for r in kp.fetch_all(c, name, 0)] == before
+        wait_until(lambda: log_dirs_view(c).get((name, 0, False), ("",))[0] == dst and not leftovers(dirs), 30,
+                   "the move to resume after the restart and complete")
+        assert [(r.offset, r.value) for r in kp.fetch_all(c, name, 0)] == before

@@ -43,6 +43,7 @@ COVERAGE = {
     ka.DESCRIBE_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
     ka.ALTER_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
     ka.DESCRIBE_PRODUCERS: ("test_admin_apis", "test_describe_producers_of_a_partition"),
+    ka.ALTER_REPLICA_LOG_DIRS: ("test_admin_apis", "test_alter_replica_log_dirs_moves_a_partition"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners

@@ -21,6 +21,7 @@ CLASS_NAMES = {
     ka.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignmentsRequest",
     ka.DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotasRequest", ka.ALTER_CLIENT_QUOTAS: "AlterClientQuotasRequest",
     ka.DESCRIBE_PRODUCERS: "DescribeProducersRequest",
+    ka.ALTER_REPLICA_LOG_DIRS: "AlterReplicaLogDirsRequest",
 }
 
 
@@ -48,6 +49,8 @@ def build(api, v):
                                                    [("producer_byte_rate", 1024.0, False), ("x", 0.0, True)])], True)
     if api == ka.DESCRIBE_PRODUCERS:
         return ka.describe_producers_request(v, {"t": [0, 1]})
+    if api == ka.ALTER_REPLICA_LOG_DIRS:
+        return ka.alter_replica_log_dirs_request(v, {"/d1": {"t": [0, 2], "u": [1]}, "/d2": {"v": [3]}})
     raise AssertionError(api)
 
 

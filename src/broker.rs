@@ -392,6 +392,7 @@ impl Broker {
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
     pub fn spawn_log_tasks(self: &Arc<Self>) {
+        tokio::spawn(crate::replication::alter_log_dirs::run(self.clone()));
         let cleaner = crate::log::cleaner::LogCleaner::start(self.replicas.logs_handle(), self.config.cleaner.clone());
         let _ = self.cleaner.set(cleaner);
         let b = self.clone();

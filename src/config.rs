@@ -184,6 +184,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("replica.fetch.response.max.bytes", "10485760"),
     ("leader.replication.throttled.rate", "9223372036854775807"),
     ("follower.replication.throttled.rate", "9223372036854775807"),
+    ("replica.alter.log.dirs.io.max.bytes.per.second", "9223372036854775807"),
     ("controlled.shutdown.enable", "true"),
     ("auto.leader.rebalance.enable", "true"),
     ("leader.imbalance.check.interval.seconds", "300"),
@@ -260,6 +261,9 @@ pub struct BrokerConfig {
     /// for the throttled replicas of reassignments (dynamic; Long.MaxValue: none).
     pub leader_replication_throttled_rate: u64,
     pub follower_replication_throttled_rate: u64,
+    /// `replica.alter.log.dirs.io.max.bytes.per.second`: bytes/s copied by log dir moves
+    /// (dynamic; Long.MaxValue: none).
+    pub replica_alter_log_dirs_io_max_bytes_per_second: u64,
     /// Where `/metrics` is served (`metrics.host`, `metrics.port`); None: not served.
     pub metrics_address: Option<(String, u16)>,
     /// `max.connections`: client connections over all listeners but the inter-broker one.
@@ -310,7 +314,12 @@ pub struct BrokerConfig {
 /// the topic-level configs and the replication throttles.
 pub fn is_dynamic_broker_config(key: &str) -> bool {
     TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key)
-        || matches!(key, "leader.replication.throttled.rate" | "follower.replication.throttled.rate")
+        || matches!(
+            key,
+            "leader.replication.throttled.rate"
+                | "follower.replication.throttled.rate"
+                | "replica.alter.log.dirs.io.max.bytes.per.second"
+        )
 }
 
 impl BrokerConfig {
@@ -582,6 +591,10 @@ impl BrokerConfig {
             follower_replication_throttled_rate: num::<u64>(
                 "follower.replication.throttled.rate",
                 get("follower.replication.throttled.rate"),
+            )?,
+            replica_alter_log_dirs_io_max_bytes_per_second: num::<u64>(
+                "replica.alter.log.dirs.io.max.bytes.per.second",
+                get("replica.alter.log.dirs.io.max.bytes.per.second"),
             )?,
             metrics_address,
             max_connections: non_negative_usize("max.connections", get("max.connections"))?,

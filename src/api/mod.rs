@@ -39,6 +39,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
+    // v0 has v1's layout but the crate (Kafka 4's schemas, KIP-896) no longer decodes it.
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
@@ -165,6 +167,9 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         }
         RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(admin::describe_producers(ctx, r)),
         RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(admin::describe_log_dirs(ctx, r)),
+        RequestKind::AlterReplicaLogDirs(r) => {
+            ResponseKind::AlterReplicaLogDirs(off_runtime(ctx, move |c| admin::alter_replica_log_dirs(c, r)).await?)
+        }
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(metadata::describe_cluster(ctx, r)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
         RequestKind::OffsetForLeaderEpoch(r) => {

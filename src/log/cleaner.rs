@@ -286,6 +286,11 @@ impl LogCleaner {
                     continue;
                 }
             }
+            // As Kafka pauses cleaning during a log dir move: the swap would leave a pass's
+            // cleaned segment in the directory being deleted.
+            if self.manager.is_moving(&key) {
+                continue;
+            }
             let view = match lock(&log).cleaner_view() {
                 Ok(v) if v.config.compact => v,
                 _ => continue,
