@@ -436,3 +436,44 @@ def test_describe_producers_reports_idempotent_producers(single):
             ka.describe_producers([KTP(topic, 5)], broker_id=single.broker_id)
     finally:
         ka.close()
+
+
+# ---------------------------------------------------------------------------
+# 6. AlterReplicaLogDirs
+# ---------------------------------------------------------------------------
+
+def test_move_a_replica_between_log_dirs_with_the_java_admin_client(broker_factory, tmp_path):
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    b = broker_factory({**GROUP_OVERRIDES, "log.dirs": ",".join(map(str, dirs))})
+    topic = uniq("move")
+    ck_create(ck_admin(b), topic, 1)
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
+    sent = [b"m%05d" % i for i in range(3000)]
+    for v in sent:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(WAIT) == 0
+    src = next(d for d in dirs if (d / f"{topic}-0").is_dir())
+    dst = next(d for d in dirs if d != src)
+    java_client.run(java_client.compile_client()[0], b.bootstrap, b.base_dir / "java-tmp",
+                    "move-replica-dir", topic, "0", str(b.broker_id), str(dst))
+    assert (dst / f"{topic}-0").is_dir() and not (src / f"{topic}-0").exists()
+    ka = kp_admin(b)
+    try:
+        [entry] = ka.describe_log_dirs(topic_partitions={topic: [0]})
+        where = {d["log_dir"]: [t["name"] for t in d["topics"]] for d in entry["log_dirs"]}
+        assert where == {str(src): [], str(dst): [topic]}, where
+    finally:
+        ka.close()
+    c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": uniq("g"), "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+        got = []
+        deadline = time.monotonic() + WAIT
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        assert got == sent
+    finally:
+        c.close()
