@@ -477,3 +477,29 @@ def test_move_a_replica_between_log_dirs_with_the_java_admin_client(broker_facto
         assert got == sent
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------------------
+# 7. DescribeTopicPartitions
+# ---------------------------------------------------------------------------
+
+def test_java_describe_topics_pages_through_describe_topic_partitions(broker_factory):
+    import urllib.request
+
+    from gregor_harness import free_port
+    port = free_port()
+    b = broker_factory({**GROUP_OVERRIDES, "metrics.port": str(port), "metrics.host": "127.0.0.1"})
+    topic = uniq("dtp")
+    ck_create(ck_admin(b), topic, 5)
+
+    def answered():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('kafka_network_requestmetrics_requests_total{request="DescribeTopicPartitions"'):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    java_client.run(java_client.compile_client()[0], b.bootstrap, b.base_dir / "java-tmp",
+                    "describe-topics-paged", topic, "5", "2")
+    # five partitions two at a time: three pages, then the missing topic's request
+    assert answered() >= 4, answered()

@@ -349,3 +349,39 @@ def test_kill_during_a_log_dir_move_loses_nothing(broker_factory, tmp_path):
         wait_until(lambda: log_dirs_view(c).get((name, 0, False), ("",))[0] == dst and not leftovers(dirs), 30,
                    "the move to resume after the restart and complete")
         assert [(r.offset, r.value) for r in kp.fetch_all(c, name, 0)] == before
+
+
+def test_describe_topic_partitions_pages_with_its_cursor(broker):
+    v = broker.api_versions[ka.DESCRIBE_TOPIC_PARTITIONS][1]
+    with kp.Conn(broker.host, broker.port) as c:
+        prefix = topic_name("dtp")
+        a, b_, c3, missing = (f"{prefix}-{x}" for x in "abcm")
+        for name, n in ((a, 3), (b_, 2), (c3, 1)):
+            new_topic(c, n, name)
+
+        def dtp(topics, limit=2000, cursor=None):
+            r = c.call(ka.DESCRIBE_TOPIC_PARTITIONS, v, ka.describe_topic_partitions_request(v, topics, limit, cursor))
+            out = ka.decode_describe_topic_partitions(r, v)
+            return [(t["name"], t["error_code"], [p["partition"] for p in t["partitions"]]) for t in out["topics"]], \
+                out["next_cursor"], out
+
+        # four partitions per page: all of a, the first of b, then the cursor at b's second
+        got, cursor, raw = dtp([missing, c3, b_, a], limit=4)
+        assert (got, cursor) == ([(a, 0, [0, 1, 2]), (b_, 0, [0])], (b_, 1)), raw
+        t = raw["topics"][0]
+        assert t["topic_id"] != bytes(16) and not t["is_internal"] and t["authorized_operations"] == 3576, t
+        p = t["partitions"][0]
+        assert p["leader"] == 0 and p["replicas"] == [0] and p["isr"] == [0] and p["offline_replicas"] == [], p
+        got, cursor, raw = dtp([missing, c3, b_, a], limit=4, cursor=cursor)
+        assert (got, cursor) == ([(b_, 0, [1]), (c3, 0, [0]), (missing, kp.UNKNOWN_TOPIC_OR_PARTITION, [])], None), raw
+        # a page that ends exactly at a topic's end points at the next topic's start
+        assert dtp([a, b_], limit=3)[:2] == ([(a, 0, [0, 1, 2])], (b_, 0))
+        # the cursor's topic must be among those asked for
+        got, cursor, _ = dtp([a, b_], cursor=(c3, 0))
+        assert (got, cursor) == ([(a, ka.INVALID_REQUEST, []), (b_, ka.INVALID_REQUEST, [])], None), got
+        # no topics: every topic from the cursor on, in name order, unknown ones never listed
+        got, cursor, _ = dtp([], cursor=(b_, 1))
+        assert got[:2] == [(b_, 0, [1]), (c3, 0, [0])] and cursor is None, got
+        assert [n for n, _, _ in got] == sorted(n for n, _, _ in got)
+        assert dtp([a], limit=0)[:2] == ([], (a, 0))
+        assert dtp(["bad/name"])[0] == [("bad/name", kp.INVALID_TOPIC_EXCEPTION, [])]

@@ -44,6 +44,7 @@ COVERAGE = {
     ka.ALTER_CLIENT_QUOTAS: ("test_admin_apis", "test_client_quotas_alter_and_describe"),
     ka.DESCRIBE_PRODUCERS: ("test_admin_apis", "test_describe_producers_of_a_partition"),
     ka.ALTER_REPLICA_LOG_DIRS: ("test_admin_apis", "test_alter_replica_log_dirs_moves_a_partition"),
+    ka.DESCRIBE_TOPIC_PARTITIONS: ("test_admin_apis", "test_describe_topic_partitions_pages_with_its_cursor"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners

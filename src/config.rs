@@ -99,6 +99,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("advertised.listeners", ""),
     ("log.dirs", "./data"),
     ("num.partitions", "1"),
+    ("max.request.partition.size.limit", "2000"),
     // Kafka has no bound here (it leaves it to a CreateTopicPolicy). Without one, a single
     // CreateTopics or CreatePartitions asking for 2^31 partitions exhausts memory; no real
     // topic comes near these.
@@ -237,6 +238,9 @@ pub struct BrokerConfig {
     pub inter_broker_listener: String,
     pub log_dirs: Vec<PathBuf>,
     pub num_partitions: i32,
+    /// `max.request.partition.size.limit`: the most partitions one DescribeTopicPartitions
+    /// answer holds (Kafka 3.8+).
+    pub max_request_partition_size_limit: i32,
     /// `gregor.max.partitions.per.topic`: the most partitions one topic may have.
     pub max_partitions_per_topic: i32,
     /// `gregor.max.partitions.per.request`: the most partitions one CreateTopics or
@@ -546,6 +550,10 @@ impl BrokerConfig {
             inter_broker_listener,
             log_dirs,
             num_partitions: positive::<i32>("num.partitions", get("num.partitions"))?,
+            max_request_partition_size_limit: positive::<i32>(
+                "max.request.partition.size.limit",
+                get("max.request.partition.size.limit"),
+            )?,
             max_partitions_per_topic: positive::<i32>(
                 "gregor.max.partitions.per.topic",
                 get("gregor.max.partitions.per.topic"),
