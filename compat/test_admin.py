@@ -503,3 +503,38 @@ def test_java_describe_topics_pages_through_describe_topic_partitions(broker_fac
                     "describe-topics-paged", topic, "5", "2")
     # five partitions two at a time: three pages, then the missing topic's request
     assert answered() >= 4, answered()
+
+
+# ---------------------------------------------------------------------------
+# 8. /config/changes housekeeping
+# ---------------------------------------------------------------------------
+
+def test_expired_config_change_notifications_are_purged(request, zookeeper):
+    # Kafka's expiration is 15 minutes; the test shortens it to 2 s.
+    c = Cluster(zookeeper, 1, overrides={"gregor.config.change.expiration.ms": "2000"},
+                on_new_broker=lambda b: _register(request, b))
+    c.start()
+    try:
+        a = c.admin(1)
+
+        def alter(ms):
+            entry = ck.admin.ConfigEntry("log.retention.ms", str(ms),
+                                         incremental_operation=ck.admin.AlterConfigOpType.SET)
+            r = ck.admin.ConfigResource(ck.admin.ResourceType.BROKER, "1", incremental_configs=[entry])
+            a.incremental_alter_configs([r])[r].result(WAIT)
+
+        alter(3_600_000)
+        [first] = c.kz.get_children("/config/changes")
+        # every later notification makes the broker look at the old ones
+        n = [3_600_001]
+
+        def purged():
+            alter(n[0])
+            n[0] += 1
+            return first not in c.kz.get_children("/config/changes")
+        wait_until(purged, WAIT, "the expired notification to be deleted", interval=0.5)
+        left = c.kz.get_children("/config/changes")
+        assert left and max(left) > first, left
+        assert c.get_json("/config/brokers/1")["config"] == {"log.retention.ms": str(n[0] - 1)}
+    finally:
+        c.cleanup(keep=_failed(request))

@@ -196,6 +196,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // partition, written at most max.writes at a time per interval (0 ms: no copy).
     ("gregor.offsets.zookeeper.mirror.interval.ms", "5000"),
     ("gregor.offsets.zookeeper.mirror.max.writes", "5000"),
+    // Kafka's ZkNodeChangeNotificationListener's changeExpirationMs, fixed there at 15 minutes.
+    ("gregor.config.change.expiration.ms", "900000"),
     ("offsets.retention.check.interval.ms", "600000"),
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),
@@ -300,6 +302,9 @@ pub struct BrokerConfig {
     pub offsets_zk_mirror_interval: Option<std::time::Duration>,
     /// `gregor.offsets.zookeeper.mirror.max.writes`: znode writes per copy at most.
     pub offsets_zk_mirror_max_writes: usize,
+    /// `gregor.config.change.expiration.ms`: how old a `/config/changes` notification must be
+    /// before a broker deletes it (Kafka: 15 minutes, not configurable).
+    pub config_change_expiration_ms: i64,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
     /// The topic-level defaults derived from the `log.*` keys.
@@ -634,6 +639,10 @@ impl BrokerConfig {
             offsets_zk_mirror_max_writes: positive::<usize>(
                 "gregor.offsets.zookeeper.mirror.max.writes",
                 get("gregor.offsets.zookeeper.mirror.max.writes"),
+            )?,
+            config_change_expiration_ms: positive::<i64>(
+                "gregor.config.change.expiration.ms",
+                get("gregor.config.change.expiration.ms"),
             )?,
             transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
             log,

@@ -54,6 +54,8 @@ pub struct Changes {
     pub quotas: bool,
     /// `/config/users/<user>`: that user's SCRAM credentials are read again.
     pub users: BTreeSet<String>,
+    /// A change notification: expired ones are purged.
+    pub config_changes: bool,
 }
 
 impl Changes {
@@ -77,6 +79,7 @@ impl Changes {
                 ["config", "changes", ..] => {
                     c.broker_configs = true;
                     c.quotas = true;
+                    c.config_changes = true;
                 }
                 ["config", "users", u] => {
                     c.users.insert(u.to_string());
@@ -164,6 +167,12 @@ impl Broker {
         }
         if changes.is_none_or(|c| c.quotas) {
             self.reload_client_quotas()?;
+        }
+        if changes.is_none_or(|c| c.config_changes) {
+            if let Err(e) = self.purge_obsolete_config_changes() {
+                // Old notifications cost space, never correctness: the next change tries again.
+                tracing::warn!(error = %e, "cannot purge expired config change notifications");
+            }
         }
         match changes {
             None => self.security.scram.load_all(store)?,
