@@ -165,9 +165,10 @@ def test_dynamic_broker_configs_and_their_sources(broker):
         assert describe(c, name, ["retention.ms"])["retention.ms"] == ("3600000", 3)
         assert alter("0", {"log.retention.ms": "7200000"}) == 0
         assert broker_view(c, "0", ["log.retention.ms"])["log.retention.ms"] == ("7200000", 2, False)
-        # static-only keys, bad values and other brokers' ids are refused
-        assert alter("", {"broker.id": "5"}) == 40
-        assert alter("", {"log.retention.ms": "soon"}) == 40
+        # static-only keys, bad values and other brokers' ids are refused: INVALID_REQUEST, as
+        # Kafka's ZkAdminManager answers a broker config's ConfigException
+        assert alter("", {"broker.id": "5"}) == 42
+        assert alter("", {"log.retention.ms": "soon"}) == 42
         assert alter("7", {"log.retention.ms": "1"}) == 42
         # AlterConfigs replaces the entity: without the key it falls back to the default entity
         assert alter("0", {}) == 0
@@ -385,3 +386,73 @@ def test_describe_topic_partitions_pages_with_its_cursor(broker):
         assert [n for n, _, _ in got] == sorted(n for n, _, _ in got)
         assert dtp([a], limit=0)[:2] == ([], (a, 0))
         assert dtp(["bad/name"])[0] == [("bad/name", kp.INVALID_TOPIC_EXCEPTION, [])]
+
+
+def _alter_broker(c, name, configs):
+    v = 2
+    r = c.call(ka.ALTER_CONFIGS, v, ka.alter_configs_request(v, [(kp.RESOURCE_BROKER, name, configs)]))
+    [res] = ka.decode_alter_configs(r, v)["responses"]
+    return res["error_code"], res.get("error_message")
+
+
+def _synonyms(c, name, key):
+    v = 4
+    r = c.call(kp.DESCRIBE_CONFIGS, v, kp.describe_configs_request(v, [(kp.RESOURCE_BROKER, name, [key])], True))
+    [res] = kp.decode_describe_configs(r, v)["results"]
+    [entry] = res["configs"]
+    return entry["value"], entry["config_source"], [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]]
+
+
+def test_dynamic_connection_limits_apply_without_a_restart(broker_factory):
+    from test_connection_limits import served, wait_for
+    b = broker_factory({"max.connections.per.ip": "50"})
+    with kp.Conn(b.host, b.port) as c:
+        assert _alter_broker(c, "0", {"max.connections.per.ip": "3"})[0] == 0
+        assert _synonyms(c, "0", "max.connections.per.ip") == (
+            "3", 2, [("max.connections.per.ip", "3", 2), ("max.connections.per.ip", "50", 4),
+                     ("max.connections.per.ip", "2147483647", 5)])
+        # this connection is one of the three
+        conns = [served(b) for _ in range(2)]
+        assert all(conns)
+        assert served(b) is None, "a fourth connection from 127.0.0.1 was served under the dynamic limit"
+        for x in conns:
+            x.close()
+        # the cluster-wide default counts once the broker's own value is gone
+        assert _alter_broker(c, "", {"max.connections.per.ip": "2"})[0] == 0
+        assert _alter_broker(c, "0", {})[0] == 0
+        assert _synonyms(c, "0", "max.connections.per.ip")[:2] == ("2", 3)
+        one = wait_for(lambda: served(b), 10, "room for a second connection")
+        assert served(b) is None, "a third connection was served under the cluster default of 2"
+        one.close()
+        assert _alter_broker(c, "", {})[0] == 0
+        more = [wait_for(lambda: served(b), 10, "the static limit back") for _ in range(5)]
+        for x in more:
+            x.close()
+
+
+def _cleaner_threads(b):
+    from pathlib import Path
+    return sum(1 for t in Path(f"/proc/{b.proc.pid}/task").iterdir()
+               if (t / "comm").read_text().startswith("kafka-log-clean"))
+
+
+def test_dynamic_cleaner_threads_and_keys_gregor_cannot_apply_live(broker_factory):
+    from test_connection_limits import wait_for
+    b = broker_factory()
+    with kp.Conn(b.host, b.port) as c:
+        assert _cleaner_threads(b) == 1
+        assert _alter_broker(c, "", {"log.cleaner.threads": "2", "log.cleaner.backoff.ms": "500"})[0] == 0
+        wait_for(lambda: _cleaner_threads(b) == 2, 10, "a second cleaner thread")
+        assert _synonyms(c, "0", "log.cleaner.threads")[:2] == ("2", 3)
+        # Kafka's bounds: at most double, at least half the current count
+        code, msg = _alter_broker(c, "", {"log.cleaner.threads": "5"})
+        assert code == ka.INVALID_REQUEST and "log.cleaner.threads" in msg, (code, msg)
+        assert _cleaner_threads(b) == 2
+        # dynamic in Kafka, not applied live by gregor: refused, naming the key, never stored
+        for key, value in [("num.io.threads", "4"), ("num.replica.fetchers", "2"),
+                           ("listener.name.plaintext.ssl.keystore.location", "/k.pem")]:
+            code, msg = _alter_broker(c, "0", {key: value})
+            assert code == ka.INVALID_REQUEST and key in msg, (key, code, msg)
+        assert broker_view(c, "0", ["num.io.threads"])["num.io.threads"][1:] == (5, True)
+        assert _alter_broker(c, "", {})[0] == 0
+        wait_for(lambda: _cleaner_threads(b) == 1, 10, "the cleaner back to one thread")

@@ -320,15 +320,64 @@ pub struct BrokerConfig {
 
 /// The broker keys that can be changed at run time through `/config/brokers/<id>` and
 /// `/config/brokers/<default>` (a subset of Kafka's `DynamicBrokerConfig`): the defaults of
-/// the topic-level configs and the replication throttles.
+/// the topic-level configs, the replication throttles, the connection limits (Kafka's
+/// SocketServer set) and the cleaner's (LogCleaner's set).
 pub fn is_dynamic_broker_config(key: &str) -> bool {
-    TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key)
-        || matches!(
-            key,
-            "leader.replication.throttled.rate"
-                | "follower.replication.throttled.rate"
-                | "replica.alter.log.dirs.io.max.bytes.per.second"
-        )
+    TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key) || LIVE_BROKER_KEYS.contains(&key)
+}
+
+/// Dynamic broker keys beyond the topic defaults, each applied live by the component using it.
+const LIVE_BROKER_KEYS: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+    "max.connection.creation.rate",
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
+];
+
+/// Keys Kafka 3.9 updates dynamically (DynamicBrokerConfig's reconfigurable sets) that gregor
+/// cannot apply without a restart: refused rather than stored and ignored. Keys of Kafka's
+/// listener, SSL and SASL sets are refused by their prefix as well (see
+/// [`is_dynamic_in_kafka_only`]).
+const KAFKA_ONLY_DYNAMIC_KEYS: &[&str] = &[
+    "num.io.threads",
+    "num.replica.fetchers",
+    "num.recovery.threads.per.data.dir",
+    "background.threads",
+    "num.network.threads",
+    "metric.reporters",
+    "listeners",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "principal.builder.class",
+    "producer.id.expiration.ms",
+    "transaction.partition.verification.enable",
+    "sasl.mechanism.inter.broker.protocol",
+    "sasl.enabled.mechanisms",
+    "ssl.client.auth",
+];
+
+/// Whether Kafka 3.9 would update `key` dynamically while gregor cannot (then AlterConfigs
+/// refuses it with INVALID_REQUEST naming it).
+pub fn is_dynamic_in_kafka_only(key: &str) -> bool {
+    if is_dynamic_broker_config(key) {
+        return false;
+    }
+    KAFKA_ONLY_DYNAMIC_KEYS.contains(&key)
+        || key.starts_with("listener.name.")
+        || key.starts_with("ssl.")
+        || key.starts_with("sasl.kerberos.")
+        || key.starts_with("sasl.login.refresh.")
+        || key == "sasl.jaas.config"
+        || key.starts_with("remote.log.")
 }
 
 impl BrokerConfig {

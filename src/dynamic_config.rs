@@ -5,7 +5,8 @@
 //! Precedence, as Kafka's: this broker's dynamic value, then the cluster default, then the
 //! static value, then the default. A writer stores the entity's znode and announces it under
 //! `/config/changes`; every broker watches `/config`, re-reads both entities and re-applies
-//! the topic defaults to its open logs. The effective configuration is swapped whole, so a
+//! the topic defaults to its open logs, the connection limits to its listeners and the
+//! `log.cleaner.*` values to its cleaner (the replication throttles are read where used). The effective configuration is swapped whole, so a
 //! reader never sees half of a change.
 
 use std::collections::BTreeMap;
@@ -112,7 +113,13 @@ impl Broker {
             changed
         };
         if changed {
-            tracing::info!("dynamic broker configs changed; applying them to the open logs");
+            tracing::info!("dynamic broker configs changed; applying them");
+            if let Some(q) = self.connection_quotas.get() {
+                q.reconfigure(&effective);
+            }
+            if let Some(c) = self.cleaner.get() {
+                c.reconfigure(effective.cleaner.clone());
+            }
             let snapshot = self.cache.snapshot();
             for p in self.replicas.all_partitions() {
                 let overrides = snapshot.topics.get(&p.topic).map(|t| t.configs.clone()).unwrap_or_default();
