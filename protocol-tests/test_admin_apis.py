@@ -456,3 +456,45 @@ def test_dynamic_cleaner_threads_and_keys_gregor_cannot_apply_live(broker_factor
         assert broker_view(c, "0", ["num.io.threads"])["num.io.threads"][1:] == (5, True)
         assert _alter_broker(c, "", {})[0] == 0
         wait_for(lambda: _cleaner_threads(b) == 1, 10, "the cleaner back to one thread")
+
+
+def test_log_dir_moves_under_a_steady_producer_lose_no_acknowledged_record(broker_factory, tmp_path):
+    import threading
+    b, dirs = two_dir_broker(broker_factory, tmp_path)
+    v = b.api_versions[ka.ALTER_REPLICA_LOG_DIRS][1]
+    acked, stop, errors = [], threading.Event(), []
+
+    def produce(name):
+        with kp.Conn(b.host, b.port) as p:
+            i = 0
+            while not stop.is_set():
+                r = kp.produce(p, name, 0, kp.build_batch([kp.Record(value=b"s%06d" % i)] * 5))
+                if r["error_code"] != 0:
+                    errors.append(r)
+                    return
+                acked.append((r["base_offset"], i))
+                i += 1
+
+    with kp.Conn(b.host, b.port) as c:
+        name = new_topic(c, 1)
+        t = threading.Thread(target=produce, args=(name,))
+        t.start()
+        try:
+            for _ in range(2):
+                mark = len(acked)
+                wait_until(lambda: len(acked) > mark + 50 or errors, 30, "the producer to write more")
+                src = log_dirs_view(c)[(name, 0, False)][0]
+                dst = next(d for d in dirs if d != src)
+                r = c.call(ka.ALTER_REPLICA_LOG_DIRS, v, ka.alter_replica_log_dirs_request(v, {dst: {name: [0]}}))
+                assert ka.decode_alter_replica_log_dirs(r, v)["results"] == {(name, 0): 0}
+                wait_until(lambda: log_dirs_view(c).get((name, 0, False), ("",))[0] == dst
+                           and not leftovers(dirs), 60, "the move to complete while records keep coming")
+        finally:
+            stop.set()
+            t.join(30)
+        assert not errors, errors
+        records = kp.fetch_all(c, name, 0)
+        by_offset = {r.offset: r.value for r in records}
+        assert [r.offset for r in records] == list(range(len(records)))
+        for base, i in acked:
+            assert all(by_offset.get(base + k) == b"s%06d" % i for k in range(5)), (base, i)

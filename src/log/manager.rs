@@ -452,7 +452,23 @@ impl LogManager {
 
     /// Abandons a partition's move and deletes its future log (the current log is untouched).
     pub fn remove_future(&self, key: &Key) -> Result<(), LogError> {
-        let removed = self.state().futures.remove(key);
+        self.remove_future_matching(key, None)
+    }
+
+    /// Like `remove_future`, only if the move in progress is still the one whose future log
+    /// is `which` (a failed copy step must not drop a move the operator started since).
+    pub fn remove_future_if(&self, key: &Key, which: &SharedLog) -> Result<(), LogError> {
+        self.remove_future_matching(key, Some(which))
+    }
+
+    fn remove_future_matching(&self, key: &Key, which: Option<&SharedLog>) -> Result<(), LogError> {
+        let removed = {
+            let mut st = self.state();
+            match (st.futures.get(key), which) {
+                (Some(f), Some(w)) if !Arc::ptr_eq(&f.log, w) => None,
+                _ => st.futures.remove(key),
+            }
+        };
         match removed {
             Some(f) => {
                 tracing::info!(topic = %key.0, partition = key.1, dir = %self.dirs[f.dir_idx].display(), "log dir move dropped");

@@ -58,6 +58,10 @@ fn lock(l: &Mutex<Log>) -> MutexGuard<'_, Log> {
 /// Copies at most `max_bytes` of the current log to the end of the future log.
 pub fn copy_step(logs: &LogManager, key: &Key, max_bytes: usize) -> Result<Step, LogError> {
     let Some((current, future)) = logs.current_and_future(key) else { return Ok(Step::Gone) };
+    copy_between(&current, &future, key, max_bytes)
+}
+
+fn copy_between(current: &Mutex<Log>, future: &Mutex<Log>, key: &Key, max_bytes: usize) -> Result<Step, LogError> {
     let future_end = lock(&future).log_end_offset();
     let (ranges, start, end, truncated) = {
         let mut cur = lock(&current);
@@ -170,10 +174,11 @@ impl ReplicaManager {
         let mut progressed = false;
         for key in logs.moving() {
             let Some(partition) = self.hosted(&key.0, key.1) else { continue };
+            let Some((current, future)) = logs.current_and_future(&key) else { continue };
             if quota.exceeded(rate) {
                 break;
             }
-            match copy_step(logs, &key, max_bytes) {
+            match copy_between(&current, &future, &key, max_bytes) {
                 Ok(Step::Copied(n)) => {
                     quota.record(rate, n);
                     progressed = true;
@@ -181,10 +186,10 @@ impl ReplicaManager {
                 Ok(Step::CaughtUp) => match self.swap_in_future(&key, &partition) {
                     Ok(true) => progressed = true,
                     Ok(false) => {}
-                    Err(e) => drop_move(logs, &key, &e),
+                    Err(e) => drop_move(logs, &key, &future, &e),
                 },
                 Ok(Step::Gone) => {}
-                Err(e) => drop_move(logs, &key, &e),
+                Err(e) => drop_move(logs, &key, &future, &e),
             }
         }
         progressed
@@ -220,9 +225,9 @@ impl ReplicaManager {
 
 /// A move that failed is dropped; the current log was never touched, so nothing is lost and
 /// the operator may ask again.
-fn drop_move(logs: &LogManager, key: &Key, e: &LogError) {
+fn drop_move(logs: &LogManager, key: &Key, future: &crate::log::manager::SharedLog, e: &LogError) {
     tracing::error!(topic = %key.0, partition = key.1, error = %e, "log dir move failed; dropping it");
-    if let Err(e) = logs.remove_future(key) {
+    if let Err(e) = logs.remove_future_if(key, future) {
         tracing::warn!(topic = %key.0, partition = key.1, error = %e, "could not remove a future log");
     }
 }
