@@ -62,9 +62,9 @@ pub fn copy_step(logs: &LogManager, key: &Key, max_bytes: usize) -> Result<Step,
 }
 
 fn copy_between(current: &Mutex<Log>, future: &Mutex<Log>, key: &Key, max_bytes: usize) -> Result<Step, LogError> {
-    let future_end = lock(&future).log_end_offset();
+    let future_end = lock(future).log_end_offset();
     let (ranges, start, end, truncated) = {
-        let mut cur = lock(&current);
+        let mut cur = lock(current);
         let truncated = cur.take_truncation_mark();
         let (start, end) = (cur.log_start_offset(), cur.log_end_offset());
         let ranges = if truncated.is_none() && future_end >= start && future_end < end {
@@ -75,7 +75,7 @@ fn copy_between(current: &Mutex<Log>, future: &Mutex<Log>, key: &Key, max_bytes:
         (ranges, start, end, truncated)
     };
     if let Some(t) = truncated.filter(|&t| t < future_end) {
-        let mut fut = lock(&future);
+        let mut fut = lock(future);
         if t <= start {
             fut.truncate_fully_and_start_at(start)?;
         } else {
@@ -84,11 +84,11 @@ fn copy_between(current: &Mutex<Log>, future: &Mutex<Log>, key: &Key, max_bytes:
         return Ok(Step::Copied(0));
     }
     if future_end < start {
-        lock(&future).truncate_fully_and_start_at(start)?;
+        lock(future).truncate_fully_and_start_at(start)?;
         return Ok(Step::Copied(0));
     }
     if future_end > end {
-        lock(&future).truncate_to(end)?;
+        lock(future).truncate_to(end)?;
         return Ok(Step::Copied(0));
     }
     if future_end == end {
@@ -106,7 +106,7 @@ fn copy_between(current: &Mutex<Log>, future: &Mutex<Log>, key: &Key, max_bytes:
         if h.next_offset() > future_end {
             if h.base_offset < future_end {
                 tracing::warn!(topic = %key.0, partition = key.1, "current log changed under a log dir move; copying again");
-                lock(&future).truncate_fully_and_start_at(start)?;
+                lock(future).truncate_fully_and_start_at(start)?;
                 return Ok(Step::Copied(0));
             }
             break;
@@ -120,7 +120,7 @@ fn copy_between(current: &Mutex<Log>, future: &Mutex<Log>, key: &Key, max_bytes:
         return Ok(Step::Copied(0));
     }
     let n = batches.len();
-    lock(&future).append_as_follower(&mut batches)?;
+    lock(future).append_as_follower(&mut batches)?;
     Ok(Step::Copied(n))
 }
 
