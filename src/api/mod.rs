@@ -39,8 +39,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
-    // v0 has v1's layout but the crate (Kafka 4's schemas, KIP-896) no longer decodes it.
-    (ApiKey::AlterReplicaLogDirs, 1, 2),
+    (ApiKey::AlterReplicaLogDirs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
