@@ -1469,6 +1469,17 @@ mod tests {
     }
 
     #[test]
+    fn keys_kafka_updates_dynamically_but_gregor_cannot_are_told_apart() {
+        for k in ["num.io.threads", "listeners", "listener.name.plaintext.ssl.keystore.location", "metric.reporters"] {
+            assert!(is_dynamic_in_kafka_only(k) && !is_dynamic_broker_config(k), "{k}");
+        }
+        for k in ["max.connections.per.ip", "log.cleaner.threads", "log.retention.ms", "message.max.bytes"] {
+            assert!(is_dynamic_broker_config(k) && !is_dynamic_in_kafka_only(k), "{k}");
+        }
+        assert!(!is_dynamic_in_kafka_only("broker.id") && !is_dynamic_broker_config("broker.id"));
+    }
+
+    #[test]
     fn dynamic_values_override_static_ones_and_only_dynamic_keys_are_taken() {
         let c = load(&[("log.retention.hours", "1"), ("num.partitions", "4")]).unwrap();
         assert_eq!(c.log.retention_ms, 3_600_000);

@@ -1012,4 +1012,26 @@ mod tests {
         assert_eq!(len, bytes.len() - 4);
         assert_eq!(i32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]), 42);
     }
+
+    #[test]
+    fn connection_limits_follow_a_reconfiguration() {
+        let config = |pairs: &[(&str, &str)]| {
+            crate::config::BrokerConfig::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+                .unwrap()
+        };
+        let q = ConnectionQuotas::new(&config(&[("max.connections.per.ip", "1")]));
+        // Not the inter-broker listener, which max.connections and the creation rate exempt.
+        let (ip, listener): (IpAddr, Arc<str>) = ("10.0.0.1".parse().unwrap(), Arc::from("CLIENT"));
+        let first = q.admit(ip, &listener).unwrap();
+        assert!(q.admit(ip, &listener).is_err());
+        q.reconfigure(&config(&[("max.connections.per.ip", "1"), ("max.connections.per.ip.overrides", "10.0.0.1:2")]));
+        let second = q.admit(ip, &listener).unwrap();
+        q.reconfigure(&config(&[("max.connections", "2")]));
+        assert!(q.full(&listener), "two open connections fill a broker limited to two");
+        drop((first, second));
+        assert!(!q.full(&listener));
+        q.reconfigure(&config(&[("max.connection.creation.rate", "1")]));
+        assert!(q.creation_delay(&listener).is_none());
+        assert!(q.creation_delay(&listener).is_some(), "the second connection within a second waits");
+    }
 }
