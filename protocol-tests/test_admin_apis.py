@@ -458,27 +458,30 @@ def test_dynamic_cleaner_threads_and_keys_gregor_cannot_apply_live(broker_factor
         wait_for(lambda: _cleaner_threads(b) == 1, 10, "the cleaner back to one thread")
 
 
-def test_log_dir_moves_under_a_steady_producer_lose_no_acknowledged_record(broker_factory, tmp_path):
+def test_log_dir_moves_under_steady_producers_lose_no_acknowledged_record(broker_factory, tmp_path):
     import threading
     b, dirs = two_dir_broker(broker_factory, tmp_path)
     v = b.api_versions[ka.ALTER_REPLICA_LOG_DIRS][1]
     acked, stop, errors = [], threading.Event(), []
 
-    def produce(name):
+    def produce(name, who):
         with kp.Conn(b.host, b.port) as p:
             i = 0
             while not stop.is_set():
-                r = kp.produce(p, name, 0, kp.build_batch([kp.Record(value=b"s%06d" % i)] * 5))
+                value = b"%d-%06d" % (who, i)
+                r = kp.produce(p, name, 0, kp.build_batch([kp.Record(value=value)] * 5))
                 if r["error_code"] != 0:
                     errors.append(r)
                     return
-                acked.append((r["base_offset"], i))
+                acked.append((r["base_offset"], value))
                 i += 1
 
     with kp.Conn(b.host, b.port) as c:
         name = new_topic(c, 1)
-        t = threading.Thread(target=produce, args=(name,))
-        t.start()
+        # three producers: appends arrive while the copy catches up and the swap looks
+        threads = [threading.Thread(target=produce, args=(name, who)) for who in range(3)]
+        for t in threads:
+            t.start()
         try:
             for _ in range(2):
                 mark = len(acked)
@@ -491,10 +494,11 @@ def test_log_dir_moves_under_a_steady_producer_lose_no_acknowledged_record(broke
                            and not leftovers(dirs), 60, "the move to complete while records keep coming")
         finally:
             stop.set()
-            t.join(30)
+            for t in threads:
+                t.join(30)
         assert not errors, errors
         records = kp.fetch_all(c, name, 0)
         by_offset = {r.offset: r.value for r in records}
         assert [r.offset for r in records] == list(range(len(records)))
-        for base, i in acked:
-            assert all(by_offset.get(base + k) == b"s%06d" % i for k in range(5)), (base, i)
+        for base, value in acked:
+            assert all(by_offset.get(base + k) == value for k in range(5)), (base, value)

@@ -24,6 +24,9 @@ type Key = (String, i32);
 /// the current log to stop moving, or throttled).
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
+/// Catch-up-and-swap rounds tried in a row once a copy has caught up.
+const SWAP_ATTEMPTS: usize = 4;
+
 /// Why an AlterReplicaLogDirs entry was refused; mapped to Kafka's codes by the API layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlterDirError {
@@ -183,7 +186,7 @@ impl ReplicaManager {
                     quota.record(rate, n);
                     progressed = true;
                 }
-                Ok(Step::CaughtUp) => match self.swap_in_future(&key, &partition) {
+                Ok(Step::CaughtUp) => match self.swap_in_future(&key, &partition, max_bytes) {
                     Ok(true) => progressed = true,
                     Ok(false) => {}
                     Err(e) => drop_move(logs, &key, &future, &e),
@@ -195,7 +198,7 @@ impl ReplicaManager {
         progressed
     }
 
-    fn swap_in_future(&self, key: &Key, partition: &super::Partition) -> Result<bool, LogError> {
+    fn swap_in_future(&self, key: &Key, partition: &super::Partition, max_bytes: usize) -> Result<bool, LogError> {
         let logs = self.logs();
         let Some((current, future)) = logs.current_and_future(key) else { return Ok(false) };
         // Before the locks: make what was copied durable and give the future log the epoch
@@ -210,16 +213,27 @@ impl ReplicaManager {
         if epochs.exists() {
             std::fs::copy(&epochs, future_dir.join(super::leader_epoch::FILE_NAME))?;
         }
-        match logs.replace_current_with_future(key)? {
-            SwapOutcome::Swapped { old_dir, new_dir } => {
-                partition.relocate_epoch_checkpoint(&new_dir);
-                if let Err(e) = std::fs::remove_dir_all(&old_dir) {
-                    tracing::warn!(dir = %old_dir.display(), error = %e, "could not remove a moved log's old directory");
-                }
-                Ok(true)
+        // What was appended during the fsync and the copy above is caught up without the lock
+        // right before the swap, so that a busy partition leaves only a short window.
+        for _ in 0..SWAP_ATTEMPTS {
+            match copy_between(&current, &future, key, max_bytes)? {
+                Step::CaughtUp => {}
+                Step::Copied(_) => continue,
+                Step::Gone => return Ok(false),
             }
-            SwapOutcome::NotCaughtUp | SwapOutcome::NoMove => Ok(false),
+            match logs.replace_current_with_future(key)? {
+                SwapOutcome::Swapped { old_dir, new_dir } => {
+                    partition.relocate_epoch_checkpoint(&new_dir);
+                    if let Err(e) = std::fs::remove_dir_all(&old_dir) {
+                        tracing::warn!(dir = %old_dir.display(), error = %e, "could not remove a moved log's old directory");
+                    }
+                    return Ok(true);
+                }
+                SwapOutcome::NotCaughtUp => {}
+                SwapOutcome::NoMove => return Ok(false),
+            }
         }
+        Ok(false)
     }
 }
 
