@@ -1002,7 +1002,8 @@ def decode_create_partitions(r: R, version: int) -> dict:
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 
 
-def describe_configs_request(version: int, resources: List[Tuple[int, str, Optional[List[str]]]]) -> bytes:
+def describe_configs_request(version: int, resources: List[Tuple[int, str, Optional[List[str]]]],
+                             include_synonyms: bool = False) -> bytes:
     w = W(is_flexible(DESCRIBE_CONFIGS, version))
 
     def res(w, item):
@@ -1013,7 +1014,7 @@ def describe_configs_request(version: int, resources: List[Tuple[int, str, Optio
 
     w.array(resources, res)
     if version >= 1:
-        w.bool(False)  # include_synonyms
+        w.bool(include_synonyms)
     if version >= 3:
         w.bool(False)  # include_documentation
     return w.tags().done()

@@ -524,4 +524,50 @@ def decode_delete_acls(r: R, v: int) -> dict:
         return _tagged(rr, {"error_code": rr.i16(), "error_message": rr.string(), "matching_acls": rr.array(matching)})
     out["filter_results"] = r.array(result)
     r.tags()
+# AlterReplicaLogDirs -------------------------------------------------------
+
+ALTER_REPLICA_LOG_DIRS = 34
+kp.API_NAMES[ALTER_REPLICA_LOG_DIRS] = "AlterReplicaLogDirs"
+kp.FLEX[ALTER_REPLICA_LOG_DIRS] = 2
+ENCODER_RANGES[ALTER_REPLICA_LOG_DIRS] = (0, 2)
+REPLICA_NOT_AVAILABLE = 9
+KAFKA_STORAGE_ERROR = 56
+LOG_DIR_NOT_FOUND = 57
+
+
+def alter_replica_log_dirs_request(v: int, moves: Dict[str, Dict[str, List[int]]]) -> bytes:
+    """moves: destination dir -> topic -> partitions."""
+    w = _w(ALTER_REPLICA_LOG_DIRS, v)
+
+    def topic(w, item):
+        w.string(item[0])
+        _ints(w, item[1])
+        w.tags()
+
+    def directory(w, item):
+        w.string(item[0])
+        w.array(sorted(item[1].items()), topic)
+        w.tags()
+
+    w.array(sorted(moves.items()), directory)
+    return w.tags().done()
+
+
+def decode_alter_replica_log_dirs(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32()}
+
+    def part(rr):
+        p = (rr.i32(), rr.i16())
+        rr.tags()
+        return p
+
+    def topic(rr):
+        t = rr.string()
+        ps = rr.array(part)
+        rr.tags()
+        return t, ps
+
+    out["results"] = {(t, p): e for t, ps in r.array(topic) for p, e in ps}
+    r.tags()
+    r.end()
     return out

@@ -4,6 +4,7 @@ import pytest
 
 import kproto as kp
 import kproto_admin as ka
+from gregor_harness import wait_until
 from test_apis import new_topic, topic_name, wait_leader
 
 
@@ -164,9 +165,10 @@ def test_dynamic_broker_configs_and_their_sources(broker):
         assert describe(c, name, ["retention.ms"])["retention.ms"] == ("3600000", 3)
         assert alter("0", {"log.retention.ms": "7200000"}) == 0
         assert broker_view(c, "0", ["log.retention.ms"])["log.retention.ms"] == ("7200000", 2, False)
-        # static-only keys, bad values and other brokers' ids are refused
-        assert alter("", {"broker.id": "5"}) == 40
-        assert alter("", {"log.retention.ms": "soon"}) == 40
+        # static-only keys, bad values and other brokers' ids are refused: INVALID_REQUEST, as
+        # Kafka's ZkAdminManager answers a broker config's ConfigException
+        assert alter("", {"broker.id": "5"}) == 42
+        assert alter("", {"log.retention.ms": "soon"}) == 42
         assert alter("7", {"log.retention.ms": "1"}) == 42
         # AlterConfigs replaces the entity: without the key it falls back to the default entity
         assert alter("0", {}) == 0
@@ -313,3 +315,246 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(broker):
             r = ka.decode_describe_acls(c.call(ka.DESCRIBE_ACLS, v, ka.describe_acls_request(
                 v, (ANY, None, ANY, None, None, ANY, ANY))), v)
             assert r["error_code"] == ka.SECURITY_DISABLED
+def two_dir_broker(broker_factory, tmp_path, **overrides):
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    return broker_factory({"log.dirs": ",".join(map(str, dirs)), **overrides}), [str(d) for d in dirs]
+
+
+def log_dirs_view(c):
+    """(topic, partition, is_future) -> (dir, size, offset lag), from DescribeLogDirs."""
+    v = 4
+    r = ka.decode_describe_log_dirs(c.call(ka.DESCRIBE_LOG_DIRS, v, ka.describe_log_dirs_request(v, None)), v)
+    return {(t["name"], p["partition"], p["is_future"]): (d["log_dir"], p["size"], p["offset_lag"])
+            for d in r["results"] for t in d["topics"] for p in t["partitions"]}
+
+
+def leftovers(dirs):
+    """Future and to-be-deleted directories still on disk."""
+    from pathlib import Path
+    return sorted(p.name for d in dirs for p in Path(d).iterdir() if p.name.endswith(("-future", "-delete")))
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_alter_replica_log_dirs_moves_a_partition(broker_factory, tmp_path, which):
+    b, dirs = two_dir_broker(broker_factory, tmp_path)
+    lo, hi = b.api_versions[ka.ALTER_REPLICA_LOG_DIRS]
+    v = lo if which == "min" else hi
+    with kp.Conn(b.host, b.port) as c:
+        name = new_topic(c, 2)
+        for i in range(20):
+            batch = kp.build_batch([kp.Record(value=b"%d" % i * 300, key=b"k%d" % i)] * 3)
+            assert kp.produce(c, name, 0, batch)["error_code"] == 0
+        before = [(r.offset, r.key, r.value) for r in kp.fetch_all(c, name, 0)]
+        view = log_dirs_view(c)
+        src = view[(name, 0, False)][0]
+        dst = next(d for d in dirs if d != src)
+
+        def alter(moves):
+            return ka.decode_alter_replica_log_dirs(
+                c.call(ka.ALTER_REPLICA_LOG_DIRS, v, ka.alter_replica_log_dirs_request(v, moves)), v)["results"]
+
+        # Kafka's answers: a dir not in log.dirs, a partition this broker has no replica of, a
+        # partition already in the dir asked for (nothing to do).
+        moves = {"/not/a/log/dir": {name: [0]}}
+        moves.setdefault(dst, {}).setdefault(name, []).append(7)
+        moves.setdefault(view[(name, 1, False)][0], {}).setdefault(name, []).append(1)
+        got = alter(moves)
+        assert got == {(name, 0): ka.LOG_DIR_NOT_FOUND, (name, 7): ka.REPLICA_NOT_AVAILABLE, (name, 1): 0}, got
+        assert alter({dst: {name: [0]}}) == {(name, 0): 0}
+
+        def moved():
+            now = log_dirs_view(c)
+            done = now.get((name, 0, False), ("",))[0] == dst and (name, 0, True) not in now
+            return done and not leftovers(dirs)
+        wait_until(moved, 30, "the partition to be in its new log dir, with no future or old copy left")
+        assert (tmp_path / "d1" / f"{name}-0").exists() == (dst == dirs[0])
+        assert [(r.offset, r.key, r.value) for r in kp.fetch_all(c, name, 0)] == before
+        # the moved log takes appends, and a second move brings it back
+        assert kp.produce(c, name, 0, kp.build_batch([kp.Record(value=b"after")]))["base_offset"] == len(before)
+        assert alter({src: {name: [0]}}) == {(name, 0): 0}
+        wait_until(lambda: log_dirs_view(c).get((name, 0, False), ("",))[0] == src and not leftovers(dirs), 30,
+                   "the partition back in its first dir")
+        after = kp.fetch_all(c, name, 0)
+        assert [(r.offset, r.key, r.value) for r in after[:-1]] == before and after[-1].value == b"after"
+
+
+def test_kill_during_a_log_dir_move_loses_nothing(broker_factory, tmp_path):
+    # A throttled copy of 600 KB in 64 KB chunks takes seconds: time to kill the broker mid-move.
+    b, dirs = two_dir_broker(broker_factory, tmp_path, **{
+        "replica.alter.log.dirs.io.max.bytes.per.second": "200000", "replica.fetch.max.bytes": "65536"})
+    v = b.api_versions[ka.ALTER_REPLICA_LOG_DIRS][1]
+    with kp.Conn(b.host, b.port) as c:
+        name = new_topic(c, 1)
+        for i in range(60):
+            batch = kp.build_batch([kp.Record(value=bytes([i]) * 10000, key=b"k%d" % i)])
+            assert kp.produce(c, name, 0, batch)["error_code"] == 0
+        before = [(r.offset, r.value) for r in kp.fetch_all(c, name, 0)]
+        src = log_dirs_view(c)[(name, 0, False)][0]
+        dst = next(d for d in dirs if d != src)
+        r = c.call(ka.ALTER_REPLICA_LOG_DIRS, v, ka.alter_replica_log_dirs_request(v, {dst: {name: [0]}}))
+        assert ka.decode_alter_replica_log_dirs(r, v)["results"] == {(name, 0): 0}
+
+        def mid_move():
+            f = log_dirs_view(c).get((name, 0, True))
+            return f is not None and f[0] == dst and f[1] > 0 and f[2] > 0
+        wait_until(mid_move, 30, "DescribeLogDirs to show the future replica partly copied, lagging")
+    assert [n for n in leftovers(dirs) if n.endswith("-future")], leftovers(dirs)
+    b.restart(mode="kill")
+    with kp.Conn(b.host, b.port) as c:
+        wait_leader(c, name, 1)
+        assert [(r.offset, r.value) for r in kp.fetch_all(c, name, 0)] == before
+        wait_until(lambda: log_dirs_view(c).get((name, 0, False), ("",))[0] == dst and not leftovers(dirs), 30,
+                   "the move to resume after the restart and complete")
+        assert [(r.offset, r.value) for r in kp.fetch_all(c, name, 0)] == before
+
+
+def test_describe_topic_partitions_pages_with_its_cursor(broker):
+    v = broker.api_versions[ka.DESCRIBE_TOPIC_PARTITIONS][1]
+    with kp.Conn(broker.host, broker.port) as c:
+        prefix = topic_name("dtp")
+        a, b_, c3, missing = (f"{prefix}-{x}" for x in "abcm")
+        for name, n in ((a, 3), (b_, 2), (c3, 1)):
+            new_topic(c, n, name)
+
+        def dtp(topics, limit=2000, cursor=None):
+            r = c.call(ka.DESCRIBE_TOPIC_PARTITIONS, v, ka.describe_topic_partitions_request(v, topics, limit, cursor))
+            out = ka.decode_describe_topic_partitions(r, v)
+            return [(t["name"], t["error_code"], [p["partition"] for p in t["partitions"]]) for t in out["topics"]], \
+                out["next_cursor"], out
+
+        # four partitions per page: all of a, the first of b, then the cursor at b's second
+        got, cursor, raw = dtp([missing, c3, b_, a], limit=4)
+        assert (got, cursor) == ([(a, 0, [0, 1, 2]), (b_, 0, [0])], (b_, 1)), raw
+        t = raw["topics"][0]
+        assert t["topic_id"] != bytes(16) and not t["is_internal"] and t["authorized_operations"] == 3576, t
+        p = t["partitions"][0]
+        assert p["leader"] == 0 and p["replicas"] == [0] and p["isr"] == [0] and p["offline_replicas"] == [], p
+        got, cursor, raw = dtp([missing, c3, b_, a], limit=4, cursor=cursor)
+        assert (got, cursor) == ([(b_, 0, [1]), (c3, 0, [0]), (missing, kp.UNKNOWN_TOPIC_OR_PARTITION, [])], None), raw
+        # a page that ends exactly at a topic's end points at the next topic's start
+        assert dtp([a, b_], limit=3)[:2] == ([(a, 0, [0, 1, 2])], (b_, 0))
+        # the cursor's topic must be among those asked for
+        got, cursor, _ = dtp([a, b_], cursor=(c3, 0))
+        assert (got, cursor) == ([(a, ka.INVALID_REQUEST, []), (b_, ka.INVALID_REQUEST, [])], None), got
+        # no topics: every topic from the cursor on, in name order, unknown ones never listed
+        got, cursor, _ = dtp([], cursor=(b_, 1))
+        assert got[:2] == [(b_, 0, [1]), (c3, 0, [0])] and cursor is None, got
+        assert [n for n, _, _ in got] == sorted(n for n, _, _ in got)
+        assert dtp([a], limit=0)[:2] == ([], (a, 0))
+        assert dtp(["bad/name"])[0] == [("bad/name", kp.INVALID_TOPIC_EXCEPTION, [])]
+
+
+def _alter_broker(c, name, configs):
+    v = 2
+    r = c.call(ka.ALTER_CONFIGS, v, ka.alter_configs_request(v, [(kp.RESOURCE_BROKER, name, configs)]))
+    [res] = ka.decode_alter_configs(r, v)["responses"]
+    return res["error_code"], res.get("error_message")
+
+
+def _synonyms(c, name, key):
+    v = 4
+    r = c.call(kp.DESCRIBE_CONFIGS, v, kp.describe_configs_request(v, [(kp.RESOURCE_BROKER, name, [key])], True))
+    [res] = kp.decode_describe_configs(r, v)["results"]
+    [entry] = res["configs"]
+    return entry["value"], entry["config_source"], [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]]
+
+
+def test_dynamic_connection_limits_apply_without_a_restart(broker_factory):
+    from test_connection_limits import served, wait_for
+    b = broker_factory({"max.connections.per.ip": "50"})
+    with kp.Conn(b.host, b.port) as c:
+        assert _alter_broker(c, "0", {"max.connections.per.ip": "3"})[0] == 0
+        assert _synonyms(c, "0", "max.connections.per.ip") == (
+            "3", 2, [("max.connections.per.ip", "3", 2), ("max.connections.per.ip", "50", 4),
+                     ("max.connections.per.ip", "2147483647", 5)])
+        # this connection is one of the three
+        conns = [served(b) for _ in range(2)]
+        assert all(conns)
+        assert served(b) is None, "a fourth connection from 127.0.0.1 was served under the dynamic limit"
+        for x in conns:
+            x.close()
+        # the cluster-wide default counts once the broker's own value is gone
+        assert _alter_broker(c, "", {"max.connections.per.ip": "2"})[0] == 0
+        assert _alter_broker(c, "0", {})[0] == 0
+        assert _synonyms(c, "0", "max.connections.per.ip")[:2] == ("2", 3)
+        one = wait_for(lambda: served(b), 10, "room for a second connection")
+        assert served(b) is None, "a third connection was served under the cluster default of 2"
+        one.close()
+        assert _alter_broker(c, "", {})[0] == 0
+        more = [wait_for(lambda: served(b), 10, "the static limit back") for _ in range(5)]
+        for x in more:
+            x.close()
+
+
+def _cleaner_threads(b):
+    from pathlib import Path
+    return sum(1 for t in Path(f"/proc/{b.proc.pid}/task").iterdir()
+               if (t / "comm").read_text().startswith("kafka-log-clean"))
+
+
+def test_dynamic_cleaner_threads_and_keys_gregor_cannot_apply_live(broker_factory):
+    from test_connection_limits import wait_for
+    b = broker_factory()
+    with kp.Conn(b.host, b.port) as c:
+        assert _cleaner_threads(b) == 1
+        assert _alter_broker(c, "", {"log.cleaner.threads": "2", "log.cleaner.backoff.ms": "500"})[0] == 0
+        wait_for(lambda: _cleaner_threads(b) == 2, 10, "a second cleaner thread")
+        assert _synonyms(c, "0", "log.cleaner.threads")[:2] == ("2", 3)
+        # Kafka's bounds: at most double, at least half the current count
+        code, msg = _alter_broker(c, "", {"log.cleaner.threads": "5"})
+        assert code == ka.INVALID_REQUEST and "log.cleaner.threads" in msg, (code, msg)
+        assert _cleaner_threads(b) == 2
+        # dynamic in Kafka, not applied live by gregor: refused, naming the key, never stored
+        for key, value in [("num.io.threads", "4"), ("num.replica.fetchers", "2"),
+                           ("listener.name.plaintext.ssl.keystore.location", "/k.pem")]:
+            code, msg = _alter_broker(c, "0", {key: value})
+            assert code == ka.INVALID_REQUEST and key in msg, (key, code, msg)
+        assert broker_view(c, "0", ["num.io.threads"])["num.io.threads"][1:] == (5, True)
+        assert _alter_broker(c, "", {})[0] == 0
+        wait_for(lambda: _cleaner_threads(b) == 1, 10, "the cleaner back to one thread")
+
+
+def test_log_dir_moves_under_steady_producers_lose_no_acknowledged_record(broker_factory, tmp_path):
+    import threading
+    b, dirs = two_dir_broker(broker_factory, tmp_path)
+    v = b.api_versions[ka.ALTER_REPLICA_LOG_DIRS][1]
+    acked, stop, errors = [], threading.Event(), []
+
+    def produce(name, who):
+        with kp.Conn(b.host, b.port) as p:
+            i = 0
+            while not stop.is_set():
+                value = b"%d-%06d" % (who, i)
+                r = kp.produce(p, name, 0, kp.build_batch([kp.Record(value=value)] * 5))
+                if r["error_code"] != 0:
+                    errors.append(r)
+                    return
+                acked.append((r["base_offset"], value))
+                i += 1
+
+    with kp.Conn(b.host, b.port) as c:
+        name = new_topic(c, 1)
+        # three producers: appends arrive while the copy catches up and the swap looks
+        threads = [threading.Thread(target=produce, args=(name, who)) for who in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(2):
+                mark = len(acked)
+                wait_until(lambda: len(acked) > mark + 50 or errors, 30, "the producer to write more")
+                src = log_dirs_view(c)[(name, 0, False)][0]
+                dst = next(d for d in dirs if d != src)
+                r = c.call(ka.ALTER_REPLICA_LOG_DIRS, v, ka.alter_replica_log_dirs_request(v, {dst: {name: [0]}}))
+                assert ka.decode_alter_replica_log_dirs(r, v)["results"] == {(name, 0): 0}
+                wait_until(lambda: log_dirs_view(c).get((name, 0, False), ("",))[0] == dst
+                           and not leftovers(dirs), 60, "the move to complete while records keep coming")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(30)
+        assert not errors, errors
+        records = kp.fetch_all(c, name, 0)
+        by_offset = {r.offset: r.value for r in records}
+        assert [r.offset for r in records] == list(range(len(records)))
+        for base, value in acked:
+            assert all(by_offset.get(base + k) == value for k in range(5)), (base, value)

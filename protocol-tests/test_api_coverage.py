@@ -47,6 +47,8 @@ COVERAGE = {
     ka.DESCRIBE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
     ka.CREATE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
     ka.DELETE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
+    ka.ALTER_REPLICA_LOG_DIRS: ("test_admin_apis", "test_alter_replica_log_dirs_moves_a_partition"),
+    ka.DESCRIBE_TOPIC_PARTITIONS: ("test_admin_apis", "test_describe_topic_partitions_pages_with_its_cursor"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners

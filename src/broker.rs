@@ -88,6 +88,8 @@ pub struct Broker {
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     /// The log cleaner, once the log tasks are started.
     pub cleaner: std::sync::OnceLock<Arc<crate::log::cleaner::LogCleaner>>,
+    /// The listeners' connection limits, once they serve (reconfigured by dynamic configs).
+    pub connection_quotas: std::sync::OnceLock<Arc<crate::network::ConnectionQuotas>>,
     /// Each listener's TLS and SASL settings, and the SCRAM credentials.
     pub security: crate::security::Security,
 }
@@ -213,6 +215,7 @@ impl Broker {
             replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
+            connection_quotas: std::sync::OnceLock::new(),
             security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
@@ -401,7 +404,12 @@ impl Broker {
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
     pub fn spawn_log_tasks(self: &Arc<Self>) {
-        let cleaner = crate::log::cleaner::LogCleaner::start(self.replicas.logs_handle(), self.config.cleaner.clone());
+        tokio::spawn(crate::replication::alter_log_dirs::run(self.clone()));
+        // The dynamic values read at startup count from the first pass.
+        let cleaner = crate::log::cleaner::LogCleaner::start(
+            self.replicas.logs_handle(),
+            self.effective_config().cleaner.clone(),
+        );
         let _ = self.cleaner.set(cleaner);
         let b = self.clone();
         tokio::spawn(async move {

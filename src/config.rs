@@ -99,6 +99,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("advertised.listeners", ""),
     ("log.dirs", "./data"),
     ("num.partitions", "1"),
+    ("max.request.partition.size.limit", "2000"),
     // Kafka has no bound here (it leaves it to a CreateTopicPolicy). Without one, a single
     // CreateTopics or CreatePartitions asking for 2^31 partitions exhausts memory; no real
     // topic comes near these.
@@ -184,6 +185,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("replica.fetch.response.max.bytes", "10485760"),
     ("leader.replication.throttled.rate", "9223372036854775807"),
     ("follower.replication.throttled.rate", "9223372036854775807"),
+    ("replica.alter.log.dirs.io.max.bytes.per.second", "9223372036854775807"),
     ("controlled.shutdown.enable", "true"),
     ("auto.leader.rebalance.enable", "true"),
     ("leader.imbalance.check.interval.seconds", "300"),
@@ -194,6 +196,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // partition, written at most max.writes at a time per interval (0 ms: no copy).
     ("gregor.offsets.zookeeper.mirror.interval.ms", "5000"),
     ("gregor.offsets.zookeeper.mirror.max.writes", "5000"),
+    // Kafka's ZkNodeChangeNotificationListener's changeExpirationMs, fixed there at 15 minutes.
+    ("gregor.config.change.expiration.ms", "900000"),
     ("offsets.retention.check.interval.ms", "600000"),
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),
@@ -236,6 +240,9 @@ pub struct BrokerConfig {
     pub inter_broker_listener: String,
     pub log_dirs: Vec<PathBuf>,
     pub num_partitions: i32,
+    /// `max.request.partition.size.limit`: the most partitions one DescribeTopicPartitions
+    /// answer holds (Kafka 3.8+).
+    pub max_request_partition_size_limit: i32,
     /// `gregor.max.partitions.per.topic`: the most partitions one topic may have.
     pub max_partitions_per_topic: i32,
     /// `gregor.max.partitions.per.request`: the most partitions one CreateTopics or
@@ -260,6 +267,9 @@ pub struct BrokerConfig {
     /// for the throttled replicas of reassignments (dynamic; Long.MaxValue: none).
     pub leader_replication_throttled_rate: u64,
     pub follower_replication_throttled_rate: u64,
+    /// `replica.alter.log.dirs.io.max.bytes.per.second`: bytes/s copied by log dir moves
+    /// (dynamic; Long.MaxValue: none).
+    pub replica_alter_log_dirs_io_max_bytes_per_second: u64,
     /// Where `/metrics` is served (`metrics.host`, `metrics.port`); None: not served.
     pub metrics_address: Option<(String, u16)>,
     /// `max.connections`: client connections over all listeners but the inter-broker one.
@@ -292,6 +302,9 @@ pub struct BrokerConfig {
     pub offsets_zk_mirror_interval: Option<std::time::Duration>,
     /// `gregor.offsets.zookeeper.mirror.max.writes`: znode writes per copy at most.
     pub offsets_zk_mirror_max_writes: usize,
+    /// `gregor.config.change.expiration.ms`: how old a `/config/changes` notification must be
+    /// before a broker deletes it (Kafka: 15 minutes, not configurable).
+    pub config_change_expiration_ms: i64,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
     /// The topic-level defaults derived from the `log.*` keys.
@@ -307,10 +320,64 @@ pub struct BrokerConfig {
 
 /// The broker keys that can be changed at run time through `/config/brokers/<id>` and
 /// `/config/brokers/<default>` (a subset of Kafka's `DynamicBrokerConfig`): the defaults of
-/// the topic-level configs and the replication throttles.
+/// the topic-level configs, the replication throttles, the connection limits (Kafka's
+/// SocketServer set) and the cleaner's (LogCleaner's set).
 pub fn is_dynamic_broker_config(key: &str) -> bool {
-    TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key)
-        || matches!(key, "leader.replication.throttled.rate" | "follower.replication.throttled.rate")
+    TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key) || LIVE_BROKER_KEYS.contains(&key)
+}
+
+/// Dynamic broker keys beyond the topic defaults, each applied live by the component using it.
+const LIVE_BROKER_KEYS: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+    "max.connection.creation.rate",
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
+];
+
+/// Keys Kafka 3.9 updates dynamically (DynamicBrokerConfig's reconfigurable sets) that gregor
+/// cannot apply without a restart: refused rather than stored and ignored. Keys of Kafka's
+/// listener, SSL and SASL sets are refused by their prefix as well (see
+/// [`is_dynamic_in_kafka_only`]).
+const KAFKA_ONLY_DYNAMIC_KEYS: &[&str] = &[
+    "num.io.threads",
+    "num.replica.fetchers",
+    "num.recovery.threads.per.data.dir",
+    "background.threads",
+    "num.network.threads",
+    "metric.reporters",
+    "listeners",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "principal.builder.class",
+    "producer.id.expiration.ms",
+    "transaction.partition.verification.enable",
+    "sasl.mechanism.inter.broker.protocol",
+    "sasl.enabled.mechanisms",
+    "ssl.client.auth",
+];
+
+/// Whether Kafka 3.9 would update `key` dynamically while gregor cannot (then AlterConfigs
+/// refuses it with INVALID_REQUEST naming it).
+pub fn is_dynamic_in_kafka_only(key: &str) -> bool {
+    if is_dynamic_broker_config(key) {
+        return false;
+    }
+    KAFKA_ONLY_DYNAMIC_KEYS.contains(&key)
+        || key.starts_with("listener.name.")
+        || key.starts_with("ssl.")
+        || key.starts_with("sasl.kerberos.")
+        || key.starts_with("sasl.login.refresh.")
+        || key == "sasl.jaas.config"
+        || key.starts_with("remote.log.")
 }
 
 impl BrokerConfig {
@@ -539,6 +606,10 @@ impl BrokerConfig {
             inter_broker_listener,
             log_dirs,
             num_partitions: positive::<i32>("num.partitions", get("num.partitions"))?,
+            max_request_partition_size_limit: positive::<i32>(
+                "max.request.partition.size.limit",
+                get("max.request.partition.size.limit"),
+            )?,
             max_partitions_per_topic: positive::<i32>(
                 "gregor.max.partitions.per.topic",
                 get("gregor.max.partitions.per.topic"),
@@ -585,6 +656,10 @@ impl BrokerConfig {
                 "follower.replication.throttled.rate",
                 get("follower.replication.throttled.rate"),
             )?,
+            replica_alter_log_dirs_io_max_bytes_per_second: num::<u64>(
+                "replica.alter.log.dirs.io.max.bytes.per.second",
+                get("replica.alter.log.dirs.io.max.bytes.per.second"),
+            )?,
             metrics_address,
             max_connections: non_negative_usize("max.connections", get("max.connections"))?,
             max_connections_per_ip: non_negative_usize("max.connections.per.ip", get("max.connections.per.ip"))?,
@@ -615,6 +690,10 @@ impl BrokerConfig {
             offsets_zk_mirror_max_writes: positive::<usize>(
                 "gregor.offsets.zookeeper.mirror.max.writes",
                 get("gregor.offsets.zookeeper.mirror.max.writes"),
+            )?,
+            config_change_expiration_ms: positive::<i64>(
+                "gregor.config.change.expiration.ms",
+                get("gregor.config.change.expiration.ms"),
             )?,
             transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
             log,
@@ -1389,6 +1468,17 @@ mod tests {
 
     fn load(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
         BrokerConfig::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn keys_kafka_updates_dynamically_but_gregor_cannot_are_told_apart() {
+        for k in ["num.io.threads", "listeners", "listener.name.plaintext.ssl.keystore.location", "metric.reporters"] {
+            assert!(is_dynamic_in_kafka_only(k) && !is_dynamic_broker_config(k), "{k}");
+        }
+        for k in ["max.connections.per.ip", "log.cleaner.threads", "log.retention.ms", "message.max.bytes"] {
+            assert!(is_dynamic_broker_config(k) && !is_dynamic_in_kafka_only(k), "{k}");
+        }
+        assert!(!is_dynamic_in_kafka_only("broker.id") && !is_dynamic_broker_config("broker.id"));
     }
 
     #[test]

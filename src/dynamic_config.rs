@@ -5,7 +5,8 @@
 //! Precedence, as Kafka's: this broker's dynamic value, then the cluster default, then the
 //! static value, then the default. A writer stores the entity's znode and announces it under
 //! `/config/changes`; every broker watches `/config`, re-reads both entities and re-applies
-//! the topic defaults to its open logs. The effective configuration is swapped whole, so a
+//! the topic defaults to its open logs, the connection limits to its listeners and the
+//! `log.cleaner.*` values to its cleaner (the replication throttles are read where used). The effective configuration is swapped whole, so a
 //! reader never sees half of a change.
 
 use std::collections::BTreeMap;
@@ -112,7 +113,13 @@ impl Broker {
             changed
         };
         if changed {
-            tracing::info!("dynamic broker configs changed; applying them to the open logs");
+            tracing::info!("dynamic broker configs changed; applying them");
+            if let Some(q) = self.connection_quotas.get() {
+                q.reconfigure(&effective);
+            }
+            if let Some(c) = self.cleaner.get() {
+                c.reconfigure(effective.cleaner.clone());
+            }
             let snapshot = self.cache.snapshot();
             for p in self.replicas.all_partitions() {
                 let overrides = snapshot.topics.get(&p.topic).map(|t| t.configs.clone()).unwrap_or_default();
@@ -125,6 +132,29 @@ impl Broker {
         Ok(())
     }
 
+    /// Deletes the `/config/changes` notifications older than
+    /// `gregor.config.change.expiration.ms` (15 minutes), as every Kafka broker does after
+    /// processing notifications (ZkNodeChangeNotificationListener): every broker has read them
+    /// by then, and a broker that starts later reads the entities themselves. Costs one
+    /// pipelined stat per notification present. Returns how many were deleted.
+    pub fn purge_obsolete_config_changes(&self) -> Result<usize, StoreError> {
+        let children = self.store.try_children(zk_data::CONFIG_CHANGES)?;
+        if children.is_empty() {
+            return Ok(0);
+        }
+        let paths: Vec<String> = children.iter().map(|c| format!("{}/{c}", zk_data::CONFIG_CHANGES)).collect();
+        let created = self.store.created_times(&paths)?;
+        let doomed = obsolete(&paths, &created, crate::log::now_ms(), self.config.config_change_expiration_ms);
+        for p in &doomed {
+            // Another broker may have deleted it first; that is the same outcome.
+            self.store.delete_recursive(p)?;
+        }
+        if !doomed.is_empty() {
+            tracing::debug!(purged = doomed.len(), "purged expired config change notifications");
+        }
+        Ok(doomed.len())
+    }
+
     /// Stores a dynamic entity (`<default>` or a broker id) and announces it as Kafka does
     /// (`/config/changes/config_change_<seq>`), then applies it here at once.
     pub fn store_broker_configs(&self, entity: &str, configs: &BTreeMap<String, String>) -> Result<(), StoreError> {
@@ -132,5 +162,29 @@ impl Broker {
         let notice = serde_json::json!({"version": 2, "entity_path": format!("brokers/{entity}")}).to_string();
         self.store.create_sequential(&format!("{}/config_change_", zk_data::CONFIG_CHANGES), &notice)?;
         self.reload_broker_configs()
+    }
+}
+
+/// The notifications created more than `expiration_ms` before `now_ms`.
+fn obsolete<'a>(paths: &'a [String], created: &[Option<i64>], now_ms: i64, expiration_ms: i64) -> Vec<&'a String> {
+    paths
+        .iter()
+        .zip(created)
+        .filter(|(_, c)| c.is_some_and(|c| now_ms.saturating_sub(c) > expiration_ms))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_notifications_older_than_the_expiration_go() {
+        let paths: Vec<String> = (0..4).map(|i| format!("/config/changes/config_change_000000000{i}")).collect();
+        let created = [Some(1_000), Some(99_000), None, Some(100_000)];
+        let gone = obsolete(&paths, &created, 100_000, 900);
+        assert_eq!(gone, vec![&paths[0], &paths[1]]);
+        assert!(obsolete(&paths, &created, 100_000, 1_000_000).is_empty());
     }
 }

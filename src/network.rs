@@ -58,20 +58,39 @@ pub enum FrameError {
 /// Kafka, the inter-broker listener is exempt from the broker-wide limit (brokers can always
 /// reach each other), so with a single listener only the per-listener and per-IP limits bind.
 pub struct ConnectionQuotas {
-    max_total: usize,
-    max_per_ip: usize,
-    overrides: HashMap<IpAddr, usize>,
+    /// The broker-wide limits, dynamic broker configs in Kafka (SocketServer's
+    /// reconfigurable set): changed in place by [`ConnectionQuotas::reconfigure`].
+    limits: std::sync::RwLock<Limits>,
     inter_broker_listener: String,
     per_listener_max: HashMap<String, usize>,
     counts: Mutex<Counts>,
     /// Signalled whenever a connection ends, for an acceptor waiting for room.
     freed: Notify,
     /// `max.connection.creation.rate`, over the listeners but the inter-broker one.
-    broker_rate: Option<Mutex<TokenBucket>>,
+    broker_rate: Mutex<Option<TokenBucket>>,
     /// `listener.name.<l>.max.connection.creation.rate`.
     listener_rates: HashMap<String, Mutex<TokenBucket>>,
     /// `queued.max.request.bytes`, shared by every connection.
     pub memory: RequestMemoryPool,
+}
+
+/// `max.connections`, `max.connections.per.ip` and its overrides.
+struct Limits {
+    max_total: usize,
+    max_per_ip: usize,
+    overrides: HashMap<IpAddr, usize>,
+    creation_rate: Option<u32>,
+}
+
+impl Limits {
+    fn of(config: &crate::config::BrokerConfig) -> Limits {
+        Limits {
+            max_total: config.max_connections,
+            max_per_ip: config.max_connections_per_ip,
+            overrides: config.max_connections_per_ip_overrides.iter().copied().collect(),
+            creation_rate: config.max_connection_creation_rate,
+        }
+    }
 }
 
 /// A connection creation rate as Kafka enforces it: not by refusing connections but by
@@ -85,8 +104,12 @@ struct TokenBucket {
 
 impl TokenBucket {
     fn new(rate: u32) -> Mutex<TokenBucket> {
+        Mutex::new(TokenBucket::full(rate))
+    }
+
+    fn full(rate: u32) -> TokenBucket {
         let rate = f64::from(rate);
-        Mutex::new(TokenBucket { rate, tokens: rate, at: Instant::now() })
+        TokenBucket { rate, tokens: rate, at: Instant::now() }
     }
 
     /// Takes a token, or says how long until there is one.
@@ -116,14 +139,12 @@ struct Counts {
 impl ConnectionQuotas {
     pub fn new(config: &crate::config::BrokerConfig) -> Arc<ConnectionQuotas> {
         Arc::new(ConnectionQuotas {
-            max_total: config.max_connections,
-            max_per_ip: config.max_connections_per_ip,
-            overrides: config.max_connections_per_ip_overrides.iter().copied().collect(),
+            limits: std::sync::RwLock::new(Limits::of(config)),
             inter_broker_listener: config.inter_broker_listener.clone(),
             per_listener_max: config.listener_max_connections.clone(),
             counts: Mutex::new(Counts::default()),
             freed: Notify::new(),
-            broker_rate: config.max_connection_creation_rate.map(TokenBucket::new),
+            broker_rate: Mutex::new(config.max_connection_creation_rate.map(TokenBucket::full)),
             listener_rates: config
                 .listener_max_connection_creation_rate
                 .iter()
@@ -146,8 +167,7 @@ impl ConnectionQuotas {
         if listener == self.inter_broker_listener {
             return None;
         }
-        let bucket = self.broker_rate.as_ref()?;
-        let wait = bucket.lock().unwrap_or_else(|p| p.into_inner()).take(now);
+        let wait = self.broker_rate.lock().unwrap_or_else(|p| p.into_inner()).as_mut()?.take(now);
         if wait.is_some() {
             // Give the listener's token back: this connection is not accepted yet.
             if let Some(b) = self.listener_rates.get(listener) {
@@ -156,6 +176,27 @@ impl ConnectionQuotas {
             }
         }
         wait
+    }
+
+    fn limits(&self) -> std::sync::RwLockReadGuard<'_, Limits> {
+        self.limits.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies new broker-wide limits (dynamic broker configs). Connections already open
+    /// stay, as in Kafka; an acceptor waiting for room looks again at once.
+    pub fn reconfigure(&self, config: &crate::config::BrokerConfig) {
+        let next = Limits::of(config);
+        let rate_changed = {
+            let mut l = self.limits.write().unwrap_or_else(|p| p.into_inner());
+            let changed = l.creation_rate != next.creation_rate;
+            *l = next;
+            changed
+        };
+        if rate_changed {
+            *self.broker_rate.lock().unwrap_or_else(|p| p.into_inner()) =
+                config.max_connection_creation_rate.map(TokenBucket::full);
+        }
+        self.freed.notify_waiters();
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
@@ -168,8 +209,9 @@ impl ConnectionQuotas {
         if counts.per_listener.get(listener).copied().unwrap_or(0) >= max {
             return Some(format!("listener {listener} has the configured maximum of {max} connections"));
         }
-        if listener != self.inter_broker_listener && counts.total >= self.max_total {
-            return Some(format!("the broker has the configured maximum of {} connections", self.max_total));
+        let max_total = self.limits().max_total;
+        if listener != self.inter_broker_listener && counts.total >= max_total {
+            return Some(format!("the broker has the configured maximum of {max_total} connections"));
         }
         None
     }
@@ -184,7 +226,10 @@ impl ConnectionQuotas {
         if let Some(why) = self.no_slot(&counts, listener) {
             return Err(why);
         }
-        let limit = self.overrides.get(&ip).copied().unwrap_or(self.max_per_ip);
+        let limit = {
+            let l = self.limits();
+            l.overrides.get(&ip).copied().unwrap_or(l.max_per_ip)
+        };
         let open = counts.per_ip.get(&ip).copied().unwrap_or(0);
         if open >= limit {
             return Err(format!("/{ip} already has the configured maximum of {limit} connections"));
@@ -981,5 +1026,27 @@ mod tests {
         let len = i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
         assert_eq!(len, bytes.len() - 4);
         assert_eq!(i32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]), 42);
+    }
+
+    #[test]
+    fn connection_limits_follow_a_reconfiguration() {
+        let config = |pairs: &[(&str, &str)]| {
+            crate::config::BrokerConfig::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+                .unwrap()
+        };
+        let q = ConnectionQuotas::new(&config(&[("max.connections.per.ip", "1")]));
+        // Not the inter-broker listener, which max.connections and the creation rate exempt.
+        let (ip, listener): (IpAddr, Arc<str>) = ("10.0.0.1".parse().unwrap(), Arc::from("CLIENT"));
+        let first = q.admit(ip, &listener).unwrap();
+        assert!(q.admit(ip, &listener).is_err());
+        q.reconfigure(&config(&[("max.connections.per.ip", "1"), ("max.connections.per.ip.overrides", "10.0.0.1:2")]));
+        let second = q.admit(ip, &listener).unwrap();
+        q.reconfigure(&config(&[("max.connections", "2")]));
+        assert!(q.full(&listener), "two open connections fill a broker limited to two");
+        drop((first, second));
+        assert!(!q.full(&listener));
+        q.reconfigure(&config(&[("max.connection.creation.rate", "1")]));
+        assert!(q.creation_delay(&listener).is_none());
+        assert!(q.creation_delay(&listener).is_some(), "the second connection within a second waits");
     }
 }

@@ -27,7 +27,11 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *            per acknowledged record), verify-acked TOPIC ACKFILE (each ACK line of ACKFILE is
  *            at its partition/offset after a restart), set-cluster-config KEY VALUE,
  *            client-quotas CLIENT PRODUCE_RATE CONSUME_RATE (sets both byte rates for a client id
- *            and checks DescribeClientQuotas and the refusal of unenforced quotas)
+ *            and checks DescribeClientQuotas and the refusal of unenforced quotas),
+ *            describe-topics-paged TOPIC PARTITIONS PAGE (describeTopics, PAGE partitions per
+ *            DescribeTopicPartitions answer),
+ *            move-replica-dir TOPIC PARTITION BROKER DIR (alterReplicaLogDirs, then
+ *            describeReplicaLogDirs until the replica is in DIR with no future replica left)
  * Exit 0 = all checks passed; exit 1 with a "MISMATCH:" message otherwise.
  * Consumers use assign() and no group.id (consumer groups are not implemented yet).
  */
@@ -72,6 +76,8 @@ public class GregorCompat {
                 case "verify-acked": verifyAcked(args[2], args[3]); break;
                 case "set-cluster-config": setClusterConfig(args[2], args[3]); break;
                 case "client-quotas": clientQuotas(args[2], args[3], args[4]); break;
+                case "describe-topics-paged": describeTopicsPaged(args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4])); break;
+                case "move-replica-dir": moveReplicaDir(args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]), args[5]); break;
                 default:
                     System.err.println("unknown scenario " + scenario);
                     System.exit(2);
@@ -490,6 +496,62 @@ public class GregorCompat {
             ConfigEntry e = c.get(key);
             check(e != null && value.equals(e.value()) && e.source() == ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
                     "cluster default " + key + " after alter: " + c);
+        }
+    }
+
+    /**
+     * describeTopics as kafka-topics --describe sends it from 3.8 on: DescribeTopicPartitions
+     * when the broker offers it, following the cursor over answers of at most PAGE partitions.
+     */
+    static void describeTopicsPaged(String topic, int partitions, int page) throws Exception {
+        try (Admin a = admin()) {
+            TopicDescription d = a.describeTopics(List.of(topic),
+                    new DescribeTopicsOptions().partitionSizeLimitPerResponse(page))
+                    .allTopicNames().get(60, TimeUnit.SECONDS).get(topic);
+            check(d.partitions().size() == partitions, "partitions: " + d);
+            for (int i = 0; i < partitions; i++) {
+                TopicPartitionInfo p = d.partitions().get(i);
+                check(p.partition() == i && p.leader() != null && !p.replicas().isEmpty() && !p.isr().isEmpty(),
+                        "partition " + i + ": " + d);
+            }
+            check(d.topicId() != null && !d.topicId().equals(org.apache.kafka.common.Uuid.ZERO_UUID), "topic id: " + d);
+            try {
+                a.describeTopics(List.of(topic + "-missing")).allTopicNames().get(60, TimeUnit.SECONDS);
+                throw new Mismatch("a missing topic was described");
+            } catch (ExecutionException e) {
+                check(e.getCause() instanceof UnknownTopicOrPartitionException, "missing topic: " + e.getCause());
+            }
+        }
+    }
+
+    /**
+     * What kafka-reassign-partitions --execute does with a log_dirs entry: AlterReplicaLogDirs to
+     * the broker, then DescribeLogDirs (through describeReplicaLogDirs) until the move is done.
+     * A directory outside log.dirs must fail with LogDirNotFoundException.
+     */
+    static void moveReplicaDir(String topic, int partition, int broker, String dir) throws Exception {
+        org.apache.kafka.common.TopicPartitionReplica replica =
+                new org.apache.kafka.common.TopicPartitionReplica(topic, partition, broker);
+        try (Admin a = admin()) {
+            try {
+                a.alterReplicaLogDirs(Map.of(replica, dir + "-not-a-log-dir")).all().get(60, TimeUnit.SECONDS);
+                throw new Mismatch("a move to a directory outside log.dirs succeeded");
+            } catch (ExecutionException e) {
+                check(e.getCause() instanceof org.apache.kafka.common.errors.LogDirNotFoundException,
+                        "unknown dir: " + e.getCause());
+            }
+            a.alterReplicaLogDirs(Map.of(replica, dir)).all().get(60, TimeUnit.SECONDS);
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (true) {
+                DescribeReplicaLogDirsResult.ReplicaLogDirInfo info = a.describeReplicaLogDirs(List.of(replica))
+                        .all().get(60, TimeUnit.SECONDS).get(replica);
+                if (dir.equals(info.getCurrentReplicaLogDir()) && info.getFutureReplicaLogDir() == null) {
+                    System.out.println("moved " + info);
+                    break;
+                }
+                check(System.currentTimeMillis() < deadline, "replica never moved: " + info);
+                Thread.sleep(100);
+            }
         }
     }
 

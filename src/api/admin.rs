@@ -1,12 +1,15 @@
 //! Cluster administration beyond topics and configs: ElectLeaders and partition reassignment
-//! (served by the controller, as in ZooKeeper-mode Kafka) and DescribeLogDirs (each broker
-//! describes its own log dirs).
+//! (served by the controller, as in ZooKeeper-mode Kafka), DescribeLogDirs and
+//! AlterReplicaLogDirs (each broker describes and moves its own replicas' logs).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
+};
+use kafka_protocol::messages::alter_replica_log_dirs_response::{
+    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
 };
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
@@ -16,9 +19,10 @@ use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId, DescribeLogDirsRequest,
-    DescribeLogDirsResponse, DescribeProducersRequest, DescribeProducersResponse, ElectLeadersRequest,
-    ElectLeadersResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, ProducerId, TopicName,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse, BrokerId, DescribeLogDirsRequest, DescribeLogDirsResponse, DescribeProducersRequest,
+    DescribeProducersResponse, ElectLeadersRequest, ElectLeadersResponse, ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -168,7 +172,8 @@ pub fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest) -> D
         r.error_code = ErrorCode::ClusterAuthorizationFailed.code();
         return r;
     }
-    for (dir, online, keys) in broker.replicas.logs().placement() {
+    let futures = broker.replicas.logs().future_placement();
+    for (dir_idx, (dir, online, keys)) in broker.replicas.logs().placement().into_iter().enumerate() {
         let mut out = DescribeLogDirsResult::default();
         out.log_dir = StrBytes::from_string(dir.display().to_string());
         (out.total_bytes, out.usable_bytes) = if online { volume_bytes(dir) } else { (-1, -1) };
@@ -185,19 +190,94 @@ pub fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest) -> D
             let mut p = DescribeLogDirsPartition::default();
             p.partition_index = partition;
             p.partition_size = part.log_stats().size_bytes().min(i64::MAX as u64) as i64;
-            // Only a future replica (AlterReplicaLogDirs, not offered) lags its current one.
-            p.offset_lag = 0;
-            match out.topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
-                Some(t) => t.partitions.push(p),
+            // Kafka's lag of a current replica: how far its end is below the high watermark.
+            p.offset_lag = (part.high_watermark() - part.log_stats().log_end_offset()).max(0);
+            push_partition(&mut out, topic, p);
+        }
+        // A move in progress: its future replica, with how far it is behind the current one.
+        for (_, (topic, partition), stats) in futures.iter().filter(|f| f.0 == dir_idx) {
+            if wanted.as_ref().is_some_and(|w| !w.contains(&(topic.clone(), *partition))) {
+                continue;
+            }
+            let Some(part) = broker.replicas.hosted(topic, *partition) else { continue };
+            let mut p = DescribeLogDirsPartition::default();
+            p.partition_index = *partition;
+            p.partition_size = stats.size_bytes().min(i64::MAX as u64) as i64;
+            p.offset_lag = (part.log_stats().log_end_offset() - stats.log_end_offset()).max(0);
+            p.is_future_key = true;
+            push_partition(&mut out, topic.clone(), p);
+        }
+        r.results.push(out);
+    }
+    r
+}
+
+fn push_partition(out: &mut DescribeLogDirsResult, topic: String, p: DescribeLogDirsPartition) {
+    match out.topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+        Some(t) => t.partitions.push(p),
+        None => {
+            let mut t = DescribeLogDirsTopic::default();
+            t.name = TopicName(StrBytes::from_string(topic));
+            t.partitions.push(p);
+            out.topics.push(t);
+        }
+    }
+}
+
+/// The index in `log.dirs` of the directory a client names: Kafka compares absolute paths.
+fn log_dir_index(dirs: &[std::path::PathBuf], named: &str) -> Option<usize> {
+    dirs.iter().position(|d| d.as_os_str() == named || std::path::absolute(d).is_ok_and(|a| a.as_os_str() == named))
+}
+
+/// AlterReplicaLogDirs (blocking: it creates directories). Each broker moves its own replicas.
+pub fn alter_replica_log_dirs(ctx: &RequestContext, req: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse {
+    use crate::replication::alter_log_dirs::AlterDirError;
+    let replicas = &ctx.broker.replicas;
+    let mut r = AlterReplicaLogDirsResponse::default();
+    // Without ALTER on the cluster every partition is refused, as Kafka answers.
+    let allowed = ctx.authorized_cluster(Operation::Alter);
+    for dir in req.dirs {
+        let idx = log_dir_index(replicas.logs().dirs(), dir.path.as_str());
+        for t in dir.topics {
+            let topic = t.name.0.to_string();
+            let mut results = Vec::with_capacity(t.partitions.len());
+            for p in t.partitions {
+                if !allowed {
+                    let mut pr = AlterReplicaLogDirPartitionResult::default();
+                    pr.partition_index = p;
+                    pr.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+                    results.push(pr);
+                    continue;
+                }
+                let outcome = match idx {
+                    None => Err(AlterDirError::DirNotFound),
+                    Some(i) => replicas.alter_log_dir(&topic, p, i),
+                };
+                let code = match &outcome {
+                    Ok(()) => ErrorCode::None,
+                    Err(AlterDirError::DirNotFound) => ErrorCode::LogDirNotFound,
+                    Err(AlterDirError::Storage(_)) => ErrorCode::KafkaStorageError,
+                    Err(AlterDirError::NoReplica) => ErrorCode::ReplicaNotAvailable,
+                    Err(AlterDirError::NameTooLong) => ErrorCode::InvalidTopicException,
+                };
+                if let Err(e) = outcome {
+                    tracing::info!(topic = %topic, partition = p, dir = %dir.path.as_str(), error = ?e, "log dir move refused");
+                }
+                let mut pr = AlterReplicaLogDirPartitionResult::default();
+                pr.partition_index = p;
+                pr.error_code = code.code();
+                results.push(pr);
+            }
+            match r.results.iter_mut().find(|x| x.topic_name.0.as_str() == topic) {
+                Some(x) => x.partitions.extend(results),
                 None => {
-                    let mut t = DescribeLogDirsTopic::default();
-                    t.name = TopicName(StrBytes::from_string(topic));
-                    t.partitions.push(p);
-                    out.topics.push(t);
+                    let mut x = AlterReplicaLogDirTopicResult::default();
+                    x.topic_name = t.name;
+                    x.partitions = results;
+                    r.results.push(x);
                 }
             }
         }
-        r.results.push(out);
     }
     r
 }

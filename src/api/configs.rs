@@ -14,7 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::error::{ApiError, ErrorCode};
 use super::RequestContext;
 use crate::broker::Broker;
-use crate::config::{is_dynamic_broker_config, TOPIC_CONFIGS};
+use crate::config::{is_dynamic_broker_config, is_dynamic_in_kafka_only, TOPIC_CONFIGS};
 use crate::dynamic_config::{DynamicValues, DEFAULT_ENTITY};
 use crate::security::authorizer::{Operation, ResourceType};
 
@@ -347,16 +347,25 @@ fn store_broker_entity(
     validate_only: bool,
 ) -> Result<(), ApiError> {
     let broker = &ctx.broker;
+    // Kafka's broker-config refusals are ConfigExceptions, answered INVALID_REQUEST with the
+    // resource named (ZkAdminManager).
+    let what = if entity == DEFAULT_ENTITY {
+        "the cluster default broker configs".to_string()
+    } else {
+        format!("broker {entity}")
+    };
+    let invalid = |m: String| ApiError::new(ErrorCode::InvalidRequest, format!("Invalid config value for {what}: {m}"));
+    let not_live: Vec<&str> = configs.keys().map(String::as_str).filter(|k| is_dynamic_in_kafka_only(k)).collect();
+    if !not_live.is_empty() {
+        return Err(invalid(format!("gregor cannot apply these configs without a restart: {not_live:?}")));
+    }
     let fixed: Vec<&str> = configs.keys().map(String::as_str).filter(|k| !is_dynamic_broker_config(k)).collect();
     if !fixed.is_empty() {
-        return Err(ApiError::new(
-            ErrorCode::InvalidConfig,
-            format!("Cannot update these configs dynamically: {fixed:?}"),
-        ));
+        return Err(invalid(format!("Cannot update these configs dynamically: {fixed:?}")));
     }
     // Checked on its own (another entity may hide a bad value here) and merged with what
     // the other entity holds now, which is what will be in force.
-    broker.config.with_dynamic(&configs).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+    broker.config.with_dynamic(&configs).map_err(|e| invalid(e.to_string()))?;
     let mut values = broker.dynamic.values();
     if entity == DEFAULT_ENTITY {
         values.cluster = configs.clone();
@@ -365,7 +374,14 @@ fn store_broker_entity(
     }
     let mut merged = values.cluster.clone();
     merged.extend(values.broker);
-    broker.config.with_dynamic(&merged).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
+    let next = broker.config.with_dynamic(&merged).map_err(|e| invalid(e.to_string()))?;
+    // Kafka's LogCleaner.validateReconfiguration: the thread count moves by at most a factor of two.
+    let (now, then) = (broker.effective_config().cleaner.threads, next.cleaner.threads);
+    if then < now / 2 || then > now * 2 {
+        return Err(invalid(format!(
+            "log.cleaner.threads can change from {now} to between half and double that, not {then}"
+        )));
+    }
     if validate_only {
         return Ok(());
     }

@@ -14,6 +14,7 @@ pub enum ErrorCode {
     LeaderNotAvailable = 5,
     NotLeaderOrFollower = 6,
     BrokerNotAvailable = 8,
+    ReplicaNotAvailable = 9,
     RequestTimedOut = 7,
     StaleControllerEpoch = 11,
     MessageTooLarge = 10,
@@ -31,6 +32,7 @@ pub enum ErrorCode {
     OperationNotAttempted = 55,
     ReassignmentInProgress = 60,
     KafkaStorageError = 56,
+    LogDirNotFound = 57,
     TopicDeletionDisabled = 73,
     FencedLeaderEpoch = 74,
     StaleBrokerEpoch = 77,
@@ -108,6 +110,19 @@ impl From<LogError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn codes_are_the_protocol_crates() {
+        use kafka_protocol::ResponseError as R;
+        for (ours, theirs) in [
+            (ErrorCode::ReplicaNotAvailable, R::ReplicaNotAvailable),
+            (ErrorCode::LogDirNotFound, R::LogDirNotFound),
+            (ErrorCode::KafkaStorageError, R::KafkaStorageError),
+            (ErrorCode::InvalidTopicException, R::InvalidTopicException),
+        ] {
+            assert_eq!(ours.code(), theirs.code(), "{ours:?}");
+        }
+    }
 
     #[test]
     fn long_messages_are_cut_to_what_a_response_carries() {

@@ -1,11 +1,16 @@
-//! Metadata and DescribeCluster: who the brokers are, which topics exist, who leads what.
+//! Metadata, DescribeTopicPartitions and DescribeCluster: who the brokers are, which topics
+//! exist, who leads what.
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_topic_partitions_response::{
+    Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
+};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse, TopicName,
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -239,4 +244,117 @@ pub fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> De
         })
         .collect();
     r
+}
+
+/// What Kafka reports as a topic's authorized operations when no authorizer is configured:
+/// every operation a topic supports (READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
+/// DESCRIBE_CONFIGS, ALTER_CONFIGS), as a bit field of their codes.
+const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+
+fn dtp_topic(name: &str, code: ErrorCode) -> DescribeTopicPartitionsResponseTopic {
+    let mut t = DescribeTopicPartitionsResponseTopic::default();
+    t.name = Some(TopicName(StrBytes::from_string(name.to_string())));
+    t.error_code = code.code();
+    t.is_internal = is_internal(name);
+    t.topic_authorized_operations = TOPIC_OPERATIONS;
+    t
+}
+
+/// DescribeTopicPartitions (KIP-966's API, what Java's `describeTopics` uses from 3.8 when a
+/// broker offers it), as Kafka's KRaft brokers answer it: topics in name order from the
+/// cursor's, at most `min(response_partition_limit, max.request.partition.size.limit)`
+/// partitions, and a cursor at the first partition left out. Work is proportional to the
+/// topics and partitions answered, not to the cluster.
+pub fn describe_topic_partitions(
+    ctx: &RequestContext,
+    req: DescribeTopicPartitionsRequest,
+) -> DescribeTopicPartitionsResponse {
+    let mut r = DescribeTopicPartitionsResponse::default();
+    let snapshot = ctx.broker.cache.snapshot();
+    let cursor = req.cursor.as_ref().map(|c| (c.topic_name.0.to_string(), c.partition_index));
+    let from = cursor.as_ref().map(|c| c.0.clone()).unwrap_or_default();
+    let fetch_all = req.topics.is_empty();
+    let requested: std::collections::BTreeSet<String> =
+        req.topics.iter().map(|t| t.name.0.to_string()).filter(|n| *n >= from).collect();
+    if !fetch_all && cursor.is_some() && !requested.contains(&from) {
+        // Kafka refuses the request: every topic asked for gets the error.
+        r.topics = req.topics.iter().map(|t| dtp_topic(t.name.0.as_str(), ErrorCode::InvalidRequest)).collect();
+        for t in &mut r.topics {
+            t.is_internal = false;
+            t.topic_authorized_operations = i32::MIN;
+        }
+        return r;
+    }
+    let live: std::collections::HashSet<i32> = brokers_for(ctx).iter().map(|b| b.id).collect();
+    let limit = ctx.broker.config.max_request_partition_size_limit.min(req.response_partition_limit);
+    let mut remaining = i64::from(limit);
+    let names: Box<dyn Iterator<Item = &String>> = if fetch_all {
+        Box::new(snapshot.topics.range(from.clone()..).map(|(k, _)| k))
+    } else {
+        Box::new(requested.iter())
+    };
+    for name in names {
+        if remaining == 0 {
+            r.next_cursor = Some(cursor_at(name, 0));
+            break;
+        }
+        if remaining < 0 {
+            continue;
+        }
+        if !ctx.authorized(Operation::Describe, ResourceType::Topic, name) {
+            // Listed: hidden, as Metadata hides it; named: refused, whether or not it exists.
+            if !fetch_all {
+                r.topics.push(dtp_topic(name, ErrorCode::TopicAuthorizationFailed));
+            }
+            continue;
+        }
+        let Some(topic) = snapshot.topics.get(name) else {
+            if !fetch_all {
+                let code = if validate_topic_name(name).is_ok() {
+                    ErrorCode::UnknownTopicOrPartition
+                } else {
+                    ErrorCode::InvalidTopicException
+                };
+                r.topics.push(dtp_topic(name, code));
+            }
+            continue;
+        };
+        let start = match &cursor {
+            Some((t, p)) if t == name => i64::from(*p),
+            _ => 0,
+        };
+        let count = topic.partitions.len() as i64;
+        let upper = count.min(start.saturating_add(remaining));
+        let mut out = dtp_topic(name, ErrorCode::None);
+        out.topic_id = topic.id;
+        out.topic_authorized_operations = ctx.authorized_operations(ResourceType::Topic, name);
+        for p in topic.partitions.iter().filter(|p| i64::from(p.index) >= start && i64::from(p.index) < upper) {
+            let mut dp = DescribeTopicPartitionsResponsePartition::default();
+            dp.partition_index = p.index;
+            dp.leader_id = BrokerId(if live.contains(&p.leader) { p.leader } else { -1 });
+            dp.leader_epoch = p.leader_epoch;
+            dp.replica_nodes = p.replicas.iter().map(|&b| BrokerId(b)).collect();
+            dp.isr_nodes = p.isr.iter().map(|&b| BrokerId(b)).collect();
+            // ZooKeeper mode has no eligible leader replicas (KIP-966 is KRaft's).
+            dp.eligible_leader_replicas = Some(Vec::new());
+            dp.last_known_elr = Some(Vec::new());
+            dp.offline_replicas = p.replicas.iter().filter(|b| !live.contains(b)).map(|&b| BrokerId(b)).collect();
+            out.partitions.push(dp);
+        }
+        out.partitions.sort_by_key(|p| p.partition_index);
+        remaining -= out.partitions.len() as i64;
+        r.topics.push(out);
+        if upper < count {
+            r.next_cursor = Some(cursor_at(name, upper as i32));
+            break;
+        }
+    }
+    r
+}
+
+fn cursor_at(topic: &str, partition: i32) -> Cursor {
+    let mut c = Cursor::default();
+    c.topic_name = TopicName(StrBytes::from_string(topic.to_string()));
+    c.partition_index = partition;
+    c
 }

@@ -41,6 +41,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::AlterReplicaLogDirs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
@@ -49,6 +50,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
+    // KRaft-only in Kafka 3.9 (not advertised by its ZooKeeper-mode brokers); served because
+    // Java clients 3.8+ use it when offered and fall back to Metadata otherwise.
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::OffsetCommit, 0, 9),
     (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::FindCoordinator, 0, 4),
@@ -215,7 +219,13 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         }
         RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(admin::describe_producers(ctx, r)),
         RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(admin::describe_log_dirs(ctx, r)),
+        RequestKind::AlterReplicaLogDirs(r) => {
+            ResponseKind::AlterReplicaLogDirs(off_runtime(ctx, move |c| admin::alter_replica_log_dirs(c, r)).await?)
+        }
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(metadata::describe_cluster(ctx, r)),
+        RequestKind::DescribeTopicPartitions(r) => {
+            ResponseKind::DescribeTopicPartitions(metadata::describe_topic_partitions(ctx, r))
+        }
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(fetch::offset_for_leader_epoch(ctx, r))

@@ -128,7 +128,10 @@ struct State {
 
 pub struct LogCleaner {
     manager: Arc<LogManager>,
-    config: CleanerConfig,
+    /// Replaced whole by [`LogCleaner::reconfigure`] (dynamic `log.cleaner.*` keys).
+    config: Mutex<CleanerConfig>,
+    /// Set by `shutdown`: no reconfiguration starts threads again.
+    closed: AtomicBool,
     state: Mutex<State>,
     stop: AtomicBool,
     sleeping: Mutex<()>,
@@ -189,7 +192,8 @@ impl LogCleaner {
         }
         let cleaner = Arc::new(LogCleaner {
             manager,
-            config,
+            config: Mutex::new(config),
+            closed: AtomicBool::new(false),
             state: Mutex::new(State { checkpoints, ..State::default() }),
             stop: AtomicBool::new(false),
             sleeping: Mutex::new(()),
@@ -197,23 +201,55 @@ impl LogCleaner {
             threads: Mutex::new(Vec::new()),
             stats: CleanerStats::default(),
         });
-        if cleaner.config.enable {
-            let mut threads = lock(&cleaner.threads);
-            for i in 0..cleaner.config.threads {
-                let c = cleaner.clone();
-                let spawned =
-                    std::thread::Builder::new().name(format!("kafka-log-cleaner-thread-{i}")).spawn(move || c.run());
-                match spawned {
-                    Ok(h) => threads.push(h),
-                    Err(e) => tracing::error!(error = %e, "cannot start a log cleaner thread"),
-                }
+        cleaner.start_threads();
+        cleaner
+    }
+
+    fn cfg(&self) -> CleanerConfig {
+        lock(&self.config).clone()
+    }
+
+    fn start_threads(self: &Arc<Self>) {
+        let config = self.cfg();
+        if !config.enable {
+            return;
+        }
+        let mut threads = lock(&self.threads);
+        for i in 0..config.threads {
+            let c = self.clone();
+            let spawned =
+                std::thread::Builder::new().name(format!("kafka-log-cleaner-thread-{i}")).spawn(move || c.run());
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => tracing::error!(error = %e, "cannot start a log cleaner thread"),
             }
         }
-        cleaner
+    }
+
+    /// Applies new `log.cleaner.*` values as Kafka's LogCleaner.reconfigure does: the threads
+    /// stop (passes in flight are abandoned, their files removed) and start again with the new
+    /// values. Blocking: it waits for the threads to stop.
+    pub fn reconfigure(self: &Arc<Self>, config: CleanerConfig) {
+        if *lock(&self.config) == config || self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        self.stop_threads();
+        *lock(&self.config) = config;
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        self.stop.store(false, Ordering::SeqCst);
+        self.start_threads();
+        tracing::info!(threads = self.cfg().threads, "log cleaner reconfigured");
     }
 
     /// Stops the threads, abandoning passes in flight (their `.cleaned` files are removed).
     pub fn shutdown(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.stop_threads();
+    }
+
+    fn stop_threads(&self) {
         self.stop.store(true, Ordering::SeqCst);
         {
             let _g = lock(&self.sleeping);
@@ -236,7 +272,7 @@ impl LogCleaner {
                 continue;
             }
             let g = lock(&self.sleeping);
-            let _ = self.wake.wait_timeout(g, Duration::from_millis(self.config.backoff_ms));
+            let _ = self.wake.wait_timeout(g, Duration::from_millis(self.cfg().backoff_ms));
         }
     }
 
@@ -285,6 +321,11 @@ impl LogCleaner {
                 if st.in_progress.contains(&key) || st.uncleanable.contains(&key) {
                     continue;
                 }
+            }
+            // As Kafka pauses cleaning during a log dir move: the swap would leave a pass's
+            // cleaned segment in the directory being deleted.
+            if self.manager.is_moving(&key) {
+                continue;
             }
             let view = match lock(&log).cleaner_view() {
                 Ok(v) if v.config.compact => v,
@@ -397,7 +438,7 @@ impl LogCleaner {
         s: &SegmentView,
         mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool, Abort>,
     ) -> Result<(), Abort> {
-        let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.config.io_buffer_size);
+        let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.cfg().io_buffer_size);
         let mut buf = Vec::new();
         while let Some((pos, h)) = sc.next_header()? {
             if self.stopped() {
@@ -418,7 +459,7 @@ impl LogCleaner {
     fn producer_last_batches(&self, view: &CleanerView) -> Result<HashMap<i64, i64>, Abort> {
         let mut out = HashMap::new();
         for s in view.inactive.iter().chain(std::iter::once(&view.active)) {
-            let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.config.io_buffer_size);
+            let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.cfg().io_buffer_size);
             while let Some((_, h)) = sc.next_header()? {
                 if h.producer_id >= 0 {
                     out.insert(h.producer_id, h.base_offset);
@@ -436,7 +477,7 @@ impl LogCleaner {
         first_dirty: i64,
         first_uncleanable: i64,
     ) -> Result<(HashMap<u128, i64>, i64), Abort> {
-        let capacity = self.config.map_capacity();
+        let capacity = self.cfg().map_capacity();
         let mut map: HashMap<u128, i64> = HashMap::new();
         let mut end = first_dirty;
         // Dirty segments end at or before first_uncleanable, which is a segment's base.
@@ -446,7 +487,7 @@ impl LogCleaner {
                 if h.last_offset() < first_dirty || h.is_control() {
                     return Ok(true);
                 }
-                let section = batch::records_section(bytes, h, self.config.decompress_limit)?;
+                let section = batch::records_section(bytes, h, self.cfg().decompress_limit)?;
                 for r in batch::parse_records(&section, h.records_count)? {
                     let offset = h.base_offset + i64::from(r.offset_delta);
                     let Some(k) = r.key.filter(|_| offset >= first_dirty) else { continue };
@@ -490,7 +531,7 @@ impl LogCleaner {
                 now,
                 delete_retention_ms: view.config.delete_retention_ms,
                 last_batch_of_producer,
-                decompress_limit: self.config.decompress_limit,
+                decompress_limit: self.cfg().decompress_limit,
             };
             for s in group {
                 self.for_each_batch(s, |h, bytes| {
@@ -539,7 +580,7 @@ impl LogCleaner {
 
     /// Sleeps as needed to keep the cleaners under log.cleaner.io.max.bytes.per.second.
     fn throttle(&self, bytes: u64) {
-        let limit = self.config.max_io_bytes_per_second;
+        let limit = self.cfg().max_io_bytes_per_second;
         if !(limit.is_finite() && limit > 0.0) || limit >= 1e15 {
             return;
         }

@@ -189,6 +189,11 @@ impl MmapIndex {
         Ok(())
     }
 
+    /// The file now lives at `to` because its directory was renamed (a log dir move).
+    fn moved_to(&mut self, to: &Path) {
+        self.path = to.to_path_buf();
+    }
+
     fn entry(&self, i: usize) -> &[u8] {
         match &self.mmap {
             Some(m) => &m[i * self.entry_size..(i + 1) * self.entry_size],
@@ -284,6 +289,9 @@ impl OffsetIndex {
     }
     pub fn rename(&mut self, to: &Path) -> io::Result<()> {
         self.inner.rename(to)
+    }
+    pub fn moved_to(&mut self, to: &Path) {
+        self.inner.moved_to(to)
     }
     pub fn base_offset(&self) -> i64 {
         self.base_offset
@@ -400,6 +408,9 @@ impl TimeIndex {
     }
     pub fn rename(&mut self, to: &Path) -> io::Result<()> {
         self.inner.rename(to)
+    }
+    pub fn moved_to(&mut self, to: &Path) {
+        self.inner.moved_to(to)
     }
     pub fn entries(&self) -> usize {
         self.inner.entries

@@ -45,6 +45,9 @@ pub struct Log {
     /// they are never cleaned nor allowed to make older records obsolete. 0 until a replica
     /// publishes one, so a log no replica owns is never cleaned.
     high_watermark: Arc<AtomicI64>,
+    /// The lowest offset this log was truncated to since a log dir move last looked: the copy
+    /// being made for the move holds records from there on that are no longer this log's.
+    truncated_to: Option<i64>,
 }
 
 /// What the log cleaner needs of one segment, taken under the log lock and used without it.
@@ -272,6 +275,7 @@ impl Log {
             stats: Arc::default(),
             latest_delete_horizon: -1,
             high_watermark: Arc::new(AtomicI64::new(0)),
+            truncated_to: None,
         };
         if log.segments.is_empty() {
             let base = log_start_offset.max(0);
@@ -731,6 +735,7 @@ impl Log {
         if offset <= self.first_segment_base() {
             return self.truncate_fully_and_start_at(offset.max(0));
         }
+        self.note_truncation(offset);
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(k, _)| *k).collect();
         for b in doomed {
             if let Some(seg) = self.segments.remove(&b) {
@@ -754,6 +759,7 @@ impl Log {
     /// Drops the whole log and restarts it empty at `offset` (a follower whose leader no
     /// longer has its offsets).
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.note_truncation(i64::MIN);
         let all = std::mem::take(&mut self.segments);
         for (_, seg) in all {
             seg.delete_files()?;
@@ -916,6 +922,49 @@ impl Log {
         self.recovery_point = self.log_end_offset;
         self.unflushed_messages = 0;
         Ok(())
+    }
+
+    fn note_truncation(&mut self, offset: i64) {
+        self.truncated_to = Some(self.truncated_to.map_or(offset, |t| t.min(offset)));
+    }
+
+    /// The lowest offset truncated to since the last call (`i64::MIN`: the whole log went),
+    /// and forgets it: what a log dir move's copy must drop from its own end.
+    pub fn take_truncation_mark(&mut self) -> Option<i64> {
+        self.truncated_to.take()
+    }
+
+    pub fn truncation_mark(&self) -> Option<i64> {
+        self.truncated_to
+    }
+
+    /// The partition directory was renamed to `dir` as a whole (a log dir move): every path
+    /// follows, nothing on disk is touched.
+    pub fn moved_to(&mut self, dir: PathBuf) {
+        for seg in self.segments.values_mut() {
+            seg.moved_to(&dir);
+        }
+        self.dir = dir;
+    }
+
+    /// Takes over what the replica layer and the cleaner share with `current`, the log this one
+    /// replaces (a log dir move): the statistics, the high watermark cell, the topic's config.
+    pub fn adopt_shared_state(&mut self, current: &Log) {
+        self.stats = current.stats.clone();
+        self.high_watermark = current.high_watermark.clone();
+        self.latest_delete_horizon = current.latest_delete_horizon;
+        if self.config != current.config {
+            self.set_config(current.config.clone());
+        }
+        self.publish_stats();
+    }
+
+    /// This log was replaced by its copy in another log dir and its directory renamed for
+    /// deletion: holders of the old handle get `StorageUnavailable`. Its shared statistics
+    /// are the replacement's now, so they are left alone.
+    pub fn forget_moved_away(&mut self) {
+        self.deleted = true;
+        self.segments.clear();
     }
 
     /// Removes the partition directory (topic deletion).

@@ -160,6 +160,15 @@ impl LogSegment {
         Ok(())
     }
 
+    /// Points the segment at `dir` after its directory was renamed there as a whole (a log
+    /// dir move): no file is touched, open handles and mappings stay valid.
+    pub fn moved_to(&mut self, dir: &Path) {
+        let [log, index, time] = Self::paths(dir, self.base_offset, "");
+        self.log_path = log;
+        self.offset_index.moved_to(&index);
+        self.time_index.moved_to(&time);
+    }
+
     /// maxTimestamp of the segment's first batch, if it has one.
     pub fn first_batch_timestamp(&self) -> Option<i64> {
         self.rolling_base_timestamp

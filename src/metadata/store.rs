@@ -99,6 +99,14 @@ impl ZnodeStore {
         }
     }
 
+    /// Creation times (ms) of nodes, pipelined; the embedded store keeps none (None each).
+    pub fn created_times(&self, paths: &[String]) -> Result<Vec<Option<i64>>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(_) => Ok(vec![None; paths.len()]),
+            ZnodeStore::ZooKeeper(z) => z.created_times(paths),
+        }
+    }
+
     /// Many writes at once (pipelined in ZooKeeper mode): `Some(version)` compare-and-sets an
     /// existing node, `None` creates one. One result per write, in order.
     pub fn write_many(

@@ -327,6 +327,20 @@ impl ZkStore {
             .collect()
     }
 
+    /// The creation time (ms, ZooKeeper's clock) of each node, None where it does not exist.
+    pub fn created_times(&self, paths: &[String]) -> Result<Vec<Option<i64>>, StoreError> {
+        let paths = paths.to_vec();
+        let answers = self.call(move |c| pipelined(c, paths, |c, p: String| async move { c.check_stat(&p).await }))?;
+        answers
+            .into_iter()
+            .map(|a| match a {
+                Some(Ok(stat)) => Ok(stat.map(|s| s.ctime)),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(StoreError::ZooKeeper("a pipelined read was lost".into())),
+            })
+            .collect()
+    }
+
     /// Writes many nodes at once: `Some(version)` is a compare-and-set on an existing node,
     /// `None` creates one. One result per write, in order.
     pub fn write_many(

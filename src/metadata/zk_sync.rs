@@ -56,6 +56,8 @@ pub struct Changes {
     pub users: BTreeSet<String>,
     /// ACL change notifications: the pattern each names is read again.
     pub acl_changes: BTreeSet<String>,
+    /// A change notification: expired ones are purged.
+    pub config_changes: bool,
 }
 
 impl Changes {
@@ -79,6 +81,7 @@ impl Changes {
                 ["config", "changes", ..] => {
                     c.broker_configs = true;
                     c.quotas = true;
+                    c.config_changes = true;
                 }
                 ["config", "users", u] => {
                     c.users.insert(u.to_string());
@@ -169,6 +172,12 @@ impl Broker {
         }
         if changes.is_none_or(|c| c.quotas) {
             self.reload_client_quotas()?;
+        }
+        if changes.is_none_or(|c| c.config_changes) {
+            if let Err(e) = self.purge_obsolete_config_changes() {
+                // Old notifications cost space, never correctness: the next change tries again.
+                tracing::warn!(error = %e, "cannot purge expired config change notifications");
+            }
         }
         match changes {
             None => self.security.scram.load_all(store)?,

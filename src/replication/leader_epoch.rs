@@ -26,6 +26,13 @@ impl LeaderEpochCache {
         LeaderEpochCache { path, entries, unsynced: false }
     }
 
+    /// The partition's log now lives in `dir` (a log dir move): the checkpoint is written
+    /// there from now on, at once in full.
+    pub fn relocate(&mut self, dir: &Path) {
+        self.path = dir.join(FILE_NAME);
+        self.persist();
+    }
+
     pub fn latest_epoch(&self) -> Option<i32> {
         self.entries.last().map(|e| e.0)
     }

@@ -6,6 +6,7 @@
 //! the ISR, acks=all answers only once the high watermark passes the write, and only the ISR
 //! may become leader (unless unclean election is enabled).
 
+pub mod alter_log_dirs;
 pub mod control;
 pub mod fetch_session;
 pub mod fetcher;
@@ -39,6 +40,8 @@ pub struct ReplicaManager {
     changed: Notify,
     topic_metrics: Arc<BrokerTopicMetrics>,
     isr_metrics: IsrMetrics,
+    /// Wakes the log dir mover when a move starts.
+    pub log_dir_moves: Notify,
 }
 
 impl ReplicaManager {
@@ -57,6 +60,7 @@ impl ReplicaManager {
             changed: Notify::new(),
             topic_metrics,
             isr_metrics,
+            log_dir_moves: Notify::new(),
         }
     }
 

@@ -710,6 +710,11 @@ impl Partition {
         self.lock_log().set_config(config);
     }
 
+    /// After a log dir move swapped this partition's log for its copy in `dir`.
+    pub fn relocate_epoch_checkpoint(&self, dir: &std::path::Path) {
+        lock(&self.epochs).relocate(dir);
+    }
+
     /// Makes the leader-epoch checkpoint durable if it changed since the last call; the
     /// fsync runs without the cache's lock, which follower fetches take.
     pub fn sync_epoch_checkpoint(&self) -> std::io::Result<()> {

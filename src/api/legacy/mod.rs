@@ -37,6 +37,7 @@ const LOWEST: &[(ApiKey, i16)] = &[
     (ApiKey::DeleteTopics, 0),
     (ApiKey::DescribeConfigs, 0),
     (ApiKey::OffsetForLeaderEpoch, 0),
+    (ApiKey::AlterReplicaLogDirs, 0),
 ];
 
 pub fn lowest(key: ApiKey) -> Option<i16> {
@@ -62,6 +63,7 @@ pub enum LegacyRequest {
     DeleteTopics(DeleteTopicsRequest),
     DescribeConfigs(DescribeConfigsRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
+    AlterReplicaLogDirs(kafka_protocol::messages::AlterReplicaLogDirsRequest),
 }
 
 fn crate_decode<T: Decodable>(mut body: Bytes, version: i16) -> WireResult<T> {
@@ -98,6 +100,8 @@ pub fn decode(key: ApiKey, version: i16, body: Bytes) -> WireResult<LegacyReques
         // v0 is v1 without include_synonyms.
         ApiKey::DescribeConfigs => LegacyRequest::DescribeConfigs(crate_decode(with_suffix(body, &[0]), 1)?),
         ApiKey::OffsetForLeaderEpoch => LegacyRequest::OffsetForLeaderEpoch(decode_offset_for_leader_epoch(body)?),
+        // v0 is v1 on the wire both ways (v1 changed only how throttling is done).
+        ApiKey::AlterReplicaLogDirs => LegacyRequest::AlterReplicaLogDirs(crate_decode(body, 1)?),
         other => return Err(format!("no old-version codec for {other:?}")),
     })
 }
@@ -181,6 +185,10 @@ pub async fn handle(ctx: &RequestContext, request: LegacyRequest) -> Result<Opti
         LegacyRequest::DescribeConfigs(req) => {
             encode_describe_configs_v0(&super::configs::describe_configs(ctx, req), &mut out);
             Ok(())
+        }
+        LegacyRequest::AlterReplicaLogDirs(req) => {
+            let r = super::off_runtime(ctx, move |c| super::admin::alter_replica_log_dirs(c, req)).await?;
+            r.encode(&mut out, 1)
         }
         LegacyRequest::OffsetForLeaderEpoch(req) => {
             let r = super::fetch::offset_for_leader_epoch(ctx, req);
