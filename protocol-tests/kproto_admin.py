@@ -524,6 +524,9 @@ def decode_delete_acls(r: R, v: int) -> dict:
         return _tagged(rr, {"error_code": rr.i16(), "error_message": rr.string(), "matching_acls": rr.array(matching)})
     out["filter_results"] = r.array(result)
     r.tags()
+    return out
+
+
 # AlterReplicaLogDirs -------------------------------------------------------
 
 ALTER_REPLICA_LOG_DIRS = 34
