@@ -294,6 +294,39 @@ def test_plaintext_client_on_tls_port_is_closed(secured):
         assert not (len(data) >= 8 and struct.unpack(">i", data[4:8])[0] == 1)
 
 
+def test_a_renewed_keystore_is_served_without_a_restart(broker_factory, certs, tmp_path):
+    """A certificate renewed on disk (written beside and renamed over, as renewal tools do)
+    is served to new connections; a store that does not load leaves the last good one."""
+    import os
+    import ssl
+    from security_certs import _leaf
+    keystore = tmp_path / "keystore.pem"
+    keystore.write_text(certs.text("broker-keystore.pem"))
+    s = start_secured(broker_factory, certs, {"ssl.keystore.location": str(keystore),
+                                              "gregor.ssl.store.check.interval.ms": "200"})
+
+    def served() -> bytes:
+        return ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", s.ports["SSL"]), timeout=10))
+
+    def replace(text: str):
+        part = tmp_path / "keystore.pem.part"
+        part.write_text(text)
+        os.replace(part, keystore)
+
+    assert served() == ssl.PEM_cert_to_DER_cert(certs.text("broker.pem"))
+    _leaf(certs.dir, "renewed", "/CN=broker-renewed", "ca", san="IP:127.0.0.1,DNS:localhost")
+    renewed = ssl.PEM_cert_to_DER_cert(certs.text("renewed.pem"))
+    replace(certs.text("renewed.key") + certs.text("renewed.pem"))
+    wait_until(lambda: served() == renewed, 30, "the renewed certificate to be served")
+    topic = uniq("renewed")
+    produce_consume(client_conf(s, "SSL"), topic)
+
+    replace("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+    wait_until(lambda: "keeping the previous one" in s.log(), 30, "the broken keystore to be reported")
+    assert served() == renewed
+    produce_consume(client_conf(s, "SSL"), uniq("renewed"))
+
+
 def sasl_conn(s, listener="SASL_PLAINTEXT"):
     return kproto.Conn("127.0.0.1", s.ports[listener], timeout=15)
 

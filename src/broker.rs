@@ -470,6 +470,27 @@ impl Broker {
     /// alone writes partition state), then applies each one it accepted. A change is skipped
     /// if leadership moved meanwhile; one the controller refused is dropped, and the leader
     /// proposes it again if it still holds.
+    /// Every `gregor.ssl.store.check.interval.ms` (30 s; 0: never), looks whether a TLS
+    /// listener's keystore or truststore file changed and serves new connections with it, so
+    /// a renewed certificate needs no restart.
+    pub fn spawn_store_reload(self: &Arc<Self>) {
+        let every = self.security.store_check_interval;
+        if every.is_zero() || !self.security.has_tls() {
+            return;
+        }
+        let broker = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let b = broker.clone();
+                let _ = tokio::task::spawn_blocking(move || b.security.reload_changed_stores(&b.config.values)).await;
+            }
+        });
+    }
+
     pub fn spawn_isr_writer(self: &Arc<Self>) {
         let b = self.clone();
         tokio::spawn(async move {

@@ -109,6 +109,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // 20,000 partitions needs about 2 MB of it, a Metadata request naming 100,000 topics under
     // 10 MB; a frame of empty elements would otherwise decode into forty times its size.
     ("gregor.max.decoded.bytes.per.request", "67108864"),
+    // How often TLS listeners look for a changed keystore or truststore file (0: never).
+    ("gregor.ssl.store.check.interval.ms", "30000"),
     ("default.replication.factor", "1"),
     ("auto.create.topics.enable", "true"),
     ("delete.topic.enable", "true"),

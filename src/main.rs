@@ -101,6 +101,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     broker.spawn_membership_zk_mirror();
     broker.spawn_isr_expiry();
     broker.spawn_isr_writer();
+    broker.spawn_store_reload();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker = TaskTracker::new();

@@ -339,7 +339,7 @@ struct Connection {
 impl Connection {
     /// The TLS handshake where the listener has TLS, then the requests.
     async fn start(self, stream: TcpStream, shutdown: watch::Receiver<bool>) {
-        let Some(acceptor) = self.path.security.tls.clone() else {
+        let Some(acceptor) = self.path.security.tls.as_ref().map(|t| t.acceptor()) else {
             let (rd, wr) = stream.into_split();
             return self.serve(rd, wr, shutdown).await;
         };

@@ -70,7 +70,7 @@ pub const MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 pub struct ListenerSecurity {
     pub name: String,
     pub protocol: String,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub tls: Option<tls::ReloadableTls>,
     /// Whether the TLS client certificate names the principal (SSL listeners; on SASL_SSL the
     /// SASL identity wins, as in Kafka).
     pub principal_from_certificate: bool,
@@ -100,6 +100,8 @@ pub struct Security {
     pub failed_authentication_delay: std::time::Duration,
     /// `connections.max.reauth.ms`; zero: sessions do not expire.
     pub max_reauth_ms: i64,
+    /// `gregor.ssl.store.check.interval.ms`: how often the store files are looked at; zero: never.
+    pub store_check_interval: std::time::Duration,
     /// Keys the made-up salts of unknown SCRAM users, so that they are stable per user.
     pub decoy_key: Vec<u8>,
     /// `authorizer.class.name`; None: every principal may do everything, as in Kafka.
@@ -134,9 +136,27 @@ impl Security {
                 100,
             )? as u64),
             max_reauth_ms: ms("connections.max.reauth.ms", 0)?,
+            store_check_interval: std::time::Duration::from_millis(
+                ms("gregor.ssl.store.check.interval.ms", 30000)? as u64
+            ),
             decoy_key: scram::random_bytes(32),
             authorizer: authorizer::Authorizer::from_config(values)?,
         })
+    }
+
+    /// Whether any listener serves TLS (and so has stores to watch).
+    pub fn has_tls(&self) -> bool {
+        self.listeners.values().any(|l| l.tls.is_some())
+    }
+
+    /// Rebuilds the TLS of every listener whose keystore or truststore file changed
+    /// (blocking: reads files).
+    pub fn reload_changed_stores(&self, values: &BTreeMap<String, String>) {
+        for l in self.listeners.values() {
+            if let Some(t) = &l.tls {
+                t.reload_if_changed(values);
+            }
+        }
     }
 
     pub fn listener(&self, name: &str) -> Arc<ListenerSecurity> {
@@ -156,7 +176,7 @@ fn build_listener(
     if uses_tls {
         let built = tls::server_config(values, listener, protocol)?;
         sec.principal_from_certificate = protocol == "SSL" && built.client_auth;
-        sec.tls = Some(tokio_rustls::TlsAcceptor::from(Arc::new(built.config)));
+        sec.tls = Some(tls::ReloadableTls::new(values, listener, protocol, built));
     }
     if uses_tls || protocol == "SASL_PLAINTEXT" {
         sec.principal_mapper = tls::PrincipalMapper::from_config(values, listener)?;

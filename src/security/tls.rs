@@ -4,7 +4,9 @@
 //! `ssl.principal.mapping.rules`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
 
 use base64::Engine;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
@@ -209,6 +211,73 @@ pub fn server_config(
         )
     })?;
     Ok(ServerTls { config, client_auth: client_auth.is_some() })
+}
+
+/// A TLS listener's acceptor, rebuilt when its keystore or truststore file changes, so a
+/// renewed certificate is served to new connections without a restart (connections already
+/// open keep the session they have).
+pub struct ReloadableTls {
+    acceptor: RwLock<tokio_rustls::TlsAcceptor>,
+    /// The store files and the modification time each had when the acceptor was built.
+    files: Mutex<Vec<(PathBuf, Option<SystemTime>)>>,
+    listener: String,
+    protocol: String,
+}
+
+fn modified(path: &PathBuf) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl ReloadableTls {
+    pub fn new(values: &BTreeMap<String, String>, listener: &str, protocol: &str, built: ServerTls) -> ReloadableTls {
+        let files = ["ssl.keystore.location", "ssl.truststore.location"]
+            .iter()
+            .filter_map(|key| listener_value(values, listener, key))
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+            .map(|p| {
+                let m = modified(&p);
+                (p, m)
+            })
+            .collect();
+        ReloadableTls {
+            acceptor: RwLock::new(tokio_rustls::TlsAcceptor::from(Arc::new(built.config))),
+            files: Mutex::new(files),
+            listener: listener.to_string(),
+            protocol: protocol.to_string(),
+        }
+    }
+
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.acceptor.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Rebuilds the acceptor if a store file changed since it was built (blocking: reads
+    /// files). A store that does not load (half written, a key that does not match) leaves
+    /// the current one in place, and is tried again at the next change.
+    pub fn reload_if_changed(&self, values: &BTreeMap<String, String>) -> bool {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let now: Vec<Option<SystemTime>> = files.iter().map(|(p, _)| modified(p)).collect();
+        if files.iter().zip(&now).all(|((_, was), is)| was == is) {
+            return false;
+        }
+        for ((_, was), is) in files.iter_mut().zip(now) {
+            *was = is;
+        }
+        drop(files);
+        match server_config(values, &self.listener, &self.protocol) {
+            Ok(built) => {
+                *self.acceptor.write().unwrap_or_else(|p| p.into_inner()) =
+                    tokio_rustls::TlsAcceptor::from(Arc::new(built.config));
+                tracing::info!(listener = %self.listener, "keystore or truststore changed: new connections use it");
+                true
+            }
+            Err(e) => {
+                tracing::error!(listener = %self.listener, error = %e, "changed keystore or truststore not usable; keeping the previous one");
+                false
+            }
+        }
+    }
 }
 
 /// The truststore: `ssl.truststore.location` (PEM file) or the inline `ssl.truststore.certificates`.
