@@ -36,7 +36,6 @@ pub enum ErrorCode {
     TopicDeletionDisabled = 73,
     FencedLeaderEpoch = 74,
     StaleBrokerEpoch = 77,
-    OffsetNotAvailable = 78,
     PreferredLeaderNotAvailable = 80,
     EligibleLeadersNotAvailable = 83,
     ElectionNotNeeded = 84,

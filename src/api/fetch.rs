@@ -499,7 +499,6 @@ fn down_convert(ctx: &RequestContext, stored: &[u8], version: i16, offset: i64, 
 
 pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let mut r = ListOffsetsResponse::default();
-    let from_consumer = req.replica_id.0 == -1;
     for t in req.topics {
         let name = t.name.0.to_string();
         let may_describe = ctx.authorized(Operation::Describe, ResourceType::Topic, &name);
@@ -520,13 +519,6 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
             match (led, fenced) {
                 (None, _) => pr.error_code = super::not_led_error(&ctx.broker, &name, p.partition_index),
                 (Some(_), Some(code)) => pr.error_code = code,
-                (Some(part), None)
-                    if from_consumer && p.timestamp != EARLIEST_TIMESTAMP && part.high_watermark_lags_epoch_start() =>
-                {
-                    // Kafka still answers a timestamp found below the high watermark then; here
-                    // every such query waits for the watermark (the error is retriable).
-                    pr.error_code = ErrorCode::OffsetNotAvailable.code();
-                }
                 (Some(part), None) => match p.timestamp {
                     LATEST_TIMESTAMP => {
                         pr.offset = part.high_watermark();
@@ -574,7 +566,6 @@ pub type OldStyleOffsets = Vec<(String, Vec<(i32, i16, Vec<i64>)>)>;
 /// ListOffsets v0: for each partition up to `max_counts[i]` offsets (the i-th partition of the
 /// request, in order), as Kafka 3.9 still answers it from the segments' first offsets.
 pub fn list_offsets_v0(ctx: &RequestContext, req: ListOffsetsRequest, max_counts: &[i32]) -> OldStyleOffsets {
-    let from_consumer = req.replica_id.0 == -1;
     let mut counts = max_counts.iter().copied();
     let mut out = Vec::with_capacity(req.topics.len());
     for t in req.topics {

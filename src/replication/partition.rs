@@ -196,15 +196,6 @@ impl Partition {
         lock(&self.state).role == Role::Leader
     }
 
-    /// A leader elected a moment ago may hold a high watermark below what the previous leader
-    /// had shown, until its followers fetch again. Until it reaches the start of its epoch,
-    /// offset queries are answered OFFSET_NOT_AVAILABLE (KIP-207), so the end offset a client
-    /// sees never goes backwards.
-    pub fn high_watermark_lags_epoch_start(&self) -> bool {
-        let s = lock(&self.state);
-        s.role == Role::Leader && s.epoch_start_offset > self.high_watermark()
-    }
-
     pub fn role(&self) -> (Role, i32) {
         let s = lock(&self.state);
         (s.role, s.leader_epoch)
@@ -858,23 +849,6 @@ mod tests {
         // Dropping the slow follower from the ISR lets the rest commit.
         p.set_isr(vec![1, 2]);
         assert_eq!(p.high_watermark(), 5);
-    }
-
-    #[test]
-    fn a_new_leaders_offsets_wait_for_its_high_watermark_to_reach_the_epoch_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = partition(dir.path());
-        p.become_leader(0, &[1, 2], &[1, 2]);
-        append(&p, 5);
-        p.follower_fetch(2, 3, 0, 0, 1 << 20);
-        assert_eq!(p.high_watermark(), 3);
-        assert!(!p.high_watermark_lags_epoch_start(), "the first epoch starts at 0");
-        // Re-elected with 5 records of which the follower has 3: the epoch starts at 5.
-        p.become_leader(1, &[1, 2], &[1, 2]);
-        assert!(p.high_watermark_lags_epoch_start());
-        p.follower_fetch(2, 5, 1, 1, 1 << 20);
-        assert_eq!(p.high_watermark(), 5);
-        assert!(!p.high_watermark_lags_epoch_start());
     }
 
     #[test]
