@@ -566,6 +566,7 @@ pub type OldStyleOffsets = Vec<(String, Vec<(i32, i16, Vec<i64>)>)>;
 /// ListOffsets v0: for each partition up to `max_counts[i]` offsets (the i-th partition of the
 /// request, in order), as Kafka 3.9 still answers it from the segments' first offsets.
 pub fn list_offsets_v0(ctx: &RequestContext, req: ListOffsetsRequest, max_counts: &[i32]) -> OldStyleOffsets {
+    let from_consumer = req.replica_id.0 == -1;
     let mut counts = max_counts.iter().copied();
     let mut out = Vec::with_capacity(req.topics.len());
     for t in req.topics {
