@@ -348,7 +348,7 @@ fn sasl_credentials(values: &BTreeMap<String, String>, listener: &str) -> Result
         return Err(refuse(KEY, format!("{mechanism} is not supported; gregor supports {}", MECHANISMS.join(", "))));
     }
     let enabled = sasl::SaslSettings::from_config(values, listener)?;
-    if !enabled.mechanisms.iter().any(|m| *m == mechanism) {
+    if !enabled.mechanisms.contains(&mechanism) {
         return Err(refuse(
             KEY,
             format!(
