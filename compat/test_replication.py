@@ -298,7 +298,7 @@ def secured_cluster(request, cluster_factory, protocol: str, n: int = 3, **kw) -
 
 @pytest.mark.parametrize("seed,controller_led,inter_broker",
                          [(s, s % 3 == 2, "PLAINTEXT") for s in range(1, FAULT_SEEDS + 1)]
-                         + [(2, True, "SASL_SSL")])
+                         + [(1, False, "SASL_SSL"), (2, True, "SASL_SSL")])
 def test_fault_script(request, cluster_factory, seed, controller_led, inter_broker):
     """`controller_led`: the first victim leads its partition *and* is the controller, so the
     second kill hits the freshly elected controller; otherwise it is another broker.
