@@ -48,7 +48,7 @@ class Cluster:
 
     def __init__(self, zk: ZooKeeper, n: int = 3, chroot: Optional[str] = None,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                 overrides: Optional[Dict[str, str]] = None, on_new_broker=None):
+                 overrides: Optional[Dict[str, str]] = None, on_new_broker=None, broker_overrides=None):
         if KazooClient is None:
             raise RuntimeError("the cluster suite needs kazoo: .venv/bin/pip install kazoo")
         self.zk = zk
@@ -57,6 +57,9 @@ class Cluster:
         self.session_timeout_ms = session_timeout_ms
         self.extra_overrides = dict(overrides or {})
         self.on_new_broker = on_new_broker
+        # broker_overrides(broker_id, port) -> {key: value}: settings of one broker (its own
+        # listeners, credentials); the broker then keeps `port` for its PLAINTEXT listener.
+        self.broker_overrides = broker_overrides
         self.brokers: Dict[int, Broker] = {}
         self.extra: List[Broker] = []
         root = KazooClient(hosts=zk.connect, timeout=10.0)
@@ -83,7 +86,12 @@ class Cluster:
         return o
 
     def new_broker(self, broker_id: int) -> Broker:
-        b = Broker(broker_id=broker_id, overrides=self.overrides())
+        if self.broker_overrides is not None:
+            port = free_port()
+            b = Broker(broker_id=broker_id, port=port,
+                       overrides={**self.overrides(), **self.broker_overrides(broker_id, port)})
+        else:
+            b = Broker(broker_id=broker_id, overrides=self.overrides())
         if self.on_new_broker:
             self.on_new_broker(b)
         return b

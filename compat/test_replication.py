@@ -6,7 +6,8 @@ replicas' files; nothing sleeps and hopes, and no test asserts on timing.
 
 1. test_fault_script[seed]       idempotent acks=all producer while leaders/controller are killed,
                                  restarted and rolled; every ack is in the log at its offset,
-                                 no duplicates, dense offsets, per-key order, replicas byte-equal
+                                 no duplicates, dense offsets, per-key order, replicas byte-equal;
+                                 once more with a SASL_SSL (SCRAM-SHA-512) inter-broker listener
 2. test_stopped_follower_...     a SIGSTOPped follower leaves the ISR, acks=all continues, SIGCONT rejoins
 3. test_not_enough_replicas      |ISR| < min.insync.replicas => NOT_ENOUGH_REPLICAS, nothing written
 4. test_replica_logs_agree       segment bytes and leader-epoch-checkpoint identical on every replica
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 import uuid
 
@@ -32,6 +34,7 @@ from confluent_kafka.admin import NewTopic  # noqa: E402
 from cluster_harness import Cluster  # noqa: E402
 from gregor_fixtures import _failed, _register  # noqa: E402
 from gregor_harness import wait_until  # noqa: E402
+from inter_broker_security import BROKER_PASSWORD, BROKER_USER, InterBroker, add_scram_user_in_zookeeper  # noqa: E402
 from replication_tools import (  # noqa: E402
     SeqProducer, epochs_from_batches, format_epoch_checkpoint, key_of, offsets_partition_for,
     parse_batches, produce_sync, read_epoch_checkpoint, read_partitions, segment_bytes, sigcont,
@@ -49,11 +52,14 @@ LAG_MS = 3000  # replica.lag.time.max.ms for every test (Kafka's default 30 s is
 def cluster_factory(request, zookeeper):
     clusters = []
 
-    def make(n: int = 3, overrides=None, **kw) -> Cluster:
+    def make(n: int = 3, overrides=None, setup=None, **kw) -> Cluster:
+        """`setup(cluster)` runs before any broker starts (znodes brokers read at start)."""
         o = {"replica.lag.time.max.ms": str(LAG_MS)}
         o.update(overrides or {})
         c = Cluster(zookeeper, n, overrides=o, on_new_broker=lambda b: _register(request, b), **kw)
         clusters.append(c)
+        if setup:
+            setup(c)
         c.start()
         return c
 
@@ -276,13 +282,33 @@ def check_log(name: str, marks, recs, acked, rejected=()):
 FAULT_SEEDS = int(os.environ.get("GREGOR_FAULT_SEEDS", "3"))
 
 
-@pytest.mark.parametrize("seed,controller_led", [(s, s % 3 == 2) for s in range(1, FAULT_SEEDS + 1)])
-def test_fault_script(cluster_factory, seed, controller_led):
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    from security_certs import Certs
+    return Certs(tmp_path_factory.mktemp("certs"))
+
+
+def secured_cluster(request, cluster_factory, protocol: str, n: int = 3, **kw) -> Cluster:
+    """A cluster whose inter-broker listener is `protocol` (SCRAM-SHA-512 for SASL), the
+    broker user's credential written to ZooKeeper before the brokers start."""
+    inter = InterBroker(request.getfixturevalue("certs"), protocol, **kw)
+    return cluster_factory(n, broker_overrides=inter,
+                           setup=lambda c: add_scram_user_in_zookeeper(c.kz, BROKER_USER, BROKER_PASSWORD))
+
+
+@pytest.mark.parametrize("seed,controller_led,inter_broker",
+                         [(s, s % 3 == 2, "PLAINTEXT") for s in range(1, FAULT_SEEDS + 1)]
+                         + [(1, False, "SASL_SSL"), (2, True, "SASL_SSL")])
+def test_fault_script(request, cluster_factory, seed, controller_led, inter_broker):
     """`controller_led`: the first victim leads its partition *and* is the controller, so the
-    second kill hits the freshly elected controller; otherwise it is another broker."""
+    second kill hits the freshly elected controller; otherwise it is another broker.
+    `inter_broker`: the inter-broker listener's protocol (clients always use PLAINTEXT)."""
     rng = random.Random(seed)
     log = Timeline()
-    c = cluster_factory(3)
+    if inter_broker == "PLAINTEXT":
+        c = cluster_factory(3)
+    else:
+        c = secured_cluster(request, cluster_factory, inter_broker)
     topic = uniq(f"faults{seed}")
     parts = 6
     create_topic(c, topic, parts, 3, config={"min.insync.replicas": "2"})
@@ -375,6 +401,12 @@ def test_fault_script(cluster_factory, seed, controller_led):
         bs = parse_batches(data)
         last = bs[-1]["last_offset"] + 1 if bs else 0
         assert last == marks[p][1], f"{topic}-{p}: replicas end at {last}, high watermark {marks[p][1]}"
+
+    if inter_broker == "SASL_SSL":
+        # The replication above went over the secured listener, as the broker user.
+        for b in c.brokers.values():
+            assert re.search(r"listener=INTERNAL.*authenticated principal=User:broker mechanism=SCRAM-SHA-512",
+                             b.stderr_tail(1000000)), f"broker {b.broker_id} saw no authenticated broker"
 
 
 # ---------------------------------------------------------------------------

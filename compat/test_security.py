@@ -505,9 +505,158 @@ def test_unsupported_sasl_mechanisms_are_refused_naming_the_key(tmp_path, mechan
     run_expect_refusal(tmp_path, o, "sasl.enabled.mechanisms", expected)
 
 
-def test_a_secured_inter_broker_listener_is_refused(tmp_path, zookeeper):
+def inter_broker_refusal(tmp_path, zookeeper, protocol: str, extra: dict, *expected: str):
+    """A broker of a cluster whose INTERNAL inter-broker listener is `protocol` with `extra`
+    settings: refused at start, naming the key."""
+    listeners = f"PLAINTEXT://127.0.0.1:{free_port()},INTERNAL://127.0.0.1:{free_port()}"
     run_expect_refusal(tmp_path, {
-        "listeners": f"SASL_SSL://127.0.0.1:{free_port()},PLAINTEXT://127.0.0.1:{free_port()}",
-        "inter.broker.listener.name": "SASL_SSL",
+        "listeners": listeners,
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,INTERNAL:{protocol}",
+        "inter.broker.listener.name": "INTERNAL",
         "zookeeper.connect": zookeeper.connect + "/" + uniq("refuse"),
-    }, "inter.broker.listener.name", "must be PLAINTEXT")
+        **extra,
+    }, *expected)
+
+
+def test_inter_broker_settings_that_cannot_be_honoured_are_refused(tmp_path, zookeeper, certs):
+    c = certs
+    tls = {"ssl.keystore.type": "PEM", "ssl.keystore.location": c.path("broker-keystore.pem"),
+           "ssl.truststore.type": "PEM", "ssl.truststore.location": c.path("ca.pem")}
+    scram = {"listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512"}
+    jaas = {"listener.name.internal.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="pw";'}
+    no_truststore = {k: v for k, v in tls.items() if not k.startswith("ssl.truststore")}
+    # SSL between brokers: this broker must be able to verify the others' certificates.
+    inter_broker_refusal(tmp_path, zookeeper, "SSL", no_truststore,
+                         "listener.name.internal.ssl.truststore.location", "verifies the other brokers' certificates")
+    # SASL: Kafka's default mechanism (GSSAPI) is not spoken, so it must be named ...
+    inter_broker_refusal(tmp_path, zookeeper, "SASL_SSL", {**tls, **scram, **jaas},
+                         "sasl.mechanism.inter.broker.protocol", "GSSAPI")
+    # ... and enabled on the listener ...
+    inter_broker_refusal(tmp_path, zookeeper, "SASL_SSL",
+                         {**tls, **scram, **jaas, "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                          "listener.name.internal.plain.sasl.jaas.config":
+                              'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                              'username="broker" password="pw" user_broker="pw";'},
+                         "sasl.mechanism.inter.broker.protocol", "not among the mechanisms")
+    # ... and this broker needs credentials for it.
+    inter_broker_refusal(tmp_path, zookeeper, "SASL_SSL",
+                         {**tls, **scram, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"},
+                         "listener.name.internal.scram-sha-512.sasl.jaas.config", "username and password")
+    inter_broker_refusal(tmp_path, zookeeper, "SASL_PLAINTEXT",
+                         {**scram, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                          "listener.name.internal.scram-sha-512.sasl.jaas.config":
+                              'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker";'},
+                         "listener.name.internal.scram-sha-512.sasl.jaas.config", "needs username and password")
+    # The controller uses the inter-broker listener: a separately secured control plane is not served.
+    run_expect_refusal(tmp_path, {
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()},CONTROL://127.0.0.1:{free_port()}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROL:SSL",
+        "control.plane.listener.name": "CONTROL",
+        "zookeeper.connect": zookeeper.connect + "/" + uniq("refuse"),
+        **tls,
+    }, "control.plane.listener.name", "inter-broker listener")
+
+
+# --------------------------------------------------------------------- secured inter-broker listener
+
+@pytest.fixture
+def cluster_factory(request, zookeeper):
+    from cluster_harness import Cluster
+    from gregor_fixtures import _failed, _register
+    clusters = []
+
+    def make(inter, n=3, overrides=None, start=True):
+        from inter_broker_security import BROKER_PASSWORD, BROKER_USER, add_scram_user_in_zookeeper
+        o = {"replica.lag.time.max.ms": "3000", **(overrides or {})}
+        c = Cluster(zookeeper, n, overrides=o, broker_overrides=inter,
+                    on_new_broker=lambda b: _register(request, b))
+        clusters.append(c)
+        add_scram_user_in_zookeeper(c.kz, BROKER_USER, BROKER_PASSWORD)
+        if start:
+            c.start()
+        return c
+
+    yield make
+    failed = _failed(request)
+    for c in clusters:
+        c.cleanup(keep=failed)
+
+
+def create_topic(c, name, assignment):
+    from confluent_kafka.admin import NewTopic
+    ctl = c.wait_controller()
+    want = c.live_ids()
+    wait_until(lambda: sorted(c.metadata(ctl).brokers) == want, 60, f"the controller to list {want}")
+    a = c.admin(ctl)  # kept: a collected client cancels its requests
+    f = a.create_topics([NewTopic(name, len(assignment), replica_assignment=assignment)], operation_timeout=30)
+    f[name].result(timeout=60)
+    c.wait_topic_online(name, len(assignment), timeout=60)
+
+
+def wait_isr(c, topic, p, want, what):
+    def ok():
+        s = c.partition_state(topic, p)
+        return sorted(s["isr"]) == sorted(want)
+    wait_until(ok, 90, f"{topic}-{p}: ISR {sorted(want)} ({what})", interval=0.1)
+
+
+def test_mutual_tls_inter_broker_listener_replicates_as_the_certificate_principal(cluster_factory, certs):
+    """SSL between brokers with client certificates required: the broker certificate's
+    mapped subject is the principal the authorizer sees, and it needs CLUSTER_ACTION (here as a
+    super user) for followers to fetch and for the controller's requests."""
+    from inter_broker_security import AUTHORIZER, InterBroker
+    inter = InterBroker(certs, "SSL", extra={
+        "listener.name.internal.ssl.client.auth": "required",
+        "listener.name.internal.ssl.principal.mapping.rules": "RULE:^CN=([^,]*)$/$1/,DEFAULT",
+        "authorizer.class.name": AUTHORIZER,
+        # The test's clients come in on PLAINTEXT as User:ANONYMOUS.
+        "super.users": "User:broker;User:ANONYMOUS",
+    })
+    c = cluster_factory(inter)
+    topic = uniq("mtls-ib")
+    create_topic(c, topic, [[1, 2, 3]])
+    wait_isr(c, topic, 0, [1, 2, 3], "fresh topic")
+    produce_consume({"bootstrap.servers": c.bootstrap()}, topic, n=50)
+    wait_isr(c, topic, 0, [1, 2, 3], "after producing")
+    for b in c.brokers.values():
+        log = b.stderr_tail(1000000)
+        assert re.search(r"listener=INTERNAL.*authenticated by client certificate principal=User:broker", log), \
+            f"broker {b.broker_id} saw no broker certificate"
+        assert "no CLUSTER_ACTION" not in log
+
+
+def test_wrong_inter_broker_credentials_keep_the_follower_out(cluster_factory, certs):
+    """A broker whose SCRAM password is wrong cannot fetch: it never joins the ISR, the
+    leader keeps accepting acks=all writes with the others, both sides log the failure, and
+    nothing panics (the process guard checks every log)."""
+    from inter_broker_security import InterBroker
+    inter = InterBroker(certs, "SASL_SSL", password_of=lambda i: "wrong" if i == 3 else "broker-secret")
+    c = cluster_factory(inter, n=2)
+    # The bad broker joins after brokers 1 and 2 chose a controller among themselves.
+    ctl = c.wait_controller()
+    c.brokers[3] = c.new_broker(3)
+    c.brokers[3].start()
+    c.wait_registered([1, 2, 3])
+    topic = uniq("badcreds")
+    leader = 2 if ctl == 1 else 1
+    others = [i for i in (1, 2) if i != leader]
+    create_topic(c, topic, [[leader, 3, *others]])
+    wait_isr(c, topic, 0, [1, 2], "the broker with wrong credentials dropped")
+    p = Producer({"bootstrap.servers": c.bootstrap([1, 2]), "acks": "all"})
+    for i in range(20):
+        p.produce(topic, value=b"v%d" % i, partition=0)
+    assert p.flush(30) == 0
+    bad = c.brokers[3]
+
+    def failures():
+        return bad.stderr_tail(1000000).count("cannot authenticate to leader")
+    seen = failures()
+    assert seen > 0, bad.stderr_tail(40)
+    # It keeps trying (with backoff) and keeps failing; the data never reaches it.
+    wait_until(lambda: failures() >= seen + 2, 60, "broker 3 to retry and fail again")
+    assert "SASL authentication as broker with SCRAM-SHA-512 failed" in bad.stderr_tail(1000000)
+    assert sorted(c.partition_state(topic, 0)["isr"]) == [1, 2]
+    from replication_tools import segment_bytes
+    assert not segment_bytes(bad, topic, 0), "records reached the broker that could not authenticate"
+    assert "authentication failed" in c.brokers[leader].stderr_tail(1000000)

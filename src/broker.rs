@@ -494,7 +494,7 @@ impl Broker {
     pub fn spawn_isr_writer(self: &Arc<Self>) {
         let b = self.clone();
         tokio::spawn(async move {
-            let mut conn: Option<(i32, tokio::net::TcpStream)> = None;
+            let mut conn: Option<(i32, crate::security::client::BrokerConnection)> = None;
             let mut correlation_id = 0i32;
             loop {
                 b.isr_queued.notified().await;
@@ -524,7 +524,7 @@ impl Broker {
     async fn alter_partition(
         self: &Arc<Self>,
         batch: Vec<IsrChange>,
-        conn: &mut Option<(i32, tokio::net::TcpStream)>,
+        conn: &mut Option<(i32, crate::security::client::BrokerConnection)>,
         correlation_id: i32,
     ) -> anyhow::Result<()> {
         use crate::controller::messages::{
@@ -567,14 +567,17 @@ impl Broker {
             tokio::task::spawn_blocking(move || b.handle_alter_partition(&req)).await?
         } else {
             let controller = snapshot.controller_id;
-            if conn.as_ref().is_none_or(|(id, _)| *id != controller) {
+            if conn.as_ref().is_none_or(|(id, c)| *id != controller || c.session_expiring()) {
                 let target = snapshot
                     .brokers
                     .iter()
                     .find(|b| b.id == controller)
                     .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
-                let stream = tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await?;
-                let _ = stream.set_nodelay(true);
+                let stream = self
+                    .security
+                    .inter_broker
+                    .connect(&target.host, target.port, &format!("gregor-broker-{me}"))
+                    .await?;
                 *conn = Some((controller, stream));
             }
             let Some((_, stream)) = conn.as_mut() else { anyhow::bail!("no connection to the controller") };
@@ -588,7 +591,7 @@ impl Broker {
                 ALTER_PARTITION_VERSION,
                 max,
             );
-            tokio::time::timeout(Duration::from_secs(30), call).await??
+            tokio::time::timeout(self.security.inter_broker.request_timeout, call).await??
         };
         if resp.error_code != 0 {
             anyhow::bail!("AlterPartition refused with error {}", resp.error_code);
@@ -679,9 +682,9 @@ impl Broker {
                 .iter()
                 .find(|b| b.id == snapshot.controller_id)
                 .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
-            let mut stream = tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await?;
-            let req = ControlledShutdownRequest { broker_id: me, broker_epoch: epoch };
             let client_id = format!("gregor-broker-{me}");
+            let mut stream = self.security.inter_broker.connect(&target.host, target.port, &client_id).await?;
+            let req = ControlledShutdownRequest { broker_id: me, broker_epoch: epoch };
             let call = crate::controller::channel::round_trip(
                 &mut stream,
                 1,
@@ -690,7 +693,7 @@ impl Broker {
                 CONTROLLED_SHUTDOWN_VERSION,
                 self.config.socket_request_max_bytes,
             );
-            tokio::time::timeout(Duration::from_secs(30), call).await??
+            tokio::time::timeout(self.security.inter_broker.request_timeout, call).await??
         };
         if resp.error_code != 0 {
             anyhow::bail!("controller answered error {}", resp.error_code);

@@ -36,8 +36,7 @@ fn unsupported(key: &str, reason: impl Into<String>) -> ConfigError {
 
 /// Kafka's `SecurityProtocol` names.
 const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
-/// The protocol of the inter-broker listener, until the follower fetcher and the controller
-/// channel can speak TLS and SASL.
+/// Kafka's default `security.inter.broker.protocol`, and the name of the listener it picks.
 const PLAINTEXT: &str = "PLAINTEXT";
 /// Kafka's default `listener.security.protocol.map`: each protocol name maps to itself.
 const DEFAULT_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
@@ -595,7 +594,11 @@ impl BrokerConfig {
                     "only org.apache.kafka.common.replica.RackAwareReplicaSelector (or LeaderSelector) is available",
                 )),
             };
-        let inter_broker_listener = inter_broker_listener(get("inter.broker.listener.name"), &advertised_listeners);
+        let inter_broker_listener = inter_broker_listener(
+            get("inter.broker.listener.name"),
+            get("security.inter.broker.protocol"),
+            &advertised_listeners,
+        );
         let listener_max_connections = listener_max_connections(&values, &listeners)?;
         let listener_max_connection_creation_rate = listener_creation_rates(&values, &listeners)?;
         let metrics_address = metrics_address(get(METRICS_HOST), get(METRICS_PORT))?;
@@ -1097,28 +1100,18 @@ fn resolve_protocols(
     Ok(())
 }
 
-/// Refuses every security setting gregor cannot honour (an SSL or SASL inter-broker
-/// listener, an authorizer, ZooKeeper TLS/SASL): serving such a configuration would give
-/// clients, or other brokers, more than it allows. Runs before anything binds a port or
-/// touches the data directories. The listeners' own TLS and SASL keys are checked by
-/// `security::Security::from_config` at start.
+/// Refuses every security setting gregor cannot honour (a secured control-plane listener,
+/// an authorizer other than Kafka's ACL one, ZooKeeper TLS/SASL): serving such a
+/// configuration would give clients, or other brokers, more than it allows. Runs before
+/// anything binds a port or touches the data directories. The listeners' own TLS and SASL
+/// keys, and what this broker needs to connect to the others over a secured inter-broker
+/// listener, are checked by `security::Security::from_config` at start.
 fn check_security(
     values: &BTreeMap<String, String>,
     listeners: &[Endpoint],
     advertised: &[Endpoint],
 ) -> Result<(), ConfigError> {
     let get = |k: &str| values.get(k).map(|v| v.trim()).unwrap_or("");
-    let not_plaintext = |key: &str, ep: &Endpoint| {
-        unsupported(
-            key,
-            format!(
-                "listener {} ({ep}) uses security protocol {}, which gregor's follower fetcher and controller \
-                 channel cannot speak yet; the inter-broker listener must be PLAINTEXT (add a PLAINTEXT listener \
-                 for inter.broker.listener.name)",
-                ep.listener_name, ep.security_protocol
-            ),
-        )
-    };
     let named = |eps: &[Endpoint], name: &str| -> Option<Endpoint> {
         eps.iter().find(|e| e.listener_name.eq_ignore_ascii_case(name)).cloned()
     };
@@ -1129,10 +1122,24 @@ fn check_security(
     let key = "security.inter.broker.protocol";
     if !get(key).is_empty() {
         let protocol = security_protocol(key, get(key), get(key))?;
-        if protocol != PLAINTEXT && clustered {
-            return Err(unsupported(
+        if !get("inter.broker.listener.name").is_empty() {
+            // Kafka refuses the pair too: each names the inter-broker listener.
+            return Err(invalid(
                 key,
-                format!("{protocol} between brokers is not supported yet; only PLAINTEXT can be used"),
+                get(key),
+                "only one of inter.broker.listener.name and security.inter.broker.protocol may be set",
+            ));
+        }
+        // Kafka takes the listener named after the protocol; it must be advertised, since
+        // the other brokers connect to it.
+        if clustered && protocol != PLAINTEXT && named(advertised, protocol).is_none() {
+            return Err(invalid(
+                key,
+                protocol,
+                format!(
+                    "the inter-broker listener {protocol} must be a listener in advertised.listeners ({})",
+                    names(advertised)
+                ),
             ));
         }
     }
@@ -1149,18 +1156,19 @@ fn check_security(
         let ep = named(pool, name).ok_or_else(|| {
             invalid(key, name, format!("must be a listener name defined in {pool_key} ({})", names(pool)))
         })?;
-        if ep.security_protocol != PLAINTEXT && clustered {
-            return Err(not_plaintext(key, &ep));
-        }
-    }
-    // Without inter.broker.listener.name, the inter-broker listener is the one named after
-    // security.inter.broker.protocol (PLAINTEXT), else the first.
-    if clustered
-        && get("inter.broker.listener.name").is_empty()
-        && !advertised.iter().any(|e| e.listener_name.eq_ignore_ascii_case(PLAINTEXT))
-    {
-        if let Some(ep) = advertised.first().filter(|e| e.security_protocol != PLAINTEXT) {
-            return Err(not_plaintext("inter.broker.listener.name", ep));
+        // The controller reaches brokers over the inter-broker listener; a control-plane
+        // listener of its own would carry nothing, so one secured more than that is refused
+        // rather than left unused while the requests go elsewhere.
+        if key == "control.plane.listener.name" && ep.security_protocol != PLAINTEXT && clustered {
+            return Err(unsupported(
+                key,
+                format!(
+                    "listener {} ({ep}) uses security protocol {}, but gregor's controller sends its requests over \
+                     the inter-broker listener, not a separate control-plane one; secure inter.broker.listener.name \
+                     instead",
+                    ep.listener_name, ep.security_protocol
+                ),
+            ));
         }
     }
     for (key, eps) in [("listeners", listeners), ("advertised.listeners", advertised)] {
@@ -1313,9 +1321,15 @@ fn per_ip_overrides(value: &str) -> Result<Vec<(std::net::IpAddr, usize)>, Confi
 }
 
 /// The advertised listener's own spelling of the name, since other brokers match names
-/// exactly; check_security has already refused a name that is not advertised.
-fn inter_broker_listener(configured: &str, advertised: &[Endpoint]) -> String {
-    let wanted = if configured.is_empty() { PLAINTEXT } else { configured };
+/// exactly; check_security has already refused a name that is not advertised. Without
+/// `inter.broker.listener.name`, Kafka takes the listener named after
+/// `security.inter.broker.protocol` (PLAINTEXT); gregor falls back to the first listener.
+fn inter_broker_listener(configured: &str, protocol: &str, advertised: &[Endpoint]) -> String {
+    let wanted = match (configured, protocol.trim()) {
+        ("", "") => PLAINTEXT,
+        ("", p) => p,
+        (c, _) => c,
+    };
     advertised
         .iter()
         .find(|e| e.listener_name.eq_ignore_ascii_case(wanted))
@@ -1620,24 +1634,28 @@ mod tests {
     }
 
     #[test]
-    fn secured_listeners_are_accepted_and_a_secured_inter_broker_listener_is_not() {
+    fn secured_listeners_are_accepted_and_so_is_a_secured_inter_broker_listener() {
         // Standalone there is no inter-broker traffic: any listener may be secured (its TLS
         // and SASL keys are checked when the broker builds them).
         let c = load(&[("listeners", "SASL_SSL://127.0.0.1:29592")]).unwrap();
         assert_eq!(c.listeners[0].security_protocol(), "SASL_SSL");
         for protocol in ["SSL", "SASL_PLAINTEXT", "SASL_SSL"] {
-            let c = load(&[
-                ("zookeeper.connect", "127.0.0.1:2181"),
-                ("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:29592"),
-                ("listener.security.protocol.map", &format!("INTERNAL:PLAINTEXT,EXTERNAL:{protocol}")),
-                ("inter.broker.listener.name", "INTERNAL"),
-            ])
-            .unwrap();
-            assert_eq!(c.listeners[1].security_protocol(), protocol);
+            for inter_broker in ["INTERNAL", "EXTERNAL"] {
+                let c = load(&[
+                    ("zookeeper.connect", "127.0.0.1:2181"),
+                    ("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:29592"),
+                    ("listener.security.protocol.map", &format!("INTERNAL:PLAINTEXT,EXTERNAL:{protocol}")),
+                    ("inter.broker.listener.name", inter_broker),
+                ])
+                .unwrap();
+                assert_eq!(c.listeners[1].security_protocol(), protocol);
+                assert_eq!(c.inter_broker_listener, inter_broker);
+            }
         }
-        // In a cluster, the inter-broker listener falls back to the first one, which is secured.
-        let err = refusal(&[("zookeeper.connect", "127.0.0.1:2181"), ("listeners", "SASL_SSL://127.0.0.1:29592")]);
-        assert!(err.starts_with("inter.broker.listener.name: listener SASL_SSL (SASL_SSL://127.0.0.1:29592)"), "{err}");
+        // In a cluster, the inter-broker listener falls back to the first one; that it is
+        // secured is for the broker's start to check (credentials, truststore).
+        let c = load(&[("zookeeper.connect", "127.0.0.1:2181"), ("listeners", "SASL_SSL://127.0.0.1:29592")]).unwrap();
+        assert_eq!(c.inter_broker_listener, "SASL_SSL");
         let err = refusal(&[("listeners", "PLAINTEXT://127.0.0.1:9092,plaintext://127.0.0.1:9093")]);
         assert!(err.contains("defined twice"), "{err}");
     }
@@ -1659,9 +1677,17 @@ mod tests {
     }
 
     #[test]
-    fn secured_inter_broker_and_control_plane_are_refused() {
+    fn inter_broker_protocol_picks_its_listener_and_a_secured_control_plane_is_refused() {
+        // security.inter.broker.protocol names the listener, as in Kafka; it must exist.
         let err = refusal(&[("security.inter.broker.protocol", "SASL_SSL"), ("zookeeper.connect", "zk:2181")]);
-        assert!(err.starts_with("security.inter.broker.protocol: SASL_SSL between brokers"), "{err}");
+        assert!(err.contains("security.inter.broker.protocol") && err.contains("advertised.listeners"), "{err}");
+        let c = load(&[
+            ("security.inter.broker.protocol", "sasl_ssl"),
+            ("zookeeper.connect", "zk:2181"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093"),
+        ])
+        .unwrap();
+        assert_eq!(c.inter_broker_listener, "SASL_SSL");
         let err = refusal(&[("security.inter.broker.protocol", "KERBEROS")]);
         assert!(err.contains("security.inter.broker.protocol") && err.contains("unknown security protocol"), "{err}");
         assert!(load(&[("security.inter.broker.protocol", "PLAINTEXT")]).is_ok());
@@ -1672,6 +1698,8 @@ mod tests {
             pairs.push((key, value));
             pairs
         };
+        let err = refusal(&with("security.inter.broker.protocol", "PLAINTEXT"));
+        assert!(err.contains("only one of inter.broker.listener.name and security.inter.broker.protocol"), "{err}");
         let err = refusal(&with("inter.broker.listener.name", "REPLICATION"));
         assert!(err.contains("inter.broker.listener.name") && err.contains("INTERNAL,EXTERNAL"), "{err}");
         let err = refusal(&with("control.plane.listener.name", "CONTROL"));
@@ -1680,9 +1708,7 @@ mod tests {
 
         let mut secured = with("listener.security.protocol.map", "INTERNAL:SASL_PLAINTEXT,EXTERNAL:PLAINTEXT");
         secured.push(("zookeeper.connect", "zk:2181"));
-        let err = refusal(&secured);
-        assert!(err.starts_with("inter.broker.listener.name: listener INTERNAL (INTERNAL://kafka:9092)"), "{err}");
-        secured.retain(|(k, _)| *k != "inter.broker.listener.name");
+        assert_eq!(load(&secured).unwrap().inter_broker_listener, "INTERNAL");
         secured.push(("control.plane.listener.name", "internal"));
         let err = refusal(&secured);
         assert!(err.starts_with("control.plane.listener.name: listener INTERNAL (INTERNAL://127.0.0.1:9092)"), "{err}");

@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
 use super::messages::{
@@ -19,6 +18,7 @@ use super::messages::{
     StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
 };
 use crate::broker::Broker;
+use crate::security::client::BrokerConnection;
 
 /// The versions the controller sends: the newest ZooKeeper-mode ones that name topics by id
 /// as well as by name.
@@ -30,8 +30,8 @@ pub const STOP_REPLICA_VERSION: i16 = 3;
 /// that broker the whole state once it catches up.
 const QUEUE_CAPACITY: usize = 64;
 const RETRY_BACKOFF: Duration = Duration::from_millis(300);
-/// A broker that does not answer a controller request in this time is reconnected.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`).
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub enum ControlRequest {
@@ -103,8 +103,9 @@ async fn run(
     resync: Arc<AtomicBool>,
     wake: Arc<Notify>,
 ) {
-    let mut conn: Option<TcpStream> = None;
+    let mut conn: Option<BrokerConnection> = None;
     let mut correlation_id = 0i32;
+    let mut connect_failures = 0u32;
     // A new channel starts with the whole state: the broker may have missed anything.
     resync.store(true, Ordering::Release);
     loop {
@@ -131,20 +132,26 @@ async fn run(
                 if !b.is_controller() {
                     return;
                 }
+                if conn.as_ref().is_some_and(BrokerConnection::session_expiring) {
+                    conn = None;
+                }
                 if conn.is_none() {
                     conn = connect(&b, target).await;
+                    connect_failures = if conn.is_some() { 0 } else { connect_failures.saturating_add(1) };
                 }
                 let Some(stream) = conn.as_mut() else {
                     drop(b);
-                    tokio::time::sleep(RETRY_BACKOFF).await;
+                    tokio::time::sleep((RETRY_BACKOFF * connect_failures.min(4)).min(MAX_CONNECT_BACKOFF)).await;
                     continue;
                 };
                 correlation_id = correlation_id.wrapping_add(1);
                 let client_id = format!("gregor-controller-{}", b.config.broker_id);
                 let max = b.config.socket_request_max_bytes;
+                // request.timeout.ms: a broker that does not answer in this time is reconnected.
+                let request_timeout = b.security.inter_broker.request_timeout;
                 drop(b);
                 let sent =
-                    tokio::time::timeout(REQUEST_TIMEOUT, exchange(stream, correlation_id, &client_id, &request, max))
+                    tokio::time::timeout(request_timeout, exchange(stream, correlation_id, &client_id, &request, max))
                         .await;
                 match sent {
                     Ok(Ok(errors)) => {
@@ -171,13 +178,15 @@ async fn run(
     }
 }
 
-async fn connect(broker: &Broker, target: i32) -> Option<TcpStream> {
+async fn connect(broker: &Broker, target: i32) -> Option<BrokerConnection> {
     let snapshot = broker.cache.snapshot();
     let b = snapshot.brokers.iter().find(|b| b.id == target)?;
-    match TcpStream::connect((b.host.as_str(), b.port)).await {
-        Ok(s) => {
-            let _ = s.set_nodelay(true);
-            Some(s)
+    let client_id = format!("gregor-controller-{}", broker.config.broker_id);
+    match broker.security.inter_broker.connect(&b.host, b.port, &client_id).await {
+        Ok(c) => Some(c),
+        Err(e) if e.is_authentication() => {
+            tracing::warn!(broker = target, listener = broker.security.inter_broker.listener(), error = %e, "cannot authenticate to broker");
+            None
         }
         Err(e) => {
             tracing::debug!(broker = target, error = %e, "cannot connect to broker");
@@ -188,7 +197,7 @@ async fn connect(broker: &Broker, target: i32) -> Option<TcpStream> {
 
 /// Sends one request and reads its answer. `Ok(Some(_))` is an answer that reports an error.
 async fn exchange(
-    stream: &mut TcpStream,
+    stream: &mut BrokerConnection,
     correlation_id: i32,
     client_id: &str,
     request: &ControlRequest,
@@ -218,8 +227,8 @@ async fn exchange(
 }
 
 /// One request and its response on an inter-broker connection.
-pub async fn round_trip<Req: Message, Resp: Message>(
-    stream: &mut TcpStream,
+pub async fn round_trip<Req: Message, Resp: Message, S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
     correlation_id: i32,
     client_id: &str,
     request: &Req,
@@ -239,6 +248,8 @@ pub async fn round_trip<Req: Message, Resp: Message>(
     let len = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
     stream.write_all(&buf).await?;
+    // TLS holds written bytes in its session buffer until flushed.
+    stream.flush().await?;
     let size = stream.read_i32().await?;
     if size < 0 || size as usize > max {
         anyhow::bail!("response of {size} bytes");

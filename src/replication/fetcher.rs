@@ -15,18 +15,21 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use super::{quota, Role, TopicPartition};
 use crate::broker::Broker;
 use crate::metadata::cache::ClusterSnapshot;
+use crate::security::client::BrokerConnection;
 
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
 /// `diverging_epoch`, and still naming topics rather than ids.
 const FETCH_VERSION: i16 = 12;
 /// Pause after an error before retrying, so a dead leader is not hammered.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`):
+/// a leader that refuses this broker's credentials is not asked five times a second.
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 struct Fetcher {
@@ -123,9 +126,10 @@ async fn run(
     wake: Arc<Notify>,
     restart: Arc<Notify>,
 ) {
-    let mut conn: Option<TcpStream> = None;
+    let mut conn: Option<BrokerConnection> = None;
     let mut session = FollowerSession::default();
     let mut correlation_id = 0i32;
+    let mut connect_failures = 0u32;
     loop {
         let wanted: Vec<TopicPartition> =
             partitions.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
@@ -134,14 +138,19 @@ async fn run(
             wake.notified().await;
             continue;
         }
+        if conn.as_ref().is_some_and(BrokerConnection::session_expiring) {
+            conn = None;
+        }
         if conn.is_none() {
             // A session belongs to what the leader saw on the old connection: start afresh.
             session = FollowerSession::default();
             conn = connect(&broker, leader).await;
             if conn.is_none() {
-                tokio::time::sleep(RETRY_BACKOFF).await;
+                connect_failures = connect_failures.saturating_add(1);
+                tokio::time::sleep((RETRY_BACKOFF * connect_failures.min(5)).min(MAX_CONNECT_BACKOFF)).await;
                 continue;
             }
+            connect_failures = 0;
         }
         let Some(stream) = conn.as_mut() else { continue };
         let Some(built) = build_request(&broker, leader, &wanted, &session) else {
@@ -198,13 +207,15 @@ async fn run(
     }
 }
 
-async fn connect(broker: &Broker, leader: i32) -> Option<TcpStream> {
+async fn connect(broker: &Broker, leader: i32) -> Option<BrokerConnection> {
     let snapshot = broker.cache.snapshot();
     let b = snapshot.brokers.iter().find(|b| b.id == leader)?;
-    match TcpStream::connect((b.host.as_str(), b.port)).await {
-        Ok(s) => {
-            let _ = s.set_nodelay(true);
-            Some(s)
+    let client_id = format!("gregor-replica-fetcher-{}", broker.config.broker_id);
+    match broker.security.inter_broker.connect(&b.host, b.port, &client_id).await {
+        Ok(c) => Some(c),
+        Err(e) if e.is_authentication() => {
+            tracing::warn!(leader, listener = broker.security.inter_broker.listener(), error = %e, "cannot authenticate to leader");
+            None
         }
         Err(e) => {
             tracing::debug!(leader, error = %e, "cannot connect to leader");
@@ -289,7 +300,7 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition], sessio
 }
 
 async fn exchange(
-    stream: &mut TcpStream,
+    stream: &mut BrokerConnection,
     broker: &Broker,
     correlation_id: i32,
     request: &FetchRequest,
@@ -306,6 +317,8 @@ async fn exchange(
     let len = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
     stream.write_all(&buf).await?;
+    // TLS holds written bytes in its session buffer until flushed.
+    stream.flush().await?;
     let size = stream.read_i32().await?;
     if size < 0 || size as usize > broker.config.socket_request_max_bytes {
         anyhow::bail!("response of {size} bytes");

@@ -7,6 +7,7 @@
 //! message naming the key, so no listener is ever served with less security than asked for.
 
 pub mod authorizer;
+pub mod client;
 pub mod jaas;
 pub mod sasl;
 pub mod scram;
@@ -106,6 +107,9 @@ pub struct Security {
     pub decoy_key: Vec<u8>,
     /// `authorizer.class.name`; None: every principal may do everything, as in Kafka.
     pub authorizer: Option<authorizer::Authorizer>,
+    /// How this broker connects to the others: the inter-broker listener's protocol, trust
+    /// and credentials.
+    pub inter_broker: client::InterBrokerClient,
 }
 
 impl Security {
@@ -141,6 +145,8 @@ impl Security {
             ),
             decoy_key: scram::random_bytes(32),
             authorizer: authorizer::Authorizer::from_config(values)?,
+            // After the listeners: the inter-broker listener's own settings were checked there.
+            inter_broker: client::InterBrokerClient::from_config(config)?,
         })
     }
 

@@ -98,7 +98,7 @@ impl SaslSettings {
 }
 
 /// `listener.name.<l>.<mechanism>.sasl.jaas.config`, else `sasl.jaas.config`, parsed.
-fn jaas_for(
+pub(crate) fn jaas_for(
     values: &BTreeMap<String, String>,
     listener: &str,
     mechanism: &str,

@@ -131,51 +131,8 @@ pub fn server_config(
             }
         }
     }
-    let key_password = get("ssl.key.password").map(|(_, v)| v.to_string());
-
-    let (chain, key) = match (get("ssl.keystore.location"), get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")) {
-        (Some((lkey, path)), None, None) => {
-            if !store_is_pem(values, listener, "ssl.keystore.type") {
-                return Err(refuse(
-                    &lkey,
-                    format!("{path}: only PEM keystores are supported (Kafka's default type is JKS); set ssl.keystore.type=PEM"),
-                ));
-            }
-            let blocks = blocks_of(&lkey, &read_file(&lkey, path)?)?;
-            let chain = certificates(&blocks);
-            (chain, private_key(&blocks, key_password.as_deref(), &lkey)?)
-        }
-        (None, Some((ckey, chain)), Some((kkey, keytext))) => {
-            let chain = certificates(&blocks_of(&ckey, chain)?);
-            (chain, private_key(&blocks_of(&kkey, keytext)?, key_password.as_deref(), &kkey)?)
-        }
-        (None, None, None) => {
-            return Err(refuse(
-                &format!("listener.name.{}.ssl.keystore.location", listener.to_ascii_lowercase()),
-                format!("listener {listener} ({protocol}) needs a keystore: ssl.keystore.location, or ssl.keystore.certificate.chain with ssl.keystore.key"),
-            ))
-        }
-        (Some((k, _)), _, _) => {
-            return Err(refuse(&k, "give either ssl.keystore.location or the inline ssl.keystore.certificate.chain and ssl.keystore.key, not both"))
-        }
-        (None, Some((k, _)), None) | (None, None, Some((k, _))) => {
-            return Err(refuse(&k, "ssl.keystore.certificate.chain and ssl.keystore.key go together"))
-        }
-    };
-    if chain.is_empty() {
-        return Err(refuse("ssl.keystore.location", format!("listener {listener}: the keystore holds no CERTIFICATE")));
-    }
-
-    let mut provider = rustls::crypto::ring::default_provider();
-    if let Some((key, suites)) = get("ssl.cipher.suites") {
-        let wanted: Vec<&str> = suites.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-        if !wanted.is_empty() {
-            provider.cipher_suites.retain(|s| wanted.iter().any(|w| *w == format!("{:?}", s.suite())));
-            if provider.cipher_suites.is_empty() {
-                return Err(refuse(&key, format!("none of {suites} is a cipher suite gregor's TLS engine offers")));
-            }
-        }
-    }
+    let (chain, key) = keystore(values, listener, protocol)?;
+    let provider = crypto_provider(values, listener)?;
     let versions = protocol_versions(values, listener)?;
     let provider = Arc::new(provider);
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
@@ -211,6 +168,73 @@ pub fn server_config(
         )
     })?;
     Ok(ServerTls { config, client_auth: client_auth.is_some() })
+}
+
+/// The listener's keystore: its certificate chain and private key, from
+/// `ssl.keystore.location` (one PEM file) or the inline `ssl.keystore.certificate.chain` and
+/// `ssl.keystore.key`. A broker serves it on the listener and presents it as its client
+/// certificate when it connects to another broker's listener of the same name.
+pub(crate) fn keystore(
+    values: &BTreeMap<String, String>,
+    listener: &str,
+    protocol: &str,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ConfigError> {
+    let get = |key: &str| listener_value(values, listener, key).filter(|(_, v)| !v.is_empty());
+    let key_password = get("ssl.key.password").map(|(_, v)| v.to_string());
+
+    let (chain, key) = match (get("ssl.keystore.location"), get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")) {
+        (Some((lkey, path)), None, None) => {
+            if !store_is_pem(values, listener, "ssl.keystore.type") {
+                return Err(refuse(
+                    &lkey,
+                    format!("{path}: only PEM keystores are supported (Kafka's default type is JKS); set ssl.keystore.type=PEM"),
+                ));
+            }
+            let blocks = blocks_of(&lkey, &read_file(&lkey, path)?)?;
+            let chain = certificates(&blocks);
+            (chain, private_key(&blocks, key_password.as_deref(), &lkey)?)
+        }
+        (None, Some((ckey, chain)), Some((kkey, keytext))) => {
+            let chain = certificates(&blocks_of(&ckey, chain)?);
+            (chain, private_key(&blocks_of(&kkey, keytext)?, key_password.as_deref(), &kkey)?)
+        }
+        (None, None, None) => {
+            return Err(refuse(
+                &format!("listener.name.{}.ssl.keystore.location", listener.to_ascii_lowercase()),
+                format!("listener {listener} ({protocol}) needs a keystore: ssl.keystore.location, or ssl.keystore.certificate.chain with ssl.keystore.key"),
+            ))
+        }
+        (Some((k, _)), _, _) => {
+            return Err(refuse(&k, "give either ssl.keystore.location or the inline ssl.keystore.certificate.chain and ssl.keystore.key, not both"))
+        }
+        (None, Some((k, _)), None) | (None, None, Some((k, _))) => {
+            return Err(refuse(&k, "ssl.keystore.certificate.chain and ssl.keystore.key go together"))
+        }
+    };
+    if chain.is_empty() {
+        return Err(refuse("ssl.keystore.location", format!("listener {listener}: the keystore holds no CERTIFICATE")));
+    }
+
+    Ok((chain, key))
+}
+
+/// rustls' ring provider with the cipher suites `ssl.cipher.suites` allows.
+pub(crate) fn crypto_provider(
+    values: &BTreeMap<String, String>,
+    listener: &str,
+) -> Result<rustls::crypto::CryptoProvider, ConfigError> {
+    let get = |key: &str| listener_value(values, listener, key).filter(|(_, v)| !v.is_empty());
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some((key, suites)) = get("ssl.cipher.suites") {
+        let wanted: Vec<&str> = suites.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        if !wanted.is_empty() {
+            provider.cipher_suites.retain(|s| wanted.iter().any(|w| *w == format!("{:?}", s.suite())));
+            if provider.cipher_suites.is_empty() {
+                return Err(refuse(&key, format!("none of {suites} is a cipher suite gregor's TLS engine offers")));
+            }
+        }
+    }
+    Ok(provider)
 }
 
 /// A TLS listener's acceptor, rebuilt when its keystore or truststore file changes, so a
@@ -317,7 +341,7 @@ pub fn trust_roots(values: &BTreeMap<String, String>, listener: &str) -> Result<
 /// `ssl.enabled.protocols` (and `ssl.protocol`): TLSv1.2 and TLSv1.3 are what rustls has.
 /// Older versions listed beside them are left out with a warning (serving fewer is not less
 /// secure); a list of only older ones is refused.
-fn protocol_versions(
+pub(crate) fn protocol_versions(
     values: &BTreeMap<String, String>,
     listener: &str,
 ) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, ConfigError> {
