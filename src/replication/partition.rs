@@ -6,10 +6,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 
 use super::leader_epoch::LeaderEpochCache;
 use crate::log::{AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
@@ -100,6 +101,12 @@ pub struct Partition {
     metrics: TopicMetrics,
     isr_metrics: IsrMetrics,
     log_stats: Arc<LogStats>,
+    /// Requests parked until this partition changes (fetches short of min.bytes, acks=all
+    /// produces short of the high watermark). Woken and dropped at the next append,
+    /// high-watermark move or role change, so an append wakes only those waiting on this
+    /// partition. Weak: a request that finished without a change leaves only a dead entry,
+    /// pruned at the next registration.
+    waiters: Mutex<Vec<Weak<Notify>>>,
 }
 
 /// What a metrics scrape reads of a partition's replica state.
@@ -152,6 +159,30 @@ impl Partition {
             metrics,
             isr_metrics,
             log_stats,
+            waiters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Has `waiter` notified at this partition's next change. One-shot: a waiter that wants
+    /// the change after that registers again. Register before checking the condition waited
+    /// for: a change in between leaves a permit in `waiter`, so its next wait returns at once.
+    pub fn watch(&self, waiter: &Arc<Notify>) {
+        let mut w = lock(&self.waiters);
+        // A request re-registers after each wake-up of another partition it waits on; it
+        // is listed once, and requests gone without a wake-up leave no growing list.
+        w.retain(|x| x.strong_count() > 0);
+        if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(waiter))) {
+            w.push(Arc::downgrade(waiter));
+        }
+    }
+
+    /// Wakes every request waiting on this partition.
+    pub fn wake(&self) {
+        let waiters = std::mem::take(&mut *lock(&self.waiters));
+        for w in waiters {
+            if let Some(n) = w.upgrade() {
+                n.notify_one();
+            }
         }
     }
 
@@ -231,6 +262,7 @@ impl Partition {
             drop(s);
             self.report_isr_change(change);
             self.maybe_advance_high_watermark();
+            self.wake();
             return false;
         }
         s.isr = isr.to_vec();
@@ -250,6 +282,7 @@ impl Partition {
         drop(s);
         lock(&self.epochs).assign(epoch, leo);
         self.maybe_advance_high_watermark();
+        self.wake();
         true
     }
 
@@ -262,12 +295,23 @@ impl Partition {
         s.role = Role::Follower { leader };
         s.leader_epoch = epoch;
         s.followers.clear();
+        drop(s);
+        // A produce waiting for this broker's high watermark as leader must learn it is not.
+        self.wake();
         changed
     }
 
-    /// Moves the high watermark to the smallest log end offset in the ISR (never backwards).
-    /// Returns true if it moved.
+    /// Moves the high watermark to the smallest log end offset in the ISR (never backwards),
+    /// waking this partition's waiters if it moved. Returns true if it moved.
     pub fn maybe_advance_high_watermark(&self) -> bool {
+        let moved = self.advance_high_watermark();
+        if moved {
+            self.wake();
+        }
+        moved
+    }
+
+    fn advance_high_watermark(&self) -> bool {
         let leo = self.log_end_offset();
         let s = lock(&self.state);
         if s.role != Role::Leader {
@@ -348,7 +392,9 @@ impl Partition {
         drop(log);
         drop(producers);
         self.metrics.record_leader_append(info.record_count, buf.len() as u64);
-        self.maybe_advance_high_watermark();
+        self.advance_high_watermark();
+        // Followers' fetches wait for the log end, consumers' for the high watermark.
+        self.wake();
         ProduceResult {
             error_code: 0,
             base_offset: info.first_offset,
@@ -396,6 +442,8 @@ impl Partition {
         // A follower's high watermark is the leader's, as far as its own log reaches.
         let hw = leader_high_watermark.min(leo).max(0);
         self.high_watermark.fetch_max(hw, Ordering::AcqRel);
+        // Consumers reading from this follower (KIP-392).
+        self.wake();
         Ok(())
     }
 
