@@ -558,9 +558,9 @@ impl Partition {
                 }
             }
         };
-        let mut out = Vec::with_capacity(ranges.iter().map(|r| r.len).sum());
+        let mut out = bytes::BytesMut::with_capacity(ranges.iter().map(|r| r.len).sum());
         for r in &ranges {
-            if let Err(e) = FileRange::read_into(r, &mut out) {
+            if let Err(e) = FileRange::read_into_buf(r, &mut out) {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "read failed");
                 return FetchResult::error(KAFKA_STORAGE_ERROR);
             }
@@ -569,7 +569,7 @@ impl Partition {
             error_code: 0,
             high_watermark: hw,
             log_start_offset: start,
-            records: Bytes::from(out),
+            records: out.freeze(),
             diverging: None,
         }
     }
