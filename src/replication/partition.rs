@@ -363,14 +363,13 @@ impl Partition {
                 SequenceCheck::Reject(code) => return fail(code),
             }
         }
-        let mut buf = records.to_vec();
         let mut log = self.lock_log();
         // Checked under the log lock so that a leadership change cannot slip in between.
         let (role, epoch) = self.role();
         if role != Role::Leader {
             return fail(NOT_LEADER_OR_FOLLOWER);
         }
-        let info: AppendInfo = match log.append_validated_batches(&mut buf, headers.clone(), epoch) {
+        let info: AppendInfo = match log.append_validated_shared(&records, headers.clone(), epoch) {
             Ok(info) => info,
             Err(e) => {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "append failed");
@@ -391,7 +390,7 @@ impl Partition {
         let log_start_offset = log.log_start_offset();
         drop(log);
         drop(producers);
-        self.metrics.record_leader_append(info.record_count, buf.len() as u64);
+        self.metrics.record_leader_append(info.record_count, records.len() as u64);
         self.advance_high_watermark();
         // Followers' fetches wait for the log end, consumers' for the high watermark.
         self.wake();
