@@ -876,6 +876,50 @@ mod tests {
         assert_eq!(p.log_stats().size_bytes(), bytes as u64);
     }
 
+    /// Whether `waiter` holds a wake-up: a permit makes `notified()` ready at its first poll.
+    fn woken(waiter: &Notify) -> bool {
+        let n = waiter.notified();
+        tokio::pin!(n);
+        n.enable()
+    }
+
+    #[test]
+    fn an_append_wakes_the_waiters_of_its_partition_only() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (a, b) = (partition(d1.path()), partition(d2.path()));
+        a.become_leader(0, &[1], &[1]);
+        b.become_leader(0, &[1], &[1]);
+        let (on_a, on_b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        a.watch(&on_a);
+        b.watch(&on_b);
+        // Listed once however often it registers (a fetch re-registers after each wake-up).
+        b.watch(&on_b);
+        append(&a, 2);
+        assert!(woken(&on_a), "an append wakes its own partition's waiter");
+        assert!(!woken(&on_b), "and no other partition's");
+        // One-shot: a second append needs a second registration.
+        append(&a, 1);
+        assert!(!woken(&on_a));
+        append(&b, 1);
+        assert!(woken(&on_b));
+        assert!(!woken(&on_b), "registered twice, woken once");
+
+        // acks=all: a follower's fetch that moves the high watermark wakes the producer.
+        let d3 = tempfile::tempdir().unwrap();
+        let c = partition(d3.path());
+        c.become_leader(0, &[1, 2], &[1, 2]);
+        append(&c, 3);
+        let producer = Arc::new(Notify::new());
+        c.watch(&producer);
+        c.follower_fetch(2, 0, -1, 0, 1 << 20);
+        assert!(!woken(&producer), "the follower has nothing yet: the high watermark stays");
+        c.follower_fetch(2, 3, -1, 0, 1 << 20);
+        assert!(woken(&producer));
+        // A waiter that went away leaves nothing behind to wake.
+        c.watch(&Arc::new(Notify::new()));
+        c.become_follower(2, 1, &[1, 2], &[1, 2]);
+    }
+
     #[test]
     fn high_watermark_is_the_smallest_isr_end_and_never_moves_back() {
         let dir = tempfile::tempdir().unwrap();
