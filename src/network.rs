@@ -376,14 +376,22 @@ impl Connection {
         // Requests are handled one at a time, in order (Kafka mutes a connection while a
         // request is in flight): pipelined produces must append in the order they were sent.
         // Only the writing of responses overlaps with handling the next request.
-        let (tx, mut rx) = mpsc::channel::<Bytes>(MAX_QUEUED_RESPONSES);
+        let (tx, mut rx) = mpsc::channel::<ResponseFrame>(MAX_QUEUED_RESPONSES);
         let writer = tokio::spawn(
             async move {
+                let mut pieces = Vec::new();
                 while let Some(frame) = rx.recv().await {
-                    if let Err(e) = wr.write_all(&frame).await {
+                    frame.push_to(&mut pieces);
+                    // Responses already queued go out in the same write: a pipelining client's
+                    // answers cost one system call, not one each.
+                    while let Ok(next) = rx.try_recv() {
+                        next.push_to(&mut pieces);
+                    }
+                    if let Err(e) = write_pieces(&mut wr, &pieces).await {
                         tracing::debug!(error = %e, "write failed; closing");
                         return;
                     }
+                    pieces.clear();
                 }
                 let _ = wr.shutdown().await;
             }
@@ -419,7 +427,7 @@ impl Connection {
                 // Boxed: a handler's future is large, and inline it would be part of every
                 // idle connection's memory rather than only of those with a request in flight.
                 // The frame's room in the request memory pool is held until it is handled.
-                Ok((f, _room)) => Box::pin(self.path.process(f)).await,
+                Ok((f, _room)) => Box::pin(self.path.process_frame(f)).await,
                 Err(e) => Err(e),
             };
             match result {
@@ -525,11 +533,16 @@ impl RequestPath {
 
     /// Decodes one frame, runs its handler and returns the encoded response (None: the
     /// request gets no response, as Produce with acks=0).
-    pub async fn process(&self, mut frame: Bytes) -> Result<Option<Bytes>, FrameError> {
+    pub async fn process(&self, frame: Bytes) -> Result<Option<Bytes>, FrameError> {
+        Ok(self.process_frame(frame).await?.map(ResponseFrame::into_bytes))
+    }
+
+    /// [`RequestPath::process`], with the response as the pieces the socket is sent.
+    async fn process_frame(&self, mut frame: Bytes) -> Result<Option<ResponseFrame>, FrameError> {
         let received = Instant::now();
         if matches!(self.auth().state, AuthState::Authenticate { raw: true, .. }) {
             // After SaslHandshake v0 the client sends bare tokens, not requests.
-            return self.raw_token(frame).await.map(Some);
+            return self.raw_token(frame).await.map(|t| Some(t.into()));
         }
         if frame.len() < 8 {
             return Err(FrameError::TooShort(frame.len()));
@@ -541,7 +554,7 @@ impl RequestPath {
         if api::inter_broker::is_inter_broker(raw_key) && self.broker.store.is_zookeeper() {
             let response = self.process_inter_broker(raw_key, version, frame).await?;
             self.broker.metrics.requests.record(raw_key, version, false, received.elapsed());
-            return Ok(Some(response));
+            return Ok(Some(response.into()));
         }
         let key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApi(raw_key))?;
         // The controller's requests above skip the bound: they must get through however busy
@@ -561,7 +574,7 @@ impl RequestPath {
             return Err(FrameError::UnsupportedVersion(key, version));
         }
         if api::legacy::serves(key, version) {
-            return self.process_legacy(key, version, correlation_id, frame, slot).await;
+            return Ok(self.process_legacy(key, version, correlation_id, frame, slot).await?.map(Into::into));
         }
         let (header, request) = decode_guarded(key, version, self.broker.config.max_decoded_bytes_per_request, || {
             let header = RequestHeader::decode(&mut frame, key.request_header_version(version))?;
@@ -922,23 +935,237 @@ pub async fn read_frame<R: AsyncReadExt + Unpin>(
     Ok((buf.freeze(), room))
 }
 
+/// An encoded response as it goes to the socket: one buffer, or, for a Fetch, the encoded
+/// fields with the record sets between them as they were read from the log (never copied into
+/// the response).
+pub enum ResponseFrame {
+    One(Bytes),
+    Pieces(Vec<Bytes>),
+}
+
+impl From<Bytes> for ResponseFrame {
+    fn from(b: Bytes) -> ResponseFrame {
+        ResponseFrame::One(b)
+    }
+}
+
+impl ResponseFrame {
+    /// The response in one buffer (for callers without a socket).
+    pub fn into_bytes(self) -> Bytes {
+        match self {
+            ResponseFrame::One(b) => b,
+            ResponseFrame::Pieces(p) => {
+                let mut all = BytesMut::with_capacity(p.iter().map(Bytes::len).sum());
+                for piece in &p {
+                    all.extend_from_slice(piece);
+                }
+                all.freeze()
+            }
+        }
+    }
+
+    fn push_to(self, pieces: &mut Vec<Bytes>) {
+        match self {
+            ResponseFrame::One(b) => pieces.push(b),
+            ResponseFrame::Pieces(p) => pieces.extend(p),
+        }
+    }
+}
+
+/// At most this many buffers per `writev` (Linux's IOV_MAX is 1024).
+const MAX_IOVECS: usize = 256;
+
+/// Writes `pieces` in order, as few system calls as the socket allows.
+async fn write_pieces<W: AsyncWrite + Unpin>(wr: &mut W, pieces: &[Bytes]) -> std::io::Result<()> {
+    // The first piece not fully written, and how much of it was.
+    let (mut i, mut done) = (0, 0);
+    let mut slices = Vec::with_capacity(pieces.len().min(MAX_IOVECS));
+    while i < pieces.len() {
+        if pieces[i].len() == done {
+            i += 1;
+            done = 0;
+            continue;
+        }
+        if !wr.is_write_vectored() {
+            wr.write_all(&pieces[i][done..]).await?;
+            i += 1;
+            done = 0;
+            continue;
+        }
+        slices.clear();
+        slices.push(std::io::IoSlice::new(&pieces[i][done..]));
+        slices.extend(pieces[i + 1..].iter().take(MAX_IOVECS - 1).map(|p| std::io::IoSlice::new(p)));
+        let mut n = wr.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && i < pieces.len() {
+            let left = pieces[i].len() - done;
+            if n >= left {
+                n -= left;
+                i += 1;
+                done = 0;
+            } else {
+                done += n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Record sets smaller than this are copied into the response: a separate buffer costs more
+/// than copying a few hundred bytes.
+const FORWARD_MIN_BYTES: usize = 1024;
+
+/// The protocol crate's encoders write into a `BufMut`; this one keeps the listed byte strings
+/// (a Fetch's record sets) by reference. When the encoder puts exactly the next of them, what
+/// was encoded so far becomes a piece and the string itself the next, uncopied.
+struct ForwardingBuf {
+    pieces: Vec<Bytes>,
+    current: BytesMut,
+    /// Bytes in `pieces`.
+    behind: usize,
+    /// In the order the encoder meets them.
+    forward: std::vec::IntoIter<Bytes>,
+    next: Option<Bytes>,
+}
+
+impl ForwardingBuf {
+    fn new(forward: Vec<Bytes>) -> ForwardingBuf {
+        let mut forward = forward.into_iter();
+        let next = forward.next();
+        ForwardingBuf { pieces: Vec::new(), current: BytesMut::with_capacity(256), behind: 0, forward, next }
+    }
+
+    fn finish(mut self) -> Vec<Bytes> {
+        if !self.current.is_empty() {
+            self.pieces.push(self.current.freeze());
+        }
+        self.pieces
+    }
+
+    /// Back to one buffer, for an encoder that goes back to fill in a gap.
+    fn join(&mut self) {
+        if self.pieces.is_empty() {
+            return;
+        }
+        let mut all = BytesMut::with_capacity(self.behind + self.current.len());
+        for p in self.pieces.drain(..) {
+            all.extend_from_slice(&p);
+        }
+        all.extend_from_slice(&self.current);
+        self.current = all;
+        self.behind = 0;
+    }
+}
+
+// SAFETY: every method hands on to `current`, a BytesMut, whose own implementation upholds
+// the trait's contract; `put_slice` only adds whole pieces besides.
+unsafe impl BufMut for ForwardingBuf {
+    fn remaining_mut(&self) -> usize {
+        self.current.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller's promise (cnt bytes of chunk_mut initialised) is about `current`.
+        unsafe { self.current.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut bytes::buf::UninitSlice {
+        self.current.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        let forwarded = self.next.as_ref().is_some_and(|n| n.as_ptr() == src.as_ptr() && n.len() == src.len());
+        if !forwarded {
+            self.current.extend_from_slice(src);
+            return;
+        }
+        let next = std::mem::replace(&mut self.next, self.forward.next());
+        if !self.current.is_empty() {
+            let head = self.current.split().freeze();
+            self.behind += head.len();
+            self.pieces.push(head);
+        }
+        if let Some(n) = next {
+            self.behind += n.len();
+            self.pieces.push(n);
+        }
+    }
+}
+
+impl kafka_protocol::protocol::buf::ByteBufMut for ForwardingBuf {
+    fn offset(&self) -> usize {
+        self.behind + self.current.len()
+    }
+
+    fn seek(&mut self, offset: usize) {
+        if offset < self.behind {
+            self.join();
+        }
+        self.current.resize(offset - self.behind, 0);
+    }
+
+    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        if r.start < self.behind {
+            self.join();
+        }
+        let (start, end) = (r.start - self.behind, r.end.saturating_sub(self.behind));
+        self.current.get_mut(start..end).unwrap_or_default()
+    }
+}
+
+/// The record sets of a Fetch response worth sending without a copy, in encoding order.
+fn forwardable(body: &ResponseKind) -> Vec<Bytes> {
+    let ResponseKind::Fetch(f) = body else { return Vec::new() };
+    f.responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|p| p.records.as_ref())
+        .filter(|r| r.len() >= FORWARD_MIN_BYTES)
+        .cloned()
+        .collect()
+}
+
 /// Err means the response could not be encoded; the connection is then closed, since the
 /// client would otherwise wait for it forever.
-fn encode_response(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Result<Bytes, FrameError> {
+fn encode_response(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<ResponseFrame, FrameError> {
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
-    let mut buf = BytesMut::with_capacity(256);
-    buf.put_i32(0);
-    let encoded =
-        header.encode(&mut buf, key.response_header_version(version)).and_then(|_| body.encode(&mut buf, version));
-    if let Err(e) = encoded {
+    let failed = |e: anyhow::Error| {
         // Only a handler bug (a field set that this version cannot carry) gets here.
         tracing::error!(api = ?key, version, error = %e, "cannot encode response");
-        return Err(FrameError::Malformed(key, version, format!("response encoding failed: {e}")));
+        FrameError::Malformed(key, version, format!("response encoding failed: {e}"))
+    };
+    let forward = forwardable(body);
+    if let (false, ResponseKind::Fetch(fetch)) = (forward.is_empty(), body) {
+        let mut rest = ForwardingBuf::new(forward);
+        fetch.encode(&mut rest, version).map_err(failed)?;
+        let body_len = kafka_protocol::protocol::buf::ByteBufMut::offset(&rest);
+        let mut head = BytesMut::with_capacity(32);
+        head.put_i32(0);
+        header.encode(&mut head, key.response_header_version(version)).map_err(failed)?;
+        let len = (head.len() - 4 + body_len) as i32;
+        head[..4].copy_from_slice(&len.to_be_bytes());
+        let mut pieces = vec![head.freeze()];
+        pieces.extend(rest.finish());
+        return Ok(ResponseFrame::Pieces(pieces));
     }
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, key.response_header_version(version))
+        .and_then(|_| body.encode(&mut buf, version))
+        .map_err(failed)?;
     let len = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf.freeze())
+    Ok(ResponseFrame::One(buf.freeze()))
 }
 
 #[cfg(test)]
@@ -1022,10 +1249,54 @@ mod tests {
     #[test]
     fn responses_carry_their_length_and_correlation_id() {
         let body = ResponseKind::ApiVersions(Default::default());
-        let bytes = encode_response(ApiKey::ApiVersions, 0, 42, &body).unwrap();
+        let bytes = encode_response(ApiKey::ApiVersions, 0, 42, &body).unwrap().into_bytes();
         let len = i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
         assert_eq!(len, bytes.len() - 4);
         assert_eq!(i32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]), 42);
+    }
+
+    #[test]
+    fn fetch_record_sets_are_sent_as_they_are_not_copied() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        let big = Bytes::from(vec![7u8; 5000]);
+        let small = Bytes::from(vec![9u8; 10]);
+        for version in [4, 11, 12, 16] {
+            let mut topic = FetchableTopicResponse::default();
+            topic.topic = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str("t"));
+            for (i, records) in [big.clone(), small.clone(), big.clone()].into_iter().enumerate() {
+                let mut p = PartitionData::default();
+                p.partition_index = i as i32;
+                p.records = Some(records);
+                topic.partitions.push(p);
+            }
+            let mut fetch = kafka_protocol::messages::FetchResponse::default();
+            fetch.responses = vec![topic];
+            let body = ResponseKind::Fetch(fetch);
+            let ResponseFrame::Pieces(pieces) = encode_response(ApiKey::Fetch, version, 7, &body).unwrap() else {
+                panic!("a fetch with large record sets is sent in pieces");
+            };
+            let forwarded = pieces.iter().filter(|p| p.as_ptr() == big.as_ptr()).count();
+            assert_eq!(forwarded, 2, "both large record sets forwarded, v{version}");
+            // Byte for byte what encoding into one buffer gives.
+            let mut whole = BytesMut::new();
+            whole.put_i32(0);
+            let mut header = ResponseHeader::default();
+            header.correlation_id = 7;
+            header.encode(&mut whole, ApiKey::Fetch.response_header_version(version)).unwrap();
+            body.encode(&mut whole, version).unwrap();
+            let len = (whole.len() - 4) as i32;
+            whole[..4].copy_from_slice(&len.to_be_bytes());
+            assert_eq!(ResponseFrame::Pieces(pieces).into_bytes(), whole.freeze(), "v{version}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pieces_are_written_whole_and_in_order() {
+        let pieces: Vec<Bytes> = (0..600u32).map(|i| Bytes::from(vec![(i % 251) as u8; (i % 7) as usize])).collect();
+        let mut out: Vec<u8> = Vec::new();
+        write_pieces(&mut out, &pieces).await.unwrap();
+        let want: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(out, want);
     }
 
     #[test]

@@ -513,6 +513,54 @@ def run_throughput(ctx, kind, spec):
     return m
 
 
+def perf_json(ctx, args, timeout=900):
+    """Runs gregor-perf with --json; its one JSON line."""
+    cmd = [str(ctx.perf_bin)] + args + ["--json"]
+    p = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise TimeoutError(f"gregor-perf {args[0]} timed out after {timeout}s")
+    finally:
+        reap(p)
+    if p.returncode != 0:
+        raise RuntimeError(f"gregor-perf {args[0]} rc={p.returncode}: {err.decode(errors='replace').strip()[-300:]}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def run_perf(ctx, kind, spec):
+    """The broker at its limit: gregor-perf pre-encodes its batches and pipelines requests, and
+    counts records from batch headers, so the broker and not the client is the bottleneck."""
+    n, size, parts, acks = spec["n"], spec["size"], spec["partitions"], spec["acks"]
+    m = {}
+    b = Broker(kind, ctx).start()
+    try:
+        common = ["--bootstrap-server", b.bootstrap, "--broker-pid", str(b.pid)]
+        topic = f"perf-{parts}p-{size}"
+        p = perf_json(ctx, ["produce", "--topic", topic, "--partitions", str(parts), "--records", str(n),
+                            "--record-size", str(size), "--acks", acks, "--batch-size", "1000000",
+                            "--max-in-flight", "5"] + common)
+        m["produce_rps"], m["produce_Bps"] = p["records_per_s"], p["mb_per_s"] * 1e6
+        m["produce_cpu_per_M"] = p.get("broker_cpu_s_per_million")
+        m["produce_p99_ms"] = p.get("request_ms_p99")
+        c = perf_json(ctx, ["consume", "--topic", topic] + common)
+        m["consumed"] = c["records"]
+        m["consume_rps"], m["consume_Bps"] = c["records_per_s"], c["mb_per_s"] * 1e6
+        m["consume_cpu_per_M"] = c.get("broker_cpu_s_per_million")
+        if spec.get("e2e_rate"):
+            rate, secs = spec["e2e_rate"], spec["e2e_seconds"]
+            e = perf_json(ctx, ["end-to-end", "--topic", f"{topic}-e2e", "--partitions", "1", "--records",
+                                str(int(rate * secs)), "--throughput", str(rate), "--acks", "all",
+                                "--linger-ms", "0", "--record-size", "100"] + common)
+            m["e2e"] = e
+        m["peak_rss_mb"] = b.hwm_kb() / 1024
+    finally:
+        b.stop()
+    return m
+
+
 def run_latency(ctx, kind, combos, seconds):
     out = {}
     b = Broker(kind, ctx).start()
@@ -843,6 +891,16 @@ def run(args):
         restart_bytes = 2 << 30
         iperf_s = 5
     lat_combos = [(1000, 0), (1000, 5), (10000, 0), (10000, 5)]
+    ctx.perf_bin = ctx.root / "target" / "release" / "gregor-perf"
+    perf_n = 500_000 if ctx.quick else 2_000_000
+    ctx.perf_specs = [
+        {"name": f"100B x {perf_n // 1000}k, 1 partition, acks=1", "n": perf_n, "size": 100, "partitions": 1,
+         "acks": "1", "e2e_rate": 10_000, "e2e_seconds": 3 if ctx.quick else 10},
+        {"name": f"100B x {perf_n // 1000}k, 6 partitions, acks=all", "n": perf_n, "size": 100, "partitions": 6,
+         "acks": "all"},
+        {"name": f"1KiB x {perf_n // 10000}k, 1 partition, acks=1", "n": perf_n // 10, "size": 1024,
+         "partitions": 1, "acks": "1"},
+    ]
 
     # --- machine limits ---
     log("machine limits: loopback TCP, disk")
@@ -866,6 +924,19 @@ def run(args):
                 log(f"{k}: {s['name']} FAILED: {e}")
                 row[k] = {"error": str(e)[:300]}
         results.append((s, row))
+
+    # --- the broker at its limit (gregor-perf) ---
+    perf_rows = []
+    for s in ctx.perf_specs:
+        row = {}
+        for k in kinds:
+            log(f"{k}: gregor-perf {s['name']}")
+            try:
+                row[k] = run_perf(ctx, k, s)
+            except Exception as e:  # noqa: BLE001
+                log(f"{k}: gregor-perf {s['name']} FAILED: {e}")
+                row[k] = {"error": str(e)[:300]}
+        perf_rows.append((s, row))
 
     # --- latency ---
     lat = {}
@@ -988,6 +1059,48 @@ def run(args):
                              f"(kcat -C read {d.get('consumed', '?')})")
             if d.get("produce_stderr"):
                 extra.append(f"{k} kcat -P stderr: {d['produce_stderr']}")
+        if extra:
+            L.append("")
+            L += [f"- {x}" for x in extra]
+        L.append("")
+
+    # gregor-perf
+    kcat_by_shape = {(s["size"], s["partitions"], s["acks"]): r.get("gregor", {}) for s, r in results}
+    for s, row in perf_rows:
+        gm, tm = row.get("gregor", {}), row.get("tansu", {})
+        L.append(f"## Broker at its limit: gregor-perf, {s['name']}")
+        L.append("")
+        rows = [
+            ("produce records/s", g(gm, "produce_rps"), g(tm, "produce_rps"), f_rate, None),
+            ("produce MB/s", g(gm, "produce_Bps"), g(tm, "produce_Bps"), f_Bps, [("loopback", lo_Bps)]),
+            ("broker CPU s per 1M records, produce", g(gm, "produce_cpu_per_M"), g(tm, "produce_cpu_per_M"),
+             f_s, None),
+            ("produce request p99 (pipelined, 5 in flight)", g(gm, "produce_p99_ms"), g(tm, "produce_p99_ms"),
+             f_ms, None),
+            ("consume records/s", g(gm, "consume_rps"), g(tm, "consume_rps"), f_rate, None),
+            ("consume MB/s (stored batches)", g(gm, "consume_Bps"), g(tm, "consume_Bps"), f_Bps,
+             [("loopback", lo_Bps)]),
+            ("broker CPU s per 1M records, consume", g(gm, "consume_cpu_per_M"), g(tm, "consume_cpu_per_M"),
+             f_s, None),
+        ]
+        ge, te = gm.get("e2e") or {}, tm.get("e2e") or {}
+        if ge or te:
+            rate = s["e2e_rate"]
+            for q, lab in (("latency_ms_p50", "p50"), ("latency_ms_p99", "p99"), ("latency_ms_p999", "p99.9")):
+                rows.append((f"end to end at {rate // 1000}k/s, acks=all, linger 0, {lab}", g(ge, q), g(te, q),
+                             f_ms, None))
+        L += table(rows)
+        extra = []
+        kc = kcat_by_shape.get((s["size"], s["partitions"], s["acks"]))
+        if kc and g(gm, "produce_rps") and g(kc, "produce_rps"):
+            extra.append(f"gregor-perf vs kcat on gregor, same shape: produce {f_rate(g(gm, 'produce_rps'))} vs "
+                         f"{f_rate(g(kc, 'produce_rps'))}, consume {f_rate(g(gm, 'consume_rps'))} vs "
+                         f"{f_rate(g(kc, 'consume_rps'))}")
+        for k, d in (("gregor", gm), ("Tansu", tm)):
+            if d.get("error"):
+                extra.append(f"{k} failed: {d['error']}")
+            if d.get("consumed") is not None and d["consumed"] != s["n"]:
+                extra.append(f"{k}: gregor-perf consume read {d['consumed']} records, {s['n']} produced!")
         if extra:
             L.append("")
             L += [f"- {x}" for x in extra]
@@ -1132,6 +1245,11 @@ def run(args):
         f"rss_peak={'n/a' if not allg else f'{max(allg):.0f}MB'} "
         f"restart_kill9={f_s(g(rst, 'kill9_data_s')).replace(' ', '')}"
     )
+    if perf_rows:
+        pg = perf_rows[0][1].get("gregor", {})
+        pc, cc = g(pg, "produce_cpu_per_M"), g(pg, "consume_cpu_per_M")
+        summary += (f" perf_produce={f_rate(g(pg, 'produce_rps'))} perf_consume={f_rate(g(pg, 'consume_rps'))} "
+                    f"perf_cpu_per_M={'n/a' if pc is None else f'{pc:.3f}s'}/{'n/a' if cc is None else f'{cc:.3f}s'}")
     L.append(summary)
     text = "\n".join(L) + "\n"
     sys.stdout.write(text)

@@ -6,6 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
+
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
@@ -170,24 +172,29 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let min_bytes = req.min_bytes.max(0) as usize;
     let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
     let mut parked = None;
+    // Woken only by the partitions this fetch reads: each read with `watch` registers it.
+    let waiter = Arc::new(Notify::new());
+    let mut watch = None;
     let responses = loop {
-        // Registered before reading, so an append that lands in between still wakes us.
-        let changed = ctx.broker.replicas.changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-
-        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica, rack);
+        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica, rack, watch);
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break responses;
+        }
+        if watch.is_none() {
+            // Read again, registered before each partition's read, so an append between a
+            // read and the wait still wakes this fetch. Fetches answered at once (the common
+            // case under load) never register.
+            watch = Some(&waiter);
+            continue;
         }
         parked.get_or_insert_with(|| {
             ctx.park();
             ctx.broker.metrics.park_fetch()
         });
-        if tokio::time::timeout(deadline - now, changed).await.is_err() {
+        if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            break read_all(ctx, &wanted, max_bytes, version, replica, rack).0;
+            break read_all(ctx, &wanted, max_bytes, version, replica, rack, None).0;
         }
     };
     drop(parked);
@@ -299,6 +306,7 @@ fn read_all(
     version: i16,
     replica: i32,
     rack: &str,
+    watch: Option<&Arc<Notify>>,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let broker = &ctx.broker;
     let mut remaining = max_bytes;
@@ -359,6 +367,9 @@ fn read_all(
                     any_error = true;
                 }
                 Some(p) => {
+                    if let Some(w) = watch {
+                        p.watch(w);
+                    }
                     let limit = (wp.max_bytes.max(0) as usize).min(remaining);
                     let result = if limit == 0 && total > 0 {
                         // Budget spent: report offsets only, no records.
@@ -370,7 +381,7 @@ fn read_all(
                             diverging: None,
                         }
                     } else if replica >= 0 {
-                        let (result, expand, hw_moved) = p.follower_fetch(
+                        let (result, expand, _hw_moved) = p.follower_fetch(
                             replica,
                             wp.offset,
                             wp.last_fetched_epoch,
@@ -379,10 +390,6 @@ fn read_all(
                         );
                         if let Some(isr) = expand {
                             broker.record_isr_change(&p, isr);
-                        }
-                        if hw_moved {
-                            // The follower's progress committed writes that may be waited on.
-                            broker.replicas.notify_changed();
                         }
                         let mut result = result;
                         if quota::is_throttled(throttled.as_ref(), wp.index, broker.config.broker_id)

@@ -327,15 +327,14 @@ async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
     };
     let target = p.log_end_offset();
     let deadline = Instant::now() + OFFSETS_COMMIT_TIMEOUT;
+    let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
     loop {
-        let changed = ctx.broker.replicas.changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
+        p.watch(&waiter);
         if p.high_watermark() >= target {
             return true;
         }
         let now = Instant::now();
-        if now >= deadline || tokio::time::timeout(deadline - now, changed).await.is_err() {
+        if now >= deadline || tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             return p.high_watermark() >= target;
         }
     }

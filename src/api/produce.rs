@@ -10,6 +10,7 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use kafka_protocol::protocol::StrBytes;
+use tokio::sync::Notify;
 
 use super::error::ErrorCode;
 use super::RequestContext;
@@ -34,7 +35,6 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let acks = req.acks;
     let valid_acks = matches!(acks, -1..=1);
     let transactional = req.transactional_id.is_some();
-    let mut appended = false;
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let effective = broker.effective_config();
@@ -99,17 +99,14 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                             out.base_offset = result.base_offset;
                             out.log_start_offset = result.log_start_offset;
                             out.log_append_time_ms = result.log_append_time;
-                            if result.error_code == 0 {
-                                appended = true;
-                                if acks == -1 && p.high_watermark() <= result.last_offset {
-                                    pending.push(Pending {
-                                        topic: ti,
-                                        slot: partitions.len(),
-                                        partition: p,
-                                        last_offset: result.last_offset,
-                                        min_isr,
-                                    });
-                                }
+                            if result.error_code == 0 && acks == -1 && p.high_watermark() <= result.last_offset {
+                                pending.push(Pending {
+                                    topic: ti,
+                                    slot: partitions.len(),
+                                    partition: p,
+                                    last_offset: result.last_offset,
+                                    min_isr,
+                                });
                             }
                             result.error_code
                         }
@@ -124,15 +121,12 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         tr.partition_responses = partitions;
         responses.push(tr);
     }
-    if appended {
-        broker.replicas.notify_changed();
-    }
     if !pending.is_empty() {
         ctx.park();
         let _parked = broker.metrics.park_produce();
         let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
         for w in &pending {
-            let code = wait_committed(ctx, w, deadline).await;
+            let code = wait_committed(w, deadline).await;
             if let Some(out) = responses.get_mut(w.topic).and_then(|t| t.partition_responses.get_mut(w.slot)) {
                 out.error_code = code;
             }
@@ -225,12 +219,12 @@ fn up_convert(ctx: &RequestContext, records: bytes::Bytes) -> Result<bytes::Byte
         })
 }
 
-/// Waits, woken by high-watermark moves, until `w` is committed or the request times out.
-async fn wait_committed(ctx: &RequestContext, w: &Pending, deadline: Instant) -> i16 {
+/// Waits, woken by its partition's high-watermark moves and role changes, until `w` is committed or the request times out.
+async fn wait_committed(w: &Pending, deadline: Instant) -> i16 {
+    let waiter = Arc::new(Notify::new());
     loop {
-        let changed = ctx.broker.replicas.changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
+        // Before the check: a move in between leaves a permit, and the wait returns at once.
+        w.partition.watch(&waiter);
         if w.partition.high_watermark() > w.last_offset {
             // Committed, but if the ISR shrank below the minimum meanwhile Kafka says so.
             return if w.partition.isr().len() < w.min_isr { NOT_ENOUGH_REPLICAS_AFTER_APPEND } else { 0 };
@@ -239,7 +233,7 @@ async fn wait_committed(ctx: &RequestContext, w: &Pending, deadline: Instant) ->
             return ErrorCode::NotLeaderOrFollower.code();
         }
         let now = Instant::now();
-        if now >= deadline || tokio::time::timeout(deadline - now, changed).await.is_err() {
+        if now >= deadline || tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             return if w.partition.high_watermark() > w.last_offset { 0 } else { REQUEST_TIMED_OUT };
         }
     }

@@ -35,7 +35,6 @@ impl BrokerGroupStore<'_> {
         if result.error_code != 0 {
             return Err(result.error_code);
         }
-        b.replicas.notify_changed();
         Ok(())
     }
 }

@@ -197,6 +197,40 @@ impl FileRange {
         }
         r
     }
+
+    /// Appends the range's bytes to `out`, read straight into its spare capacity: a fetch
+    /// hands these bytes on as they are, so they are neither zeroed first nor copied after.
+    pub fn read_into_buf(&self, out: &mut bytes::BytesMut) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let start = out.len();
+        out.reserve(self.len);
+        let mut done = 0;
+        while done < self.len {
+            let spare = out.spare_capacity_mut();
+            let want = (self.len - done).min(spare.len());
+            let at = (self.position + done as u64) as libc::off_t;
+            // SAFETY: pread writes at most `want` bytes, which the spare capacity holds (it
+            // was reserved above), and only the bytes it reports written are then counted
+            // as initialised.
+            let n = unsafe { libc::pread(self.file.as_raw_fd(), spare.as_mut_ptr().cast(), want, at) };
+            let failed = match n {
+                n if n > 0 => {
+                    // SAFETY: the `n` bytes after the current length were written just now.
+                    unsafe { out.set_len(out.len() + n as usize) };
+                    done += n as usize;
+                    continue;
+                }
+                0 => std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                _ => std::io::Error::last_os_error(),
+            };
+            if failed.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            out.truncate(start);
+            return Err(failed);
+        }
+        Ok(())
+    }
 }
 
 /// `00000000000000000042` - Kafka's 20-digit zero-padded base offset.

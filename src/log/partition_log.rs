@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, HEADER_SIZE, OFF_BASE_OFFSET, OFF_LEADER_EPOCH};
 use super::checkpoint::sync_dir;
-use super::segment::{LogSegment, SWAP_SUFFIX};
+use super::segment::{LogSegment, PATCHED_HEAD, SWAP_SUFFIX};
 use super::{index_file_path, log_file_path, now_ms, time_index_file_path, AppendInfo, FileRange, LogConfig, LogError};
 
 /// One partition's log.
@@ -509,6 +509,40 @@ impl Log {
         Ok(info)
     }
 
+    /// [`Log::append_validated_batches`] for batches in a buffer shared with others (the
+    /// request's): the assigned base offsets and leader epoch go to the file without `records`
+    /// being copied first. A LogAppendTime topic changes bytes inside the CRC, so there the
+    /// batches are copied and stamped.
+    pub fn append_validated_shared(
+        &mut self,
+        records: &[u8],
+        mut headers: Vec<BatchHeader>,
+        leader_epoch: i32,
+    ) -> Result<AppendInfo, LogError> {
+        if self.config.log_append_time {
+            return self.append_validated_batches(&mut records.to_vec(), headers, leader_epoch);
+        }
+        self.check_live()?;
+        let mut next = self.log_end_offset;
+        let mut pos = 0usize;
+        let mut heads = Vec::with_capacity(headers.len());
+        for h in headers.iter_mut() {
+            let mut head = [0u8; PATCHED_HEAD];
+            let original = records
+                .get(pos..pos + PATCHED_HEAD)
+                .ok_or_else(|| LogError::InvalidRecord(format!("batch at byte {pos} shorter than its header")))?;
+            head.copy_from_slice(original);
+            head[OFF_BASE_OFFSET..OFF_BASE_OFFSET + 8].copy_from_slice(&next.to_be_bytes());
+            head[OFF_LEADER_EPOCH..OFF_LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+            heads.push(head);
+            h.base_offset = next;
+            h.partition_leader_epoch = leader_epoch;
+            next = h.next_offset();
+            pos += h.total_size();
+        }
+        self.append_pieces(records, &headers, &heads, now_ms())
+    }
+
     /// Follower append: batches keep their offsets, which must start at or
     /// after the log end and increase.
     pub fn append_as_follower(&mut self, records: &mut [u8]) -> Result<AppendInfo, LogError> {
@@ -528,6 +562,17 @@ impl Log {
     }
 
     fn append_validated(&mut self, records: &[u8], headers: &[BatchHeader], now: i64) -> Result<AppendInfo, LogError> {
+        self.append_pieces(records, headers, &[], now)
+    }
+
+    /// Appends `records`, each batch's head replaced by `heads[i]` if there are heads.
+    fn append_pieces(
+        &mut self,
+        records: &[u8],
+        headers: &[BatchHeader],
+        heads: &[[u8; PATCHED_HEAD]],
+        now: i64,
+    ) -> Result<AppendInfo, LogError> {
         let (first, last) = match (headers.first(), headers.last()) {
             (Some(f), Some(l)) => (f.base_offset, l.last_offset()),
             _ => {
@@ -560,7 +605,7 @@ impl Log {
         if self.active()?.should_roll(&config, records.len(), first, last, max_ts, now) {
             self.roll(first)?;
         }
-        self.active()?.append(records, headers)?;
+        self.active()?.append_patched(records, headers, heads)?;
         self.log_end_offset = last + 1;
         // Not a recount: that is linear in the segments, and appends are the hot path.
         self.stats.size_bytes.fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -1071,6 +1116,34 @@ mod tests {
         assert!(log.read(2, 1 << 20, Some(2)).unwrap().is_empty());
         // contiguous batches in one segment come back as one range
         assert_eq!(log.read(0, 1 << 20, None).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_shared_append_stores_what_an_in_place_append_does() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (mut patched, mut shared) = (open(d1.path(), cfg()), open(d2.path(), cfg()));
+        // Two batches in one request, then one more: offsets and epochs assigned alike.
+        let request = [simple_batch(2, 10, 100), simple_batch(3, 10, 200)].concat();
+        let later = simple_batch(1, 10, 150);
+        for (records, epoch) in [(&request, 7), (&later, 8)] {
+            let headers = batch::validate_batches(records, u32::MAX).unwrap();
+            let a = patched.append_validated_batches(&mut records.clone(), headers.clone(), epoch).unwrap();
+            let b = shared.append_validated_shared(records, headers, epoch).unwrap();
+            assert_eq!(a, b);
+        }
+        assert_eq!(request, [simple_batch(2, 10, 100), simple_batch(3, 10, 200)].concat(), "left as it was");
+        let stored = |log: &Log| {
+            let mut raw = Vec::new();
+            for r in log.read(0, 1 << 20, None).unwrap() {
+                r.read_into(&mut raw).unwrap();
+            }
+            raw
+        };
+        assert_eq!(stored(&shared), stored(&patched));
+        assert_eq!(bases(&read_headers(&shared, 0, 1 << 20, None)), vec![0, 2, 5]);
+        assert_eq!(shared.log_end_offset(), 6);
+        // The index was built from the assigned offsets: a read from the middle starts there.
+        assert_eq!(bases(&read_headers(&shared, 5, 1 << 20, None)), vec![5]);
     }
 
     #[test]

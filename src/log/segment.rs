@@ -444,9 +444,27 @@ impl LogSegment {
     /// Writes already-validated batches (offsets assigned) at the end. On a
     /// write error the file is cut back so the segment stays consistent.
     pub fn append(&mut self, records: &[u8], headers: &[BatchHeader]) -> Result<(), LogError> {
+        self.append_patched(records, headers, &[])
+    }
+
+    /// [`LogSegment::append`], with `heads[i]` written in place of the first bytes of batch
+    /// `i` (its base offset and leader epoch, assigned here): a leader appends a producer's
+    /// batches from the request buffer, which is shared and so is not patched in memory.
+    /// Without `heads`, `records` is written as it is.
+    pub fn append_patched(
+        &mut self,
+        records: &[u8],
+        headers: &[BatchHeader],
+        heads: &[[u8; PATCHED_HEAD]],
+    ) -> Result<(), LogError> {
         self.ensure_active()?;
         let start = self.size;
-        if let Err(e) = self.log.write_all_at(records, start) {
+        let written = if heads.is_empty() {
+            self.log.write_all_at(records, start)
+        } else {
+            write_patched_at(&self.log, records, headers, heads, start)
+        };
+        if let Err(e) = written {
             if let Err(e2) = self.log.set_len(start) {
                 tracing::error!(segment = %self.log_path.display(), error = %e2, "could not cut back a failed append");
             }
@@ -582,4 +600,57 @@ impl LogSegment {
         }
         Ok(())
     }
+}
+
+/// The bytes of a batch that a leader's append assigns: base offset, length (unchanged) and
+/// partition leader epoch, all outside the CRC.
+pub const PATCHED_HEAD: usize = 16;
+
+/// Writes `records` at `at` with each batch's first [`PATCHED_HEAD`] bytes taken from `heads`,
+/// in as few `pwritev` calls as the kernel allows.
+fn write_patched_at(
+    file: &File,
+    records: &[u8],
+    headers: &[BatchHeader],
+    heads: &[[u8; PATCHED_HEAD]],
+    at: u64,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "batch headers do not match the records");
+    if heads.len() != headers.len() {
+        return Err(invalid());
+    }
+    let mut slices = Vec::with_capacity(headers.len() * 2 + 1);
+    let mut pos = 0usize;
+    for (h, head) in headers.iter().zip(heads) {
+        let end = pos + h.total_size();
+        slices.push(io::IoSlice::new(head));
+        slices.push(io::IoSlice::new(records.get(pos + PATCHED_HEAD..end).ok_or_else(invalid)?));
+        pos = end;
+    }
+    if let Some(rest) = records.get(pos..).filter(|r| !r.is_empty()) {
+        slices.push(io::IoSlice::new(rest));
+    }
+    let mut left = &mut slices[..];
+    let mut offset = at;
+    while !left.is_empty() {
+        // IOV_MAX on Linux.
+        let count = left.len().min(1024) as libc::c_int;
+        // SAFETY: IoSlice is ABI-compatible with iovec on Unix, and each one points into
+        // `heads` or `records`, both borrowed for the whole call.
+        let n = unsafe { libc::pwritev(file.as_raw_fd(), left.as_ptr().cast(), count, offset as libc::off_t) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        offset += n as u64;
+        io::IoSlice::advance_slices(&mut left, n as usize);
+    }
+    Ok(())
 }

@@ -273,6 +273,8 @@ impl Broker {
                 }
             }
         });
+        // DeleteTopics answers once the topic is gone from this image.
+        self.replicas.notify_metadata_changed();
         UpdateMetadataResponse { error_code: 0 }
     }
 

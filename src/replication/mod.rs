@@ -35,8 +35,9 @@ pub struct ReplicaManager {
     partitions: RwLock<HashMap<String, HashMap<i32, Arc<Partition>>>>,
     /// High watermarks from `replication-offset-checkpoint`, read once at startup.
     checkpointed_hw: HashMap<TopicPartition, i64>,
-    /// Woken on every append and every high-watermark move, so long-polling fetches and
-    /// acks=all produces re-check without polling.
+    /// Woken on control-plane changes (leaders, ISRs, replicas stopped, metadata), which may
+    /// concern any waiter. Appends and high-watermark moves wake only the waiters of their
+    /// partition (`Partition::watch`).
     changed: Notify,
     topic_metrics: Arc<BrokerTopicMetrics>,
     isr_metrics: IsrMetrics,
@@ -146,19 +147,30 @@ impl ReplicaManager {
     fn forget(&self, topic: &str, index: i32) -> bool {
         let mut all = self.partitions.write().unwrap_or_else(|p| p.into_inner());
         let Some(t) = all.get_mut(topic) else { return false };
-        let removed = t.remove(&index).is_some();
+        let removed = t.remove(&index);
         if t.is_empty() {
             all.remove(topic);
         }
-        removed
+        drop(all);
+        // Its waiters answer now (the partition is no longer here), not at their timeout.
+        removed.inspect(|p| p.wake()).is_some()
     }
 
+    /// A control-plane change: every waiter, of every partition, checks again.
     pub fn notify_changed(&self) {
+        self.changed.notify_waiters();
+        for p in self.all_partitions() {
+            p.wake();
+        }
+    }
+
+    /// The metadata image changed: waiters on the image (not on a partition) check again.
+    pub fn notify_metadata_changed(&self) {
         self.changed.notify_waiters();
     }
 
-    /// A future that completes at the next append or high-watermark move. Create it *before*
-    /// checking the condition, so a change between the check and the wait is not missed.
+    /// A future that completes at the next control-plane change. Create it *before* checking
+    /// the condition, so a change between the check and the wait is not missed.
     pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
         self.changed.notified()
     }

@@ -6,10 +6,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 
 use super::leader_epoch::LeaderEpochCache;
 use crate::log::{AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
@@ -100,6 +101,12 @@ pub struct Partition {
     metrics: TopicMetrics,
     isr_metrics: IsrMetrics,
     log_stats: Arc<LogStats>,
+    /// Requests parked until this partition changes (fetches short of min.bytes, acks=all
+    /// produces short of the high watermark). Woken and dropped at the next append,
+    /// high-watermark move or role change, so an append wakes only those waiting on this
+    /// partition. Weak: a request that finished without a change leaves only a dead entry,
+    /// pruned at the next registration.
+    waiters: Mutex<Vec<Weak<Notify>>>,
 }
 
 /// What a metrics scrape reads of a partition's replica state.
@@ -152,6 +159,30 @@ impl Partition {
             metrics,
             isr_metrics,
             log_stats,
+            waiters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Has `waiter` notified at this partition's next change. One-shot: a waiter that wants
+    /// the change after that registers again. Register before checking the condition waited
+    /// for: a change in between leaves a permit in `waiter`, so its next wait returns at once.
+    pub fn watch(&self, waiter: &Arc<Notify>) {
+        let mut w = lock(&self.waiters);
+        // A request re-registers after each wake-up of another partition it waits on; it
+        // is listed once, and requests gone without a wake-up leave no growing list.
+        w.retain(|x| x.strong_count() > 0);
+        if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(waiter))) {
+            w.push(Arc::downgrade(waiter));
+        }
+    }
+
+    /// Wakes every request waiting on this partition.
+    pub fn wake(&self) {
+        let waiters = std::mem::take(&mut *lock(&self.waiters));
+        for w in waiters {
+            if let Some(n) = w.upgrade() {
+                n.notify_one();
+            }
         }
     }
 
@@ -231,6 +262,7 @@ impl Partition {
             drop(s);
             self.report_isr_change(change);
             self.maybe_advance_high_watermark();
+            self.wake();
             return false;
         }
         s.isr = isr.to_vec();
@@ -250,6 +282,7 @@ impl Partition {
         drop(s);
         lock(&self.epochs).assign(epoch, leo);
         self.maybe_advance_high_watermark();
+        self.wake();
         true
     }
 
@@ -262,12 +295,23 @@ impl Partition {
         s.role = Role::Follower { leader };
         s.leader_epoch = epoch;
         s.followers.clear();
+        drop(s);
+        // A produce waiting for this broker's high watermark as leader must learn it is not.
+        self.wake();
         changed
     }
 
-    /// Moves the high watermark to the smallest log end offset in the ISR (never backwards).
-    /// Returns true if it moved.
+    /// Moves the high watermark to the smallest log end offset in the ISR (never backwards),
+    /// waking this partition's waiters if it moved. Returns true if it moved.
     pub fn maybe_advance_high_watermark(&self) -> bool {
+        let moved = self.advance_high_watermark();
+        if moved {
+            self.wake();
+        }
+        moved
+    }
+
+    fn advance_high_watermark(&self) -> bool {
         let leo = self.log_end_offset();
         let s = lock(&self.state);
         if s.role != Role::Leader {
@@ -319,14 +363,13 @@ impl Partition {
                 SequenceCheck::Reject(code) => return fail(code),
             }
         }
-        let mut buf = records.to_vec();
         let mut log = self.lock_log();
         // Checked under the log lock so that a leadership change cannot slip in between.
         let (role, epoch) = self.role();
         if role != Role::Leader {
             return fail(NOT_LEADER_OR_FOLLOWER);
         }
-        let info: AppendInfo = match log.append_validated_batches(&mut buf, headers.clone(), epoch) {
+        let info: AppendInfo = match log.append_validated_shared(&records, headers.clone(), epoch) {
             Ok(info) => info,
             Err(e) => {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "append failed");
@@ -347,8 +390,10 @@ impl Partition {
         let log_start_offset = log.log_start_offset();
         drop(log);
         drop(producers);
-        self.metrics.record_leader_append(info.record_count, buf.len() as u64);
-        self.maybe_advance_high_watermark();
+        self.metrics.record_leader_append(info.record_count, records.len() as u64);
+        self.advance_high_watermark();
+        // Followers' fetches wait for the log end, consumers' for the high watermark.
+        self.wake();
         ProduceResult {
             error_code: 0,
             base_offset: info.first_offset,
@@ -396,6 +441,8 @@ impl Partition {
         // A follower's high watermark is the leader's, as far as its own log reaches.
         let hw = leader_high_watermark.min(leo).max(0);
         self.high_watermark.fetch_max(hw, Ordering::AcqRel);
+        // Consumers reading from this follower (KIP-392).
+        self.wake();
         Ok(())
     }
 
@@ -510,9 +557,9 @@ impl Partition {
                 }
             }
         };
-        let mut out = Vec::with_capacity(ranges.iter().map(|r| r.len).sum());
+        let mut out = bytes::BytesMut::with_capacity(ranges.iter().map(|r| r.len).sum());
         for r in &ranges {
-            if let Err(e) = FileRange::read_into(r, &mut out) {
+            if let Err(e) = FileRange::read_into_buf(r, &mut out) {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "read failed");
                 return FetchResult::error(KAFKA_STORAGE_ERROR);
             }
@@ -521,7 +568,7 @@ impl Partition {
             error_code: 0,
             high_watermark: hw,
             log_start_offset: start,
-            records: Bytes::from(out),
+            records: out.freeze(),
             diverging: None,
         }
     }
@@ -827,6 +874,50 @@ mod tests {
         assert!(text.contains("kafka_server_brokertopicmetrics_messagesin_total{topic=\"t\"} 5\n"), "{text}");
         assert!(text.contains(&format!("kafka_server_brokertopicmetrics_bytesin_total{{topic=\"t\"}} {bytes}\n")));
         assert_eq!(p.log_stats().size_bytes(), bytes as u64);
+    }
+
+    /// Whether `waiter` holds a wake-up: a permit makes `notified()` ready at its first poll.
+    fn woken(waiter: &Notify) -> bool {
+        let n = waiter.notified();
+        tokio::pin!(n);
+        n.enable()
+    }
+
+    #[test]
+    fn an_append_wakes_the_waiters_of_its_partition_only() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (a, b) = (partition(d1.path()), partition(d2.path()));
+        a.become_leader(0, &[1], &[1]);
+        b.become_leader(0, &[1], &[1]);
+        let (on_a, on_b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        a.watch(&on_a);
+        b.watch(&on_b);
+        // Listed once however often it registers (a fetch re-registers after each wake-up).
+        b.watch(&on_b);
+        append(&a, 2);
+        assert!(woken(&on_a), "an append wakes its own partition's waiter");
+        assert!(!woken(&on_b), "and no other partition's");
+        // One-shot: a second append needs a second registration.
+        append(&a, 1);
+        assert!(!woken(&on_a));
+        append(&b, 1);
+        assert!(woken(&on_b));
+        assert!(!woken(&on_b), "registered twice, woken once");
+
+        // acks=all: a follower's fetch that moves the high watermark wakes the producer.
+        let d3 = tempfile::tempdir().unwrap();
+        let c = partition(d3.path());
+        c.become_leader(0, &[1, 2], &[1, 2]);
+        append(&c, 3);
+        let producer = Arc::new(Notify::new());
+        c.watch(&producer);
+        c.follower_fetch(2, 0, -1, 0, 1 << 20);
+        assert!(!woken(&producer), "the follower has nothing yet: the high watermark stays");
+        c.follower_fetch(2, 3, -1, 0, 1 << 20);
+        assert!(woken(&producer));
+        // A waiter that went away leaves nothing behind to wake.
+        c.watch(&Arc::new(Notify::new()));
+        c.become_follower(2, 1, &[1, 2], &[1, 2]);
     }
 
     #[test]
