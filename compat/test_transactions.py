@@ -263,6 +263,18 @@ def cluster_factory(request, zookeeper):
         c.cleanup(keep=failed)
 
 
+def java_hash(s: str) -> int:
+    h = 0
+    for unit in s.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def txn_state_partition(txn_id: str, partitions: int = 50) -> int:
+    h = java_hash(txn_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 def test_transaction_over_partitions_led_by_three_brokers(cluster_factory):
     c = cluster_factory(3, overrides={
         "transaction.state.log.replication.factor": "3",
@@ -274,7 +286,8 @@ def test_transaction_over_partitions_led_by_three_brokers(cluster_factory):
     create_topic(bootstrap, topic, partitions=3, rf=3)
     leaders = {s["leader"] for s in c.wait_topic_online(topic, 3).values()}
     assert len(leaders) == 3, f"partitions should be led by three brokers: {leaders}"
-    p = txn_producer(bootstrap, uniq("tx"))
+    txn_id = uniq("tx")
+    p = txn_producer(bootstrap, txn_id)
     for round_ in range(3):
         p.begin_transaction()
         for part in range(3):
@@ -289,3 +302,19 @@ def test_transaction_over_partitions_led_by_three_brokers(cluster_factory):
     got = read_all(bootstrap, topic, 3, "read_committed", len(want))
     assert values_of(got) == want
     assert {part for part, _ in got} == {0, 1, 2}
+
+    # kill -9 of the coordinator in the middle of a transaction: the broker that takes its
+    # __transaction_state partition over loads the open transaction, and the producer's
+    # commit (sent to the new coordinator) completes it on every partition.
+    coordinator = c.partition_state("__transaction_state", txn_state_partition(txn_id))["leader"]
+    p.begin_transaction()
+    for part in range(3):
+        for i in range(10):
+            p.produce(topic, value=f"r3-p{part}-{i}".encode(), partition=part)
+    p.flush(WAIT)
+    c.brokers[coordinator].kill()
+    p.commit_transaction(WAIT)
+    survivors = c.bootstrap([i for i in c.brokers if i != coordinator])
+    want += [f"r3-p{part}-{i}" for part in range(3) for i in range(10)]
+    got = read_all(survivors, topic, 3, "read_committed", len(want))
+    assert values_of(got) == sorted(want)
