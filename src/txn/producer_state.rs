@@ -30,6 +30,8 @@ pub struct ActiveProducer {
     pub epoch: i16,
     pub last_sequence: i32,
     pub last_timestamp: i64,
+    /// The first offset of its open transaction here, -1 if none.
+    pub txn_start_offset: i64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -188,6 +190,7 @@ impl ProducerStateManager {
                     epoch: e.epoch,
                     last_sequence: e.batches.back()?.last_seq,
                     last_timestamp: e.last_timestamp,
+                    txn_start_offset: self.ongoing.get(&producer_id).copied().unwrap_or(-1),
                 })
             })
             .collect();
