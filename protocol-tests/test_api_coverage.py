@@ -7,6 +7,7 @@ from pathlib import Path
 import kproto as kp
 import kproto_admin as ka
 import kproto_groups as kg
+import kproto_txn as kt
 
 # api key -> (module, test function) that exercise it at the min and max advertised version
 COVERAGE = {
@@ -49,6 +50,13 @@ COVERAGE = {
     ka.DELETE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
     ka.ALTER_REPLICA_LOG_DIRS: ("test_admin_apis", "test_alter_replica_log_dirs_moves_a_partition"),
     ka.DESCRIBE_TOPIC_PARTITIONS: ("test_admin_apis", "test_describe_topic_partitions_pages_with_its_cursor"),
+    kt.ADD_PARTITIONS_TO_TXN: ("test_txn_apis", "test_transaction_by_raw_frames"),
+    kt.ADD_OFFSETS_TO_TXN: ("test_txn_apis", "test_transaction_by_raw_frames"),
+    kt.END_TXN: ("test_txn_apis", "test_transaction_by_raw_frames"),
+    kt.WRITE_TXN_MARKERS: ("test_txn_apis", "test_transaction_by_raw_frames"),
+    kt.TXN_OFFSET_COMMIT: ("test_txn_apis", "test_transaction_by_raw_frames"),
+    kt.DESCRIBE_TRANSACTIONS: ("test_txn_apis", "test_transaction_by_raw_frames"),
+    kt.LIST_TRANSACTIONS: ("test_txn_apis", "test_transaction_by_raw_frames"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners

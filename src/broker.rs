@@ -44,6 +44,7 @@ pub struct Broker {
     pub replicas: ReplicaManager,
     pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
+    pub txns: crate::txn::TransactionCoordinator,
     /// Committed offsets waiting to be copied into ZooKeeper's old offsets tree.
     pub offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror,
     /// Group membership waiting to be written under `/consumers/<group>`.
@@ -186,6 +187,7 @@ impl Broker {
             )),
             producer_ids: ProducerIdManager::new(id, store.clone()),
             groups: GroupCoordinator::new(coordinator_config(&config)?),
+            txns: crate::txn::TransactionCoordinator::new(txn_config(&config)?),
             offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror::new(
                 config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
             ),
@@ -230,6 +232,7 @@ impl Broker {
         if !broker.store.is_zookeeper() {
             // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
             broker.load_groups(None);
+            broker.load_txns(None);
         }
         tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.store.is_zookeeper(), "broker started");
         Ok(broker)
@@ -799,6 +802,24 @@ fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorConfig
         max_session_timeout_ms: get("group.max.session.timeout.ms")? as i32,
         offsets_retention_ms: positive("offsets.retention.minutes")?.saturating_mul(60_000),
         offsets_retention_check_interval_ms: positive("offsets.retention.check.interval.ms")? as u64,
+    })
+}
+
+/// `transaction.max.timeout.ms` and `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+/// Kafka's names and defaults.
+fn txn_config(config: &BrokerConfig) -> anyhow::Result<crate::txn::coordinator::TxnConfig> {
+    let get = |k: &str, default: i64| -> anyhow::Result<i64> {
+        match config.values.get(k) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(anyhow::anyhow!("invalid value {v:?} for configuration {k}: must be a number greater than 0")),
+            },
+        }
+    };
+    Ok(crate::txn::coordinator::TxnConfig {
+        max_timeout_ms: get("transaction.max.timeout.ms", 900_000)?.min(i32::MAX as i64) as i32,
+        abort_check_interval_ms: get("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000)? as u64,
     })
 }
 

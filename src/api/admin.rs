@@ -396,7 +396,7 @@ pub fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -
                             s.last_sequence = a.last_sequence;
                             s.last_timestamp = a.last_timestamp;
                             s.coordinator_epoch = -1;
-                            s.current_txn_start_offset = -1;
+                            s.current_txn_start_offset = a.txn_start_offset;
                             s
                         })
                         .collect();

@@ -43,6 +43,7 @@ pub enum ErrorCode {
     InvalidRecord = 87,
     InvalidUpdateVersion = 95,
     TransactionalIdAuthorizationFailed = 53,
+    TransactionalIdNotFound = 105,
     TopicAuthorizationFailed = 29,
     GroupAuthorizationFailed = 30,
     ClusterAuthorizationFailed = 31,

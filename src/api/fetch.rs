@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{
     BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, TopicName,
+    OffsetForLeaderEpochResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -170,13 +170,15 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let deadline = Instant::now() + max_wait;
     let min_bytes = req.min_bytes.max(0) as usize;
+    // isolation_level (v4+): 1 is read_committed, which followers never ask for.
+    let committed = version >= 4 && replica < 0 && req.isolation_level == 1;
     let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
     let mut parked = None;
     // Woken only by the partitions this fetch reads: each read with `watch` registers it.
     let waiter = Arc::new(Notify::new());
     let mut watch = None;
     let responses = loop {
-        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica, rack, watch);
+        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica, rack, committed, watch);
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break responses;
@@ -194,7 +196,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            break read_all(ctx, &wanted, max_bytes, version, replica, rack, None).0;
+            break read_all(ctx, &wanted, max_bytes, version, replica, rack, committed, None).0;
         }
     };
     drop(parked);
@@ -306,6 +308,7 @@ fn read_all(
     version: i16,
     replica: i32,
     rack: &str,
+    committed: bool,
     watch: Option<&Arc<Notify>>,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let broker = &ctx.broker;
@@ -379,6 +382,8 @@ fn read_all(
                             log_start_offset: p.log_start_offset(),
                             records: Bytes::new(),
                             diverging: None,
+                            last_stable_offset: p.last_stable_offset(),
+                            aborted: None,
                         }
                     } else if replica >= 0 {
                         let (result, expand, _hw_moved) = p.follower_fetch(
@@ -404,7 +409,7 @@ fn read_all(
                         }
                         result
                     } else if !p.is_leader() {
-                        p.read_as_follower(wp.offset, limit.max(1), wp.current_leader_epoch)
+                        p.read_as_follower(wp.offset, limit.max(1), wp.current_leader_epoch, committed)
                     } else if let Some(preferred) = preferred_read_replica(broker, &p, rack, wp.offset) {
                         // Sent at once (as Kafka does): the client fetches from there instead.
                         pd.preferred_read_replica = BrokerId(preferred);
@@ -415,13 +420,27 @@ fn read_all(
                             log_start_offset: p.log_start_offset(),
                             records: Bytes::new(),
                             diverging: None,
+                            last_stable_offset: p.last_stable_offset(),
+                            aborted: None,
                         }
                     } else {
-                        p.read(wp.offset, limit.max(1), wp.current_leader_epoch)
+                        p.read(wp.offset, limit.max(1), wp.current_leader_epoch, committed)
                     };
                     pd.error_code = result.error_code;
                     pd.high_watermark = result.high_watermark;
-                    pd.last_stable_offset = result.high_watermark;
+                    pd.last_stable_offset = result.last_stable_offset;
+                    if version >= 4 && committed {
+                        pd.aborted_transactions = result.aborted.map(|list| {
+                            list.into_iter()
+                                .map(|(producer_id, first_offset)| {
+                                    let mut a = AbortedTransaction::default();
+                                    a.producer_id = ProducerId(producer_id);
+                                    a.first_offset = first_offset;
+                                    a
+                                })
+                                .collect()
+                        });
+                    }
                     pd.log_start_offset = result.log_start_offset;
                     if let Some((epoch, end_offset)) = result.diverging {
                         pd.diverging_epoch.epoch = epoch;
@@ -506,6 +525,8 @@ fn down_convert(ctx: &RequestContext, stored: &[u8], version: i16, offset: i64, 
 
 pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let mut r = ListOffsetsResponse::default();
+    // isolation_level (v2+): read_committed consumers' "latest" is the last stable offset.
+    let committed = ctx.version() >= 2 && req.isolation_level == 1;
     for t in req.topics {
         let name = t.name.0.to_string();
         let may_describe = ctx.authorized(Operation::Describe, ResourceType::Topic, &name);
@@ -528,7 +549,7 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                 (Some(_), Some(code)) => pr.error_code = code,
                 (Some(part), None) => match p.timestamp {
                     LATEST_TIMESTAMP => {
-                        pr.offset = part.high_watermark();
+                        pr.offset = if committed { part.last_stable_offset() } else { part.high_watermark() };
                         pr.leader_epoch = part.latest_epoch();
                     }
                     EARLIEST_TIMESTAMP => {

@@ -63,10 +63,21 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
         } else if req.key_type == 1 && !ctx.authorized(Operation::Describe, ResourceType::TransactionalId, &key) {
             c.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
             c.error_message = Some(s("Transactional Id authorization failed."));
+        } else if req.key_type == 1 {
+            match ctx.broker.txn_coordinator_for(&key, &ctx.listener) {
+                Ok((id, host, port)) => {
+                    c.node_id = BrokerId(id);
+                    c.host = s(host);
+                    c.port = port as i32;
+                }
+                Err(code) => {
+                    c.error_code = code;
+                    c.error_message = Some(s("The coordinator is not available."));
+                }
+            }
         } else if req.key_type != 0 {
-            // Transactions have no coordinator yet.
-            c.error_code = codes::COORDINATOR_NOT_AVAILABLE;
-            c.error_message = Some(s("The coordinator is not available."));
+            c.error_code = ErrorCode::InvalidRequest.code();
+            c.error_message = Some(s(format!("Invalid coordinator type {}", req.key_type)));
         } else {
             match ctx.broker.group_coordinator_for(&key, &ctx.listener) {
                 Ok((id, host, port)) => {

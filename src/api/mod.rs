@@ -17,6 +17,7 @@ mod producer_id;
 mod quotas;
 mod scram_credentials;
 mod topics;
+mod txn;
 
 use std::sync::Arc;
 
@@ -73,6 +74,15 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Transactions (KIP-98) as Kafka 3.9 serves them to clients that do not use KIP-890's
+    // transactions v2: the versions whose semantics are implemented.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
@@ -226,7 +236,21 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::DescribeTopicPartitions(r) => {
             ResponseKind::DescribeTopicPartitions(metadata::describe_topic_partitions(ctx, r))
         }
+        RequestKind::InitProducerId(r) if r.transactional_id.is_some() => {
+            ResponseKind::InitProducerId(txn::init_producer_id(ctx, r).await)
+        }
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(txn::add_partitions_to_txn(ctx, r).await)
+        }
+        RequestKind::AddOffsetsToTxn(r) => ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(ctx, r).await),
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(txn::end_txn(ctx, r).await),
+        RequestKind::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(txn::txn_offset_commit(ctx, r).await),
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(off_runtime(ctx, move |c| txn::write_txn_markers(c, r)).await?)
+        }
+        RequestKind::ListTransactions(r) => ResponseKind::ListTransactions(txn::list_transactions(ctx, r)),
+        RequestKind::DescribeTransactions(r) => ResponseKind::DescribeTransactions(txn::describe_transactions(ctx, r)),
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(fetch::offset_for_leader_epoch(ctx, r))
         }

@@ -35,6 +35,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let acks = req.acks;
     let valid_acks = matches!(acks, -1..=1);
     let transactional = req.transactional_id.is_some();
+    let txn_id: String = req.transactional_id.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let effective = broker.effective_config();
@@ -71,9 +72,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                 ErrorCode::InvalidRequiredAcks.code()
             } else if !may_write {
                 ErrorCode::TopicAuthorizationFailed.code()
-            } else if transactional {
-                // Transactions are not implemented; refuse rather than write records that
-                // read_committed consumers would treat as committed.
+            } else if transactional && !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &txn_id) {
                 ErrorCode::TransactionalIdAuthorizationFailed.code()
             } else {
                 match (broker.replicas.partition(&name, pd.index), pd.records) {
@@ -89,6 +88,11 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                     (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => NOT_ENOUGH_REPLICAS,
                     (Some(p), Some(records)) => match up_convert(ctx, records) {
                         Err(code) => code,
+                        Ok(records)
+                            if transactional && !txn_verified(ctx, &txn_id, &name, pd.index, &records, &mut out) =>
+                        {
+                            out.error_code
+                        }
                         Ok(records)
                             if compacted && refuse_keyless(ctx, &name, pd.index, &records, max_bytes, &mut out) =>
                         {
@@ -147,6 +151,29 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     r.responses = responses;
     r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
     Some(r)
+}
+
+/// A transactional produce must belong to an ongoing transaction that added the partition.
+/// Returns false (the code set in `out`) when it does not.
+fn txn_verified(
+    ctx: &RequestContext,
+    txn_id: &str,
+    topic: &str,
+    partition: i32,
+    records: &[u8],
+    out: &mut PartitionProduceResponse,
+) -> bool {
+    let Some(h) = crate::log::BatchHeader::parse(records) else { return true };
+    if !h.is_transactional() {
+        return true;
+    }
+    match ctx.broker.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, topic, partition) {
+        Ok(()) => true,
+        Err(code) => {
+            out.error_code = code;
+            false
+        }
+    }
 }
 
 /// Kafka's rule for compacted topics: every record needs a key, since compaction keeps the

@@ -19,12 +19,6 @@ pub fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> Ini
         r.error_code = ErrorCode::ClusterAuthorizationFailed.code();
         return r;
     }
-    if req.transactional_id.is_some() {
-        // No transaction coordinator yet: a clear, non-retriable refusal instead of a
-        // producer that retries forever.
-        r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
-        return r;
-    }
     // KIP-360: a producer that knows its id may ask for the next epoch instead of a new id.
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
         r.producer_id = req.producer_id;

@@ -248,6 +248,18 @@ pub struct GroupCoordinator {
     /// `groups` again, so the log's order is the order applied while the disk write keeps no
     /// other group's request waiting.
     offset_writes: Vec<Mutex<()>>,
+    /// Offsets committed inside transactions (TxnOffsetCommit), by producer id and
+    /// `__consumer_offsets` partition: in the log already, applied to their groups only when
+    /// the transaction's COMMIT marker reaches that partition, dropped at ABORT.
+    txn_offsets: Mutex<HashMap<(i64, i32), Vec<PendingTxnOffset>>>,
+}
+
+/// One offset a transaction committed to a group, waiting for the transaction's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingTxnOffset {
+    pub group: String,
+    pub tp: TopicPartition,
+    pub offset: CommittedOffset,
 }
 
 const OFFSET_WRITE_STRIPES: usize = 64;
@@ -266,6 +278,7 @@ impl GroupCoordinator {
             config,
             groups: Mutex::new(HashMap::new()),
             offset_writes: (0..OFFSET_WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
+            txn_offsets: Mutex::new(HashMap::new()),
         }
     }
 
@@ -281,6 +294,31 @@ impl GroupCoordinator {
         // Every mutation below leaves the group in a valid state before any call that could
         // panic, so a poisoned lock still guards consistent data.
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Holds offsets a transaction committed (they are in `__consumer_offsets` already) until
+    /// its marker settles them.
+    pub fn add_txn_offsets(&self, producer_id: i64, partition: i32, offsets: Vec<PendingTxnOffset>) {
+        let mut pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        pending.entry((producer_id, partition)).or_default().extend(offsets);
+    }
+
+    /// A transaction's marker reached `__consumer_offsets` partition `partition`: its offsets
+    /// there become the groups' committed offsets (COMMIT) or are forgotten (ABORT).
+    pub fn complete_txn_offsets(&self, producer_id: i64, partition: i32, commit: bool) {
+        let done = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner()).remove(&(producer_id, partition));
+        let Some(done) = done.filter(|_| commit) else { return };
+        let mut groups = self.lock();
+        for p in done {
+            let g = groups.entry(p.group.clone()).or_insert_with(|| Group::new(&p.group));
+            g.offsets.insert(p.tp, p.offset);
+        }
+    }
+
+    /// Whether a transaction has offsets of `group` waiting (OffsetFetch's require_stable).
+    pub fn has_pending_txn_offsets(&self, group: &str) -> bool {
+        let pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        pending.values().any(|v| v.iter().any(|o| o.group == group))
     }
 
     /// Restores committed offsets (and generation) read back from `__consumer_offsets`.

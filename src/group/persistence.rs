@@ -210,6 +210,8 @@ impl Broker {
         let mut loaded = 0usize;
         let mut restore_empty: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
         for p in topic.partitions.iter().filter(|p| only.is_none_or(|o| o == p.index)) {
+            // Offsets committed in transactions wait for their marker, as they did when written.
+            let mut in_txn: std::collections::HashMap<i64, Vec<offsets_log::KeyValue>> = Default::default();
             let Some(partition) = self.replicas.partition(OFFSETS_TOPIC, p.index) else { continue };
             let mut offset = partition.log_start_offset();
             let end = partition.log_end_offset();
@@ -225,11 +227,23 @@ impl Broker {
                     if size > buf.len() {
                         break;
                     }
-                    for kv in offsets_log::batch_records(&buf[..size]) {
-                        if let Some((group, store_again)) = self.apply_offsets_record(&kv, now) {
-                            restore_empty.insert(group, store_again);
+                    if h.is_control() {
+                        let commit = crate::log::batch::control_marker(&buf[..size]);
+                        if let Some(records) = in_txn.remove(&h.producer_id).filter(|_| commit == Some(true)) {
+                            for kv in records {
+                                self.apply_offsets_record(&kv, now);
+                                loaded += 1;
+                            }
                         }
-                        loaded += 1;
+                    } else if h.is_transactional() {
+                        in_txn.entry(h.producer_id).or_default().extend(offsets_log::batch_records(&buf[..size]));
+                    } else {
+                        for kv in offsets_log::batch_records(&buf[..size]) {
+                            if let Some((group, store_again)) = self.apply_offsets_record(&kv, now) {
+                                restore_empty.insert(group, store_again);
+                            }
+                            loaded += 1;
+                        }
                     }
                     next = h.next_offset();
                     buf = &buf[size..];
@@ -238,6 +252,29 @@ impl Broker {
                     break;
                 }
                 offset = next;
+            }
+            for (pid, records) in in_txn {
+                let pending = records
+                    .iter()
+                    .filter_map(|kv| {
+                        match (OffsetsKey::decode(&kv.key), kv.value.as_deref().and_then(OffsetValue::decode)) {
+                            (Some(OffsetsKey::Offset { group, topic, partition }), Some(v)) => {
+                                Some(super::coordinator::PendingTxnOffset {
+                                    group,
+                                    tp: (topic, partition),
+                                    offset: CommittedOffset {
+                                        offset: v.offset,
+                                        leader_epoch: v.leader_epoch,
+                                        metadata: v.metadata,
+                                        commit_timestamp: v.commit_timestamp,
+                                    },
+                                })
+                            }
+                            _ => None,
+                        }
+                    })
+                    .collect();
+                self.groups.add_txn_offsets(pid, p.index, pending);
             }
         }
         if loaded > 0 {

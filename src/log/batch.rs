@@ -548,6 +548,51 @@ fn write_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) {
     }
 }
 
+/// A transaction marker (Kafka's `EndTransactionMarker`): a control batch of the producer
+/// holding one record whose key is version 0 and the type (0 ABORT, 1 COMMIT) and whose value
+/// is version 0 and the coordinator epoch.
+pub fn encode_control_batch(producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32, ts: i64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(4);
+    key.extend_from_slice(&0i16.to_be_bytes());
+    key.extend_from_slice(&(commit as i16).to_be_bytes());
+    let mut value = Vec::with_capacity(6);
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let opts = BatchOptions {
+        attributes: CONTROL_BIT | TRANSACTIONAL_BIT,
+        producer_id,
+        producer_epoch: epoch,
+        ..BatchOptions::default()
+    };
+    encode_batch(&opts, &[SimpleRecord { timestamp: ts, key: Some(&key), value: Some(&value), headers: vec![] }])
+}
+
+/// The marker type of a control batch (`batch` holds at least its first record): Some(true)
+/// for COMMIT, Some(false) for ABORT, None if it is not an uncompressed marker.
+pub fn control_marker(batch: &[u8]) -> Option<bool> {
+    let h = BatchHeader::parse(batch)?;
+    if !h.is_control() || h.compression() != 0 {
+        return None;
+    }
+    let mut r = batch.get(HEADER_SIZE..)?;
+    let (_, n) = read_varint(r)?; // record length
+    r = r.get(n + 1..)?; // and attributes
+    let (_, n) = read_varlong(r)?; // timestamp delta
+    r = r.get(n..)?;
+    let (_, n) = read_varint(r)?; // offset delta
+    r = r.get(n..)?;
+    let (klen, n) = read_varint(r)?;
+    if klen < 4 {
+        return None;
+    }
+    let key = r.get(n..n + 4)?;
+    match i16::from_be_bytes([key[2], key[3]]) {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
+}
+
 /// Test/bench convenience: a batch of `n` records with `value_len`-byte
 /// values, all stamped `timestamp`.
 pub fn simple_batch(n: usize, value_len: usize, timestamp: i64) -> Vec<u8> {
@@ -555,6 +600,27 @@ pub fn simple_batch(n: usize, value_len: usize, timestamp: i64) -> Vec<u8> {
     let recs: Vec<SimpleRecord<'_>> =
         (0..n).map(|_| SimpleRecord { timestamp, key: None, value: Some(&value), headers: Vec::new() }).collect();
     encode_batch(&BatchOptions::default(), &recs)
+}
+
+#[cfg(test)]
+mod control_tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_control_batches_that_say_what_they_end() {
+        for commit in [true, false] {
+            let b = encode_control_batch(9, 3, commit, 5, 1000);
+            let h = validate_batches(&b, u32::MAX).unwrap()[0];
+            assert!(h.is_control() && h.is_transactional());
+            assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (9, 3, -1));
+            assert_eq!(control_marker(&b), Some(commit));
+        }
+        assert_eq!(control_marker(&simple_batch(1, 3, 0)), None);
+        let b = encode_control_batch(9, 3, true, 5, 1000);
+        for cut in 0..b.len() {
+            let _ = control_marker(&b[..cut]);
+        }
+    }
 }
 
 #[cfg(test)]

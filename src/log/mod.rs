@@ -250,6 +250,10 @@ pub fn time_index_file_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{}.timeindex", file_prefix(base_offset)))
 }
 
+pub fn txn_index_file_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{}.txnindex", file_prefix(base_offset)))
+}
+
 /// Partition directory name: `<topic>-<partition>`.
 pub fn partition_dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")

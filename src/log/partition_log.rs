@@ -22,7 +22,19 @@ use std::sync::Arc;
 use super::batch::{self, BatchHeader, HEADER_SIZE, OFF_BASE_OFFSET, OFF_LEADER_EPOCH};
 use super::checkpoint::sync_dir;
 use super::segment::{LogSegment, PATCHED_HEAD, SWAP_SUFFIX};
-use super::{index_file_path, log_file_path, now_ms, time_index_file_path, AppendInfo, FileRange, LogConfig, LogError};
+use super::{
+    index_file_path, log_file_path, now_ms, time_index_file_path, txn_index_file_path, AppendInfo, FileRange,
+    LogConfig, LogError,
+};
+use crate::txn::producer_state::AbortedTxn;
+
+/// One `.txnindex` entry, as Kafka writes it: version i16 (0), producer id i64, first offset
+/// i64, last offset i64, last stable offset i64.
+const TXN_INDEX_ENTRY_SIZE: usize = 34;
+
+/// Producer batches and transaction markers of a log's newest segments, and where the scan
+/// began.
+pub type RecentProducerBatches = (Vec<(BatchHeader, Option<bool>)>, i64);
 
 /// One partition's log.
 #[derive(Debug)]
@@ -45,6 +57,9 @@ pub struct Log {
     /// they are never cleaned nor allowed to make older records obsolete. 0 until a replica
     /// publishes one, so a log no replica owns is never cleaned.
     high_watermark: Arc<AtomicI64>,
+    /// The first offset of the oldest transaction still open (i64::MAX: none), kept by the
+    /// replica layer's producer state: the cleaner must not pass it either.
+    first_unstable_offset: Arc<AtomicI64>,
     /// The lowest offset this log was truncated to since a log dir move last looked: the copy
     /// being made for the move holds records from there on that are no longer this log's.
     truncated_to: Option<i64>,
@@ -150,7 +165,12 @@ fn complete_swap(dir: &Path, base: i64, bases: &mut Vec<i64>) -> Result<(), LogE
 }
 
 fn remove_segment_files(dir: &Path, base: i64) {
-    for p in [log_file_path(dir, base), index_file_path(dir, base), time_index_file_path(dir, base)] {
+    for p in [
+        log_file_path(dir, base),
+        index_file_path(dir, base),
+        time_index_file_path(dir, base),
+        txn_index_file_path(dir, base),
+    ] {
         if let Err(e) = fs::remove_file(&p) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(file = %p.display(), error = %e, "could not remove segment file");
@@ -203,8 +223,9 @@ impl Log {
             }
             if let Some(b) = parse_segment_name(&name, ".log") {
                 bases.push(b);
-            } else if let Some(b) =
-                parse_segment_name(&name, ".index").or_else(|| parse_segment_name(&name, ".timeindex"))
+            } else if let Some(b) = parse_segment_name(&name, ".index")
+                .or_else(|| parse_segment_name(&name, ".timeindex"))
+                .or_else(|| parse_segment_name(&name, ".txnindex"))
             {
                 index_bases.push(b);
             }
@@ -275,6 +296,7 @@ impl Log {
             stats: Arc::default(),
             latest_delete_horizon: -1,
             high_watermark: Arc::new(AtomicI64::new(0)),
+            first_unstable_offset: Arc::new(AtomicI64::new(i64::MAX)),
             truncated_to: None,
         };
         if log.segments.is_empty() {
@@ -399,11 +421,65 @@ impl Log {
         self.high_watermark.clone()
     }
 
+    /// The cell the replica layer keeps the first offset of the oldest open transaction in.
+    pub fn first_unstable_offset_cell(&self) -> Arc<AtomicI64> {
+        self.first_unstable_offset.clone()
+    }
+
     /// Kafka's last stable offset: the first offset of a transaction still open, else the high
-    /// watermark. gregor has no transactions yet, so it is the high watermark; the transaction
-    /// coordinator's first unstable offset belongs here once it exists.
+    /// watermark.
     pub fn last_stable_offset(&self) -> i64 {
-        self.high_watermark.load(Ordering::Acquire).min(self.log_end_offset)
+        self.high_watermark
+            .load(Ordering::Acquire)
+            .min(self.first_unstable_offset.load(Ordering::Acquire))
+            .min(self.log_end_offset)
+    }
+
+    /// Records an aborted transaction in the `.txnindex` of the segment holding its marker,
+    /// so read_committed fetches can still be told of it after a restart.
+    pub fn append_aborted_txn(&mut self, entry: &AbortedTxn) -> Result<(), LogError> {
+        use std::io::Write;
+        self.check_live()?;
+        let base = self.segments.range(..=entry.last_offset).next_back().map(|(b, _)| *b).unwrap_or(0);
+        let mut buf = [0u8; TXN_INDEX_ENTRY_SIZE];
+        buf[0..2].copy_from_slice(&0i16.to_be_bytes());
+        buf[2..10].copy_from_slice(&entry.producer_id.to_be_bytes());
+        buf[10..18].copy_from_slice(&entry.first_offset.to_be_bytes());
+        buf[18..26].copy_from_slice(&entry.last_offset.to_be_bytes());
+        buf[26..34].copy_from_slice(&entry.last_stable_offset.to_be_bytes());
+        let mut f = fs::OpenOptions::new().create(true).append(true).open(txn_index_file_path(&self.dir, base))?;
+        f.write_all(&buf)?;
+        Ok(())
+    }
+
+    /// Every aborted transaction in the segments' `.txnindex` files whose marker is below
+    /// `before`, oldest first. A torn last entry (a crash mid-write) is ignored.
+    pub fn aborted_txns_before(&self, before: i64) -> Vec<AbortedTxn> {
+        let mut out = Vec::new();
+        for &base in self.segments.keys() {
+            if base >= before {
+                break;
+            }
+            let Ok(bytes) = fs::read(txn_index_file_path(&self.dir, base)) else { continue };
+            for e in bytes.chunks_exact(TXN_INDEX_ENTRY_SIZE) {
+                let i64_at = |o: usize| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&e[o..o + 8]);
+                    i64::from_be_bytes(b)
+                };
+                let entry = AbortedTxn {
+                    producer_id: i64_at(2),
+                    first_offset: i64_at(10),
+                    last_offset: i64_at(18),
+                    last_stable_offset: i64_at(26),
+                };
+                if entry.last_offset < before && entry.last_offset >= self.log_start_offset {
+                    out.push(entry);
+                }
+            }
+        }
+        out.sort_by_key(|a| a.last_offset);
+        out
     }
 
     pub fn latest_delete_horizon(&self) -> i64 {
@@ -754,19 +830,31 @@ impl Log {
     /// Headers of the batches written by idempotent producers in the last `segments` segments,
     /// oldest first, for rebuilding producer state at open (Kafka restores it from snapshots;
     /// gregor re-reads the tail of the log instead).
-    pub fn recent_producer_batches(&self, segments: usize) -> Result<Vec<BatchHeader>, LogError> {
+    /// With each transaction marker, what it ends (Some(true) COMMIT, Some(false) ABORT); and
+    /// the first offset scanned, below which only `.txnindex` files tell of aborts.
+    pub fn recent_producer_batches(&self, segments: usize) -> Result<RecentProducerBatches, LogError> {
+        use std::os::unix::fs::FileExt;
         self.check_live()?;
         let mut out = Vec::new();
         let skip = self.segments.len().saturating_sub(segments);
+        let scanned_from = self.segments.keys().nth(skip).copied().unwrap_or(self.log_end_offset);
         for seg in self.segments.values().skip(skip) {
             let mut sc = seg.scanner(0, 64 * 1024);
-            while let Some((_, h)) = sc.next_header()? {
-                if h.producer_id >= 0 && h.base_sequence >= 0 && h.base_offset >= self.log_start_offset {
-                    out.push(h);
+            while let Some((pos, h)) = sc.next_header()? {
+                if h.producer_id < 0 || h.base_offset < self.log_start_offset {
+                    continue;
+                }
+                if h.is_control() {
+                    // A marker is one small record: read it to learn which way it went.
+                    let mut buf = vec![0u8; h.total_size().min(HEADER_SIZE + 64)];
+                    seg.log_file().read_exact_at(&mut buf, pos)?;
+                    out.push((h, batch::control_marker(&buf)));
+                } else if h.base_sequence >= 0 || h.is_transactional() {
+                    out.push((h, None));
                 }
             }
         }
-        Ok(out)
+        Ok((out, scanned_from))
     }
 
     /// Replication truncation: drops every batch that holds an offset >=
@@ -997,6 +1085,7 @@ impl Log {
     pub fn adopt_shared_state(&mut self, current: &Log) {
         self.stats = current.stats.clone();
         self.high_watermark = current.high_watermark.clone();
+        self.first_unstable_offset = current.first_unstable_offset.clone();
         self.latest_delete_horizon = current.latest_delete_horizon;
         if self.config != current.config {
             self.set_config(current.config.clone());

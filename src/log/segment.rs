@@ -586,9 +586,19 @@ impl LogSegment {
     /// Renames the files to `*.deleted` and removes them. Readers holding a
     /// `FileRange` keep their open file.
     pub fn delete_files(self) -> Result<(), LogError> {
+        // The aborted-transaction index goes with its segment (it only exists for segments
+        // where a transaction was aborted).
+        let txn_index = self.log_path.parent().map(|d| super::txn_index_file_path(d, self.base_offset));
         let paths =
             [self.log_path.clone(), self.offset_index.path().to_path_buf(), self.time_index.path().to_path_buf()];
         drop(self);
+        if let Some(t) = txn_index {
+            match std::fs::remove_file(&t) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         for p in paths {
             let mut deleted = p.clone().into_os_string();
             deleted.push(".deleted");

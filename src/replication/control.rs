@@ -100,14 +100,24 @@ impl Broker {
                     let offsets = topic.topic_name == crate::group::OFFSETS_TOPIC;
                     // Until its groups are loaded, a new coordinator answers
                     // COORDINATOR_LOAD_IN_PROGRESS rather than "no offsets".
+                    let txn_state = topic.topic_name == crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
                     if offsets {
                         self.set_loading_offsets(p.partition_index, true);
+                    }
+                    if txn_state {
+                        self.txns.set_loading(p.partition_index, true);
                     }
                     if part.become_leader(p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.topic_name, partition = p.partition_index, epoch = p.leader_epoch, "became leader");
                         if offsets {
                             self.load_groups(Some(p.partition_index));
                         }
+                        if txn_state {
+                            self.load_txns(Some(p.partition_index));
+                        }
+                    }
+                    if txn_state {
+                        self.txns.set_loading(p.partition_index, false);
                     }
                     if offsets {
                         self.set_loading_offsets(p.partition_index, false);
@@ -119,6 +129,9 @@ impl Broker {
                     }
                     if was_leader && topic.topic_name == crate::group::OFFSETS_TOPIC {
                         self.unload_groups(p.partition_index);
+                    }
+                    if was_leader && topic.topic_name == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+                        self.unload_txns(p.partition_index);
                     }
                     if p.leader >= 0 && !self.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
                         self.fetchers.follow(self, p.leader, tp);

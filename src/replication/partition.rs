@@ -22,6 +22,8 @@ const FENCED_LEADER_EPOCH: i16 = 74;
 const UNKNOWN_LEADER_EPOCH: i16 = 75;
 const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
 const KAFKA_STORAGE_ERROR: i16 = 56;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_RECORD: i16 = 87;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -69,6 +71,11 @@ pub struct FetchResult {
     pub records: Bytes,
     /// For a follower whose log diverged: (epoch, end offset) to truncate to.
     pub diverging: Option<(i32, i64)>,
+    /// The last stable offset (the high watermark unless a transaction is open).
+    pub last_stable_offset: i64,
+    /// For a read_committed fetch: (producer id, first offset) of the aborted transactions
+    /// overlapping the records returned.
+    pub aborted: Option<Vec<(i64, i64)>>,
 }
 
 impl FetchResult {
@@ -79,6 +86,8 @@ impl FetchResult {
             log_start_offset: -1,
             records: Bytes::new(),
             diverging: None,
+            last_stable_offset: -1,
+            aborted: None,
         }
     }
 }
@@ -92,6 +101,9 @@ pub struct Partition {
     epochs: Mutex<LeaderEpochCache>,
     /// Shared with the log, whose cleaner must not pass it.
     high_watermark: Arc<AtomicI64>,
+    /// The first offset of the oldest open transaction (i64::MAX: none), published under the
+    /// producers lock whenever transactions open or end, read without it.
+    first_unstable: Arc<AtomicI64>,
     /// The version of the partition's state znode the controller last told this broker
     /// (Kafka's partition epoch): AlterPartition is a compare-and-set against it.
     partition_epoch: AtomicI32,
@@ -134,10 +146,17 @@ impl Partition {
         isr_metrics: IsrMetrics,
     ) -> Partition {
         let producers = rebuild_producer_state(&log);
-        let (epochs, leo, log_stats, high_watermark) = {
+        let (epochs, leo, log_stats, high_watermark, first_unstable) = {
             let guard = lock(&log);
-            (LeaderEpochCache::load(guard.dir()), guard.log_end_offset(), guard.stats(), guard.high_watermark_cell())
+            (
+                LeaderEpochCache::load(guard.dir()),
+                guard.log_end_offset(),
+                guard.stats(),
+                guard.high_watermark_cell(),
+                guard.first_unstable_offset_cell(),
+            )
         };
+        first_unstable.store(producers.first_unstable_offset().unwrap_or(i64::MAX), Ordering::Release);
         high_watermark.store(checkpointed_hw.unwrap_or(0).clamp(0, leo), Ordering::Release);
         Partition {
             topic: topic.to_string(),
@@ -147,6 +166,7 @@ impl Partition {
             producers: Mutex::new(producers),
             epochs: Mutex::new(epochs),
             high_watermark,
+            first_unstable,
             partition_epoch: AtomicI32::new(-1),
             state: Mutex::new(ReplicaState {
                 role: Role::Follower { leader: -1 },
@@ -271,7 +291,11 @@ impl Partition {
         s.epoch_start_offset = leo;
         drop(s);
         // A new leader answers duplicates from exactly what its log holds.
-        *lock(&self.producers) = rebuild_producer_state(&self.log);
+        {
+            let mut producers = lock(&self.producers);
+            *producers = rebuild_producer_state(&self.log);
+            self.publish_unstable(&producers);
+        }
         let mut s = lock(&self.state);
         let now = Instant::now();
         s.followers = replicas
@@ -345,6 +369,10 @@ impl Partition {
                 return fail(e.kafka_code());
             }
         };
+        // Markers come from transaction coordinators only (WriteTxnMarkers), never in a Produce.
+        if headers.iter().any(|h| h.is_control()) {
+            return fail(INVALID_RECORD);
+        }
         let mut producers = lock(&self.producers);
         for h in headers.iter().filter(|h| h.producer_id >= 0 && h.base_sequence >= 0) {
             let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
@@ -377,12 +405,20 @@ impl Partition {
             }
         };
         let mut offset = info.first_offset;
+        let mut transactional = false;
         for h in &headers {
             if h.producer_id >= 0 && h.base_sequence >= 0 {
                 let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
                 producers.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, offset, h.max_timestamp);
             }
+            if h.producer_id >= 0 && h.is_transactional() {
+                producers.observe_transactional(h.producer_id, offset);
+                transactional = true;
+            }
             offset += h.last_offset_delta as i64 + 1;
+        }
+        if transactional {
+            self.publish_unstable(&producers);
         }
         if let Err(e) = log.maybe_flush(crate::log::now_ms()) {
             tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "flush failed");
@@ -403,6 +439,71 @@ impl Partition {
         }
     }
 
+    /// Publishes the first offset of the oldest open transaction (the caller holds the
+    /// producers lock, so publications happen in the order the state changed).
+    fn publish_unstable(&self, producers: &ProducerStateManager) {
+        self.first_unstable.store(producers.first_unstable_offset().unwrap_or(i64::MAX), Ordering::Release);
+    }
+
+    /// Kafka's last stable offset: below it every transaction has ended.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.high_watermark().min(self.first_unstable.load(Ordering::Acquire))
+    }
+
+    /// Whether `producer_id` has a transaction open on this partition.
+    pub fn in_transaction(&self, producer_id: i64) -> bool {
+        lock(&self.producers).in_transaction(producer_id)
+    }
+
+    /// WriteTxnMarkers on the leader: appends a COMMIT or ABORT marker for the producer's
+    /// transaction here, which ends it (and records an abort in the `.txnindex`). Returns the
+    /// error code and, when written, the marker's offset.
+    pub fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> (i16, i64) {
+        let mut producers = lock(&self.producers);
+        if producers.epoch_of(producer_id).is_some_and(|known| epoch < known) {
+            return (INVALID_PRODUCER_EPOCH, -1);
+        }
+        let mut buf = crate::log::batch::encode_control_batch(
+            producer_id,
+            epoch,
+            commit,
+            coordinator_epoch,
+            crate::log::now_ms(),
+        );
+        let headers = match crate::log::validate_batches(&buf, u32::MAX) {
+            Ok(h) => h,
+            Err(e) => return (e.kafka_code(), -1),
+        };
+        let mut log = self.lock_log();
+        let (role, leader_epoch) = self.role();
+        if role != Role::Leader {
+            return (NOT_LEADER_OR_FOLLOWER, -1);
+        }
+        let info = match log.append_validated_batches(&mut buf, headers, leader_epoch) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "marker append failed");
+                return (e.kafka_code(), -1);
+            }
+        };
+        let aborted =
+            producers.complete_transaction(producer_id, epoch, info.first_offset, commit, self.high_watermark());
+        if let Some(a) = aborted {
+            if let Err(e) = log.append_aborted_txn(&a) {
+                // The marker is in the log: a restart that rescans it finds the abort again.
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot write .txnindex");
+            }
+        }
+        self.publish_unstable(&producers);
+        drop(log);
+        drop(producers);
+        self.advance_high_watermark();
+        // Followers wait for the log end, read_committed consumers for the stable offset: both
+        // may have moved even when the high watermark has not.
+        self.wake();
+        (0, info.first_offset)
+    }
+
     /// The idempotent producers this replica has state for (DescribeProducers).
     pub fn active_producers(&self) -> Vec<crate::txn::producer_state::ActiveProducer> {
         lock(&self.producers).active()
@@ -421,8 +522,23 @@ impl Partition {
         self.metrics.record_follower_append(buf.len() as u64);
         let mut epochs = lock(&self.epochs);
         let mut rest = &buf[..];
+        let mut aborted = Vec::new();
         while let Some(h) = BatchHeader::parse(rest) {
             epochs.assign(h.partition_leader_epoch, h.base_offset);
+            if h.producer_id >= 0 && h.is_control() {
+                if let Some(commit) = crate::log::batch::control_marker(rest) {
+                    let hw = self.high_watermark();
+                    aborted.extend(producers.complete_transaction(
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_offset,
+                        commit,
+                        hw,
+                    ));
+                }
+            } else if h.producer_id >= 0 && h.is_transactional() {
+                producers.observe_transactional(h.producer_id, h.base_offset);
+            }
             if h.producer_id >= 0 && h.base_sequence >= 0 {
                 let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
                 producers.record(
@@ -438,6 +554,16 @@ impl Partition {
             rest = &rest[size..];
         }
         drop(epochs);
+        self.publish_unstable(&producers);
+        if !aborted.is_empty() {
+            let mut log = self.lock_log();
+            for a in &aborted {
+                if let Err(e) = log.append_aborted_txn(a) {
+                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot write .txnindex");
+                }
+            }
+        }
+        drop(producers);
         // A follower's high watermark is the leader's, as far as its own log reaches.
         let hw = leader_high_watermark.min(leo).max(0);
         self.high_watermark.fetch_max(hw, Ordering::AcqRel);
@@ -456,6 +582,7 @@ impl Partition {
         // Batches cut from the log must be forgotten too, or a producer's retry of one of
         // them would be answered as a duplicate that is no longer stored.
         *producers = rebuild_producer_state(&self.log);
+        self.publish_unstable(&producers);
         drop(producers);
         lock(&self.epochs).truncate_from_end(leo);
         self.high_watermark.fetch_min(leo, Ordering::AcqRel);
@@ -467,6 +594,7 @@ impl Partition {
         let mut producers = lock(&self.producers);
         self.lock_log().truncate_fully_and_start_at(offset)?;
         *producers = ProducerStateManager::default();
+        self.publish_unstable(&producers);
         drop(producers);
         lock(&self.epochs).truncate_from_end(0);
         self.high_watermark.store(offset, Ordering::Release);
@@ -496,27 +624,52 @@ impl Partition {
         }
     }
 
-    /// A consumer's fetch: leader only, up to the high watermark.
-    pub fn read(&self, offset: i64, max_bytes: usize, current_leader_epoch: i32) -> FetchResult {
+    /// A consumer's fetch: leader only, up to the high watermark (read_committed: up to the
+    /// last stable offset, with the aborted transactions in what is returned).
+    pub fn read(&self, offset: i64, max_bytes: usize, current_leader_epoch: i32, committed: bool) -> FetchResult {
         if !self.is_leader() {
             return FetchResult::error(NOT_LEADER_OR_FOLLOWER);
         }
         if let Err(code) = self.check_epoch(current_leader_epoch) {
             return FetchResult::error(code);
         }
-        self.read_up_to(offset, max_bytes, self.high_watermark())
+        self.read_isolated(offset, max_bytes, committed)
+    }
+
+    fn read_isolated(&self, offset: i64, max_bytes: usize, committed: bool) -> FetchResult {
+        if !committed {
+            return self.read_up_to(offset, max_bytes, self.high_watermark());
+        }
+        let lso = self.last_stable_offset();
+        let mut r = self.read_up_to(offset, max_bytes, lso);
+        r.last_stable_offset = lso;
+        if r.error_code == 0 {
+            // The records returned end at the last batch's end; aborts that begin before
+            // that and end at or after the fetch offset are the consumer's to skip.
+            let upper = last_batch_end(&r.records).unwrap_or(offset);
+            let aborted =
+                if upper > offset { lock(&self.producers).aborted_between(offset, upper) } else { Vec::new() };
+            r.aborted = Some(aborted);
+        }
+        r
     }
 
     /// A consumer's fetch from a follower (Fetch v11+, KIP-392): up to this replica's high
     /// watermark, with the leader epoch the client knows checked as a leader checks it.
-    pub fn read_as_follower(&self, offset: i64, max_bytes: usize, current_leader_epoch: i32) -> FetchResult {
+    pub fn read_as_follower(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        current_leader_epoch: i32,
+        committed: bool,
+    ) -> FetchResult {
         if !matches!(self.role().0, Role::Follower { .. }) {
             return FetchResult::error(NOT_LEADER_OR_FOLLOWER);
         }
         if let Err(code) = self.check_epoch(current_leader_epoch) {
             return FetchResult::error(code);
         }
-        self.read_up_to(offset, max_bytes, self.high_watermark())
+        self.read_isolated(offset, max_bytes, committed)
     }
 
     /// A leader's followers in the ISR that hold `offset`, with their log end offsets: where a
@@ -553,6 +706,8 @@ impl Partition {
                         log_start_offset: start,
                         records: Bytes::new(),
                         diverging: None,
+                        last_stable_offset: hw,
+                        aborted: None,
                     }
                 }
             }
@@ -570,6 +725,8 @@ impl Partition {
             log_start_offset: start,
             records: out.freeze(),
             diverging: None,
+            last_stable_offset: hw.min(self.first_unstable.load(Ordering::Acquire)),
+            aborted: None,
         }
     }
 
@@ -601,6 +758,8 @@ impl Partition {
                     log_start_offset: self.log_start_offset(),
                     records: Bytes::new(),
                     diverging: Some((epoch, end)),
+                    last_stable_offset: -1,
+                    aborted: None,
                 };
                 return (r, None, false);
             }
@@ -784,22 +943,56 @@ fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
     let mut state = ProducerStateManager::default();
     let guard = log.lock().unwrap_or_else(|p| p.into_inner());
     match guard.recent_producer_batches(PRODUCER_STATE_SEGMENTS) {
-        Ok(headers) => {
-            for h in headers {
-                let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
-                state.record(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    last_seq,
-                    h.base_offset,
-                    h.max_timestamp,
-                );
+        Ok((batches, scanned_from)) => {
+            for (h, marker) in batches {
+                if h.is_control() {
+                    if let Some(commit) = marker {
+                        state.complete_transaction(
+                            h.producer_id,
+                            h.producer_epoch,
+                            h.base_offset,
+                            commit,
+                            h.base_offset,
+                        );
+                    }
+                    continue;
+                }
+                if h.base_sequence >= 0 {
+                    let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta) & i32::MAX;
+                    state.record(
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        last_seq,
+                        h.base_offset,
+                        h.max_timestamp,
+                    );
+                }
+                if h.is_transactional() {
+                    state.observe_transactional(h.producer_id, h.base_offset);
+                }
             }
+            // Older aborts are known from the segments' .txnindex files.
+            state.restore_aborted(guard.aborted_txns_before(scanned_from));
         }
         Err(e) => tracing::warn!(dir = %guard.dir().display(), error = %e, "cannot rebuild producer state"),
     }
     state
+}
+
+/// The offset after the last whole batch in `records`.
+fn last_batch_end(records: &[u8]) -> Option<i64> {
+    let mut rest = records;
+    let mut end = None;
+    while let Some(h) = BatchHeader::parse(rest) {
+        end = Some(h.next_offset());
+        let size = h.total_size();
+        if size > rest.len() {
+            break;
+        }
+        rest = &rest[size..];
+    }
+    end
 }
 
 /// Walks the records of an uncompressed batch for the first with timestamp >= `ts` at an
@@ -842,6 +1035,54 @@ mod tests {
         let r = p.append(Bytes::from(simple_batch(records, 10, 1)), 1 << 20);
         assert_eq!(r.error_code, 0);
         r
+    }
+
+    #[test]
+    fn markers_end_transactions_and_bound_the_stable_offset() {
+        use crate::log::batch::{encode_batch, BatchOptions, SimpleRecord, TRANSACTIONAL_BIT};
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path());
+        p.become_leader(0, &[1], &[1]);
+        let opts = BatchOptions {
+            attributes: TRANSACTIONAL_BIT,
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: 0,
+            ..BatchOptions::default()
+        };
+        let recs: Vec<SimpleRecord<'_>> =
+            (0..3).map(|_| SimpleRecord { timestamp: 1, key: None, value: Some(b"x"), headers: vec![] }).collect();
+        assert_eq!(p.append(Bytes::from(encode_batch(&opts, &recs)), 1 << 20).error_code, 0);
+        append(&p, 2);
+        assert_eq!(p.high_watermark(), 5);
+        assert_eq!(p.last_stable_offset(), 0, "the open transaction holds the LSO at its first offset");
+        let r = p.read(0, 1 << 20, -1, true);
+        assert!(r.records.is_empty());
+        assert_eq!(r.last_stable_offset, 0);
+        assert!(!p.read(0, 1 << 20, -1, false).records.is_empty());
+        // A client may not write markers.
+        let marker = crate::log::batch::encode_control_batch(7, 0, true, 0, 1);
+        assert_eq!(p.append(Bytes::from(marker), 1 << 20).error_code, INVALID_RECORD);
+        assert_eq!(p.write_marker(7, 0, false, 3), (0, 5));
+        assert_eq!(p.high_watermark(), 6);
+        assert_eq!(p.last_stable_offset(), 6);
+        let r = p.read(0, 1 << 20, -1, true);
+        assert_eq!(r.aborted, Some(vec![(7, 0)]));
+        assert!(p.read(6, 1 << 20, -1, true).aborted.unwrap_or_default().is_empty());
+        // The producer's older epoch is fenced by a newer marker.
+        assert_eq!(p.write_marker(7, 1, false, 3).0, 0);
+        assert_eq!(p.write_marker(7, 0, true, 3).0, INVALID_PRODUCER_EPOCH);
+        drop(p);
+        // The records are stamped 1 ms after the epoch and the marker now: segment.ms rolled
+        // the log at the marker, and the entry is in the index of the segment holding it.
+        let txnindex = std::fs::read(dir.path().join("t-0/00000000000000000005.txnindex")).unwrap();
+        assert_eq!(txnindex.len(), 34, "one aborted transaction, one Kafka .txnindex entry");
+        assert_eq!(&txnindex[2..10], &7i64.to_be_bytes());
+        // Reopened, the partition knows the abort again.
+        let p = partition(dir.path());
+        p.become_leader(1, &[1], &[1]);
+        assert_eq!(p.last_stable_offset(), p.high_watermark());
+        assert_eq!(p.read(0, 1 << 20, -1, true).aborted, Some(vec![(7, 0)]));
     }
 
     #[test]

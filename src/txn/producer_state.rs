@@ -30,6 +30,8 @@ pub struct ActiveProducer {
     pub epoch: i16,
     pub last_sequence: i32,
     pub last_timestamp: i64,
+    /// The first offset of its open transaction here, -1 if none.
+    pub txn_start_offset: i64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -45,9 +47,28 @@ pub enum SequenceCheck {
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 
+/// A transaction that ended in an ABORT marker: read_committed consumers are told to drop the
+/// producer's batches from `first_offset` up to the marker (Kafka's `AbortedTxn`, one
+/// `.txnindex` entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The offset of the ABORT marker.
+    pub last_offset: i64,
+    pub last_stable_offset: i64,
+}
+
 #[derive(Debug, Default)]
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open transactions on this partition: producer id to the offset of its first batch in
+    /// the transaction. The smallest of those bounds the last stable offset.
+    ongoing: HashMap<i64, i64>,
+    /// The same, by first offset, so the smallest is found without a scan.
+    ongoing_by_offset: std::collections::BTreeSet<(i64, i64)>,
+    /// Aborted transactions, in marker order (so by `last_offset`).
+    aborted: Vec<AbortedTxn>,
 }
 
 fn next_seq(seq: i32) -> i32 {
@@ -86,6 +107,78 @@ impl ProducerStateManager {
         }
     }
 
+    /// A batch of a transaction was written at `offset`: the first one opens the transaction
+    /// on this partition.
+    pub fn observe_transactional(&mut self, producer_id: i64, offset: i64) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.ongoing.entry(producer_id) {
+            e.insert(offset);
+            self.ongoing_by_offset.insert((offset, producer_id));
+        }
+    }
+
+    /// Whether `producer_id` has a transaction open here.
+    pub fn in_transaction(&self, producer_id: i64) -> bool {
+        self.ongoing.contains_key(&producer_id)
+    }
+
+    /// The epoch this partition knows for `producer_id` (a marker older than it is refused).
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
+    }
+
+    /// A COMMIT or ABORT marker was written at `marker_offset`: the producer's transaction
+    /// here ends, and from `epoch` on its older epochs are fenced (the coordinator bumps the
+    /// epoch when it aborts a transaction that timed out). Returns the aborted-transaction
+    /// entry an ABORT makes (None for a COMMIT, or when no transaction was open).
+    pub fn complete_transaction(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        marker_offset: i64,
+        commit: bool,
+        high_watermark: i64,
+    ) -> Option<AbortedTxn> {
+        let entry = self.producers.entry(producer_id).or_default();
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        let first = self.ongoing.remove(&producer_id)?;
+        self.ongoing_by_offset.remove(&(first, producer_id));
+        if commit {
+            return None;
+        }
+        let lso = self.first_unstable_offset().unwrap_or(i64::MAX).min(high_watermark.max(first));
+        let aborted =
+            AbortedTxn { producer_id, first_offset: first, last_offset: marker_offset, last_stable_offset: lso };
+        self.aborted.push(aborted);
+        Some(aborted)
+    }
+
+    /// The first offset of the oldest transaction still open here.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing_by_offset.iter().next().map(|(o, _)| *o)
+    }
+
+    /// The aborted transactions a read_committed fetch of `[start, upper)` must be told of:
+    /// those that end at or after `start` and begin before `upper`.
+    pub fn aborted_between(&self, start: i64, upper: i64) -> Vec<(i64, i64)> {
+        let from = self.aborted.partition_point(|a| a.last_offset < start);
+        self.aborted[from..]
+            .iter()
+            .filter(|a| a.first_offset < upper)
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect()
+    }
+
+    /// Aborted-transaction entries restored from `.txnindex` files, oldest first.
+    pub fn restore_aborted(&mut self, entries: Vec<AbortedTxn>) {
+        let newest_known = self.aborted.first().map(|a| a.last_offset).unwrap_or(i64::MAX);
+        let mut older: Vec<AbortedTxn> = entries.into_iter().filter(|a| a.last_offset < newest_known).collect();
+        older.append(&mut self.aborted);
+        self.aborted = older;
+    }
+
     /// The producers with batches remembered, by id.
     pub fn active(&self) -> Vec<ActiveProducer> {
         let mut out: Vec<ActiveProducer> = self
@@ -97,6 +190,7 @@ impl ProducerStateManager {
                     epoch: e.epoch,
                     last_sequence: e.batches.back()?.last_seq,
                     last_timestamp: e.last_timestamp,
+                    txn_start_offset: self.ongoing.get(&producer_id).copied().unwrap_or(-1),
                 })
             })
             .collect();
@@ -149,6 +243,29 @@ mod tests {
         }
         assert_eq!(s.check(7, 1, 1, 1), SequenceCheck::Reject(45));
         assert_eq!(s.check(7, 1, 6, 6), SequenceCheck::Duplicate { first_offset: 126 });
+    }
+
+    #[test]
+    fn transactions_bound_the_stable_offset_and_aborts_are_listed() {
+        let mut s = ProducerStateManager::default();
+        assert_eq!(s.first_unstable_offset(), None);
+        s.observe_transactional(1, 10);
+        s.observe_transactional(1, 12);
+        s.observe_transactional(2, 11);
+        assert_eq!(s.first_unstable_offset(), Some(10));
+        assert!(s.in_transaction(1));
+        assert_eq!(s.complete_transaction(1, 0, 13, true, 13), None);
+        assert_eq!(s.first_unstable_offset(), Some(11));
+        let a = s.complete_transaction(2, 0, 14, false, 14).unwrap();
+        assert_eq!((a.first_offset, a.last_offset), (11, 14));
+        assert_eq!(s.first_unstable_offset(), None);
+        assert_eq!(s.aborted_between(0, 100), vec![(2, 11)]);
+        assert_eq!(s.aborted_between(15, 100), vec![]);
+        assert_eq!(s.aborted_between(0, 11), vec![]);
+        // A marker with a bumped epoch fences the producer's older epoch.
+        s.complete_transaction(3, 4, 20, false, 20);
+        assert_eq!(s.check(3, 3, 0, 0), SequenceCheck::Reject(47));
+        assert_eq!(s.check(3, 4, 0, 0), SequenceCheck::Append);
     }
 
     #[test]

@@ -1,0 +1,320 @@
+"""Transactions (KIP-98) with a real client (confluent-kafka / librdkafka): the coordinator
+(FindCoordinator key type 1, InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit), the markers partition leaders write, and what
+read_committed consumers see (the last stable offset and the aborted-transaction list).
+
+Every check polls for its condition; a consumer's view is complete when it has reached the
+end of each partition it reads (partition EOF, which for read_committed is the last stable
+offset), so "nothing more arrives" is observed, not assumed after a sleep.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from gregor_fixtures import _failed, _register  # noqa: E402
+from gregor_harness import wait_until  # noqa: E402
+
+WAIT = 60
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1) -> None:
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=rf)])[topic].result(timeout=WAIT)
+
+    def led():
+        md = a.list_topics(topic, timeout=10).topics[topic]
+        return md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 for p in md.partitions.values())
+
+    wait_until(led, WAIT, f"{topic} led")
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra) -> Producer:
+    conf = {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5}
+    conf.update(extra)
+    p = Producer(conf)
+    p.init_transactions(WAIT)
+    return p
+
+
+def produce_txn(p: Producer, topic: str, values, partition=None, commit=True) -> None:
+    p.begin_transaction()
+    for v in values:
+        if partition is None:
+            p.produce(topic, value=v.encode())
+        else:
+            p.produce(topic, value=v.encode(), partition=partition)
+    p.flush(WAIT)
+    if commit:
+        p.commit_transaction(WAIT)
+    else:
+        p.abort_transaction(WAIT)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int, timeout: float = WAIT):
+    """Every value in `topic` as a consumer with `isolation` sees it: polls until `expect`
+    values arrived and every partition reported EOF after that (its end: the last stable
+    offset for read_committed)."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": uniq("reader"),
+        "isolation.level": isolation,
+        "enable.partition.eof": True,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    eof = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    if len(got) >= expect:
+                        eof.add(m.partition())
+                    if len(eof) == partitions:
+                        break
+                    continue
+                raise KafkaException(m.error())
+            got.append((m.partition(), m.value().decode()))
+        else:
+            raise AssertionError(f"{isolation} reader got {len(got)} of {expect} values before the timeout")
+    finally:
+        c.close()
+    return got
+
+
+def values_of(got):
+    return sorted(v for _, v in got)
+
+
+@pytest.fixture
+def txn_broker(broker_factory):
+    # A short abort interval so the timeout test need not wait the default ten seconds.
+    return broker_factory(overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
+
+
+def test_committed_visible_aborted_hidden_from_read_committed(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = uniq("txn")
+    create_topic(bootstrap, topic, partitions=2)
+    p = txn_producer(bootstrap, uniq("tx"))
+    committed = [f"c1-{i}" for i in range(100)]
+    aborted = [f"a-{i}" for i in range(50)]
+    later = [f"c2-{i}" for i in range(10)]
+    produce_txn(p, topic, committed)
+    produce_txn(p, topic, aborted, commit=False)
+    produce_txn(p, topic, later)
+    p.flush(WAIT)
+
+    rc = read_all(bootstrap, topic, 2, "read_committed", len(committed) + len(later))
+    assert values_of(rc) == sorted(committed + later), "read_committed must see exactly the committed records"
+    ru = read_all(bootstrap, topic, 2, "read_uncommitted", len(committed) + len(aborted) + len(later))
+    # Control records (the markers) are never handed to the application: the count is exact.
+    assert values_of(ru) == sorted(committed + aborted + later)
+
+
+def test_send_offsets_to_transaction_commits_offsets_only_on_commit(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    src, dst = uniq("src"), uniq("dst")
+    create_topic(bootstrap, src)
+    create_topic(bootstrap, dst)
+    group = uniq("g")
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    tp = TopicPartition(src, 0)
+
+    def committed():
+        return c.committed([TopicPartition(src, 0)], timeout=10)[0].offset
+
+    try:
+        c.assign([TopicPartition(src, 0, 0)])
+        p = txn_producer(bootstrap, uniq("tx"))
+        # An aborted transaction's offsets never reach the group.
+        p.begin_transaction()
+        p.produce(dst, value=b"x")
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 7)], c.consumer_group_metadata(), WAIT)
+        p.abort_transaction(WAIT)
+        # The committed one's do, once the transaction commits and not before.
+        p.begin_transaction()
+        p.produce(dst, value=b"y")
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 42)], c.consumer_group_metadata(), WAIT)
+        assert committed() < 0, "offsets of an open transaction must not be visible"
+        p.commit_transaction(WAIT)
+        wait_until(lambda: committed() == 42, WAIT, "the transaction's offset committed")
+        assert tp.topic == src
+    finally:
+        c.close()
+    assert values_of(read_all(bootstrap, dst, 1, "read_committed", 1)) == ["y"]
+
+
+def test_second_producer_fences_the_first(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = uniq("fence")
+    create_topic(bootstrap, topic)
+    txn_id = uniq("tx")
+    zombie = txn_producer(bootstrap, txn_id)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie-1")
+    zombie.flush(WAIT)
+
+    successor = txn_producer(bootstrap, txn_id)
+    # The zombie's open transaction was aborted and its epoch fenced.
+    with pytest.raises(KafkaException) as e:
+        zombie.produce(topic, value=b"zombie-2")
+        zombie.flush(WAIT)
+        zombie.commit_transaction(WAIT)
+    err = e.value.args[0]
+    assert err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                         KafkaError.INVALID_PRODUCER_EPOCH), err
+    produce_txn(successor, topic, ["successor"])
+    assert values_of(read_all(bootstrap, topic, 1, "read_committed", 1)) == ["successor"]
+
+
+ABANDON = r"""
+import os, sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": sys.argv[2],
+              "transaction.timeout.ms": 3000})
+p.init_transactions(60)
+p.begin_transaction()
+for i in range(5):
+    p.produce(sys.argv[3], value=b"abandoned")
+p.flush(60)
+print("produced", flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_abandoned_transaction_is_aborted_at_its_timeout(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = uniq("abandon")
+    create_topic(bootstrap, topic)
+    run = subprocess.run([sys.executable, "-c", ABANDON, bootstrap, uniq("tx-dead"), topic],
+                         capture_output=True, text=True, timeout=WAIT)
+    assert "produced" in run.stdout, run.stderr
+    # Written after the open transaction: read_committed readers reach it only once the
+    # coordinator has aborted the dead producer's transaction and the LSO moved past it.
+    p = txn_producer(bootstrap, uniq("tx-live"))
+    produce_txn(p, topic, ["after"])
+    assert values_of(read_all(bootstrap, topic, 1, "read_committed", 1)) == ["after"]
+    assert sorted(values_of(read_all(bootstrap, topic, 1, "read_uncommitted", 6))) == ["abandoned"] * 5 + ["after"]
+
+
+def test_state_and_markers_survive_a_restart(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = uniq("restart")
+    create_topic(bootstrap, topic)
+    txn_id = uniq("tx")
+    p = txn_producer(bootstrap, txn_id)
+    produce_txn(p, topic, [f"c-{i}" for i in range(20)])
+    produce_txn(p, topic, [f"a-{i}" for i in range(20)], commit=False)
+    # Both transactions are complete before the kill (Complete* in the coordinator's log).
+    wait_until(lambda: values_of(read_all(bootstrap, topic, 1, "read_committed", 20)) ==
+               sorted(f"c-{i}" for i in range(20)), WAIT, "first transaction committed")
+    p.flush(WAIT)
+    del p
+    txn_broker.restart("kill")
+    bootstrap = txn_broker.bootstrap
+    rc = read_all(bootstrap, topic, 1, "read_committed", 20)
+    assert values_of(rc) == sorted(f"c-{i}" for i in range(20))
+    # The transactional id's state came back: a new incarnation gets a working epoch.
+    p2 = txn_producer(bootstrap, txn_id)
+    produce_txn(p2, topic, ["after-restart"])
+    rc = read_all(bootstrap, topic, 1, "read_committed", 21)
+    assert values_of(rc) == sorted([f"c-{i}" for i in range(20)] + ["after-restart"])
+
+
+# ---------------------------------------------------------------------------
+# three brokers
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def cluster_factory(request, zookeeper):
+    from cluster_harness import Cluster
+    clusters = []
+
+    def make(n: int = 3, overrides=None):
+        c = Cluster(zookeeper, n, overrides=overrides, on_new_broker=lambda b: _register(request, b))
+        clusters.append(c)
+        c.start()
+        return c
+
+    yield make
+    failed = _failed(request)
+    for c in clusters:
+        c.cleanup(keep=failed)
+
+
+def java_hash(s: str) -> int:
+    h = 0
+    for unit in s.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def txn_state_partition(txn_id: str, partitions: int = 50) -> int:
+    h = java_hash(txn_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def test_transaction_over_partitions_led_by_three_brokers(cluster_factory):
+    c = cluster_factory(3, overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+        "offsets.topic.replication.factor": "3",
+    })
+    bootstrap = c.bootstrap()
+    topic = uniq("txn3")
+    create_topic(bootstrap, topic, partitions=3, rf=3)
+    leaders = {s["leader"] for s in c.wait_topic_online(topic, 3).values()}
+    assert len(leaders) == 3, f"partitions should be led by three brokers: {leaders}"
+    txn_id = uniq("tx")
+    p = txn_producer(bootstrap, txn_id)
+    for round_ in range(3):
+        p.begin_transaction()
+        for part in range(3):
+            for i in range(10):
+                p.produce(topic, value=f"r{round_}-p{part}-{i}".encode(), partition=part)
+        p.flush(WAIT)
+        if round_ == 1:
+            p.abort_transaction(WAIT)
+        else:
+            p.commit_transaction(WAIT)
+    want = sorted(f"r{r}-p{part}-{i}" for r in (0, 2) for part in range(3) for i in range(10))
+    got = read_all(bootstrap, topic, 3, "read_committed", len(want))
+    assert values_of(got) == want
+    assert {part for part, _ in got} == {0, 1, 2}
+
+    # kill -9 of the coordinator in the middle of a transaction: the broker that takes its
+    # __transaction_state partition over loads the open transaction, and the producer's
+    # commit (sent to the new coordinator) completes it on every partition.
+    coordinator = c.partition_state("__transaction_state", txn_state_partition(txn_id))["leader"]
+    p.begin_transaction()
+    for part in range(3):
+        for i in range(10):
+            p.produce(topic, value=f"r3-p{part}-{i}".encode(), partition=part)
+    p.flush(WAIT)
+    c.brokers[coordinator].kill()
+    p.commit_transaction(WAIT)
+    survivors = c.bootstrap([i for i in c.brokers if i != coordinator])
+    want += [f"r3-p{part}-{i}" for part in range(3) for i in range(10)]
+    got = read_all(survivors, topic, 3, "read_committed", len(want))
+    assert values_of(got) == sorted(want)

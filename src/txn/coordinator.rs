@@ -1,0 +1,410 @@
+//! The transaction coordinator's rules (Kafka's `TransactionCoordinator` and
+//! `TransactionStateManager`), without I/O: each request is one step taken under the lock,
+//! which checks the request against the transaction's state and, when the state must change,
+//! marks the transaction pending and returns the new state for the caller to write to
+//! `__transaction_state`. Only once that write is replicated does the caller apply it
+//! ([`TransactionCoordinator::complete_write`]); meanwhile other requests for the id are told
+//! CONCURRENT_TRANSACTIONS, so the log's order is the order applied.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use super::state::{TxnMetadata, TxnState};
+
+pub mod codes {
+    pub const NONE: i16 = 0;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
+    pub const PRODUCER_FENCED: i16 = 90;
+}
+
+use codes::*;
+
+#[derive(Debug, Clone)]
+pub struct TxnConfig {
+    /// `transaction.max.timeout.ms`
+    pub max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    pub abort_check_interval_ms: u64,
+}
+
+/// What InitProducerId must do next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InitStep {
+    /// Allocate a producer id, then ask again with it.
+    NeedProducerId,
+    /// Write this state, then answer with its producer id and epoch.
+    Write(TxnMetadata),
+    /// The previous incarnation left a transaction open: write this (PrepareAbort, epoch
+    /// bumped so the old producer is fenced), then complete the abort. The client is told
+    /// CONCURRENT_TRANSACTIONS and retries, as Kafka answers.
+    AbortFirst(TxnMetadata),
+}
+
+pub struct TransactionCoordinator {
+    config: TxnConfig,
+    txns: Mutex<HashMap<String, TxnMetadata>>,
+    /// `__transaction_state` partitions being loaded.
+    loading: Mutex<HashSet<i32>>,
+    /// The leader epoch of each `__transaction_state` partition led here: the coordinator
+    /// epoch its markers carry.
+    epochs: Mutex<HashMap<i32, i32>>,
+}
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each step below leaves the map consistent before anything that could panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The next epoch, or None when the epoch space is spent and a new producer id is needed.
+fn next_epoch(epoch: i16) -> Option<i16> {
+    (epoch < i16::MAX - 1).then_some(epoch + 1)
+}
+
+impl TransactionCoordinator {
+    pub fn new(config: TxnConfig) -> TransactionCoordinator {
+        TransactionCoordinator {
+            config,
+            txns: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashSet::new()),
+            epochs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &TxnConfig {
+        &self.config
+    }
+
+    pub fn set_loading(&self, partition: i32, loading: bool) {
+        let mut l = guard(&self.loading);
+        if loading {
+            l.insert(partition);
+        } else {
+            l.remove(&partition);
+        }
+    }
+
+    pub fn is_loading(&self, partition: i32) -> bool {
+        guard(&self.loading).contains(&partition)
+    }
+
+    pub fn coordinator_epoch(&self, partition: i32) -> Option<i32> {
+        guard(&self.epochs).get(&partition).copied()
+    }
+
+    pub fn get(&self, id: &str) -> Option<TxnMetadata> {
+        guard(&self.txns).get(id).cloned()
+    }
+
+    /// Whether a transactional produce of `pid`/`epoch` to `tp` belongs to an ongoing
+    /// transaction that added the partition (KIP-890's check, made where the state is).
+    pub fn verify_partition(&self, id: &str, pid: i64, epoch: i16, tp: &(String, i32)) -> Result<(), i16> {
+        let txns = guard(&self.txns);
+        let Some(m) = txns.get(id) else { return Err(INVALID_TXN_STATE) };
+        if m.producer_id == pid && epoch < m.epoch {
+            return Err(INVALID_PRODUCER_EPOCH);
+        }
+        if m.producer_id == pid && m.epoch == epoch && m.state == TxnState::Ongoing && m.partitions.contains(tp) {
+            Ok(())
+        } else {
+            Err(INVALID_TXN_STATE)
+        }
+    }
+
+    /// Every transaction known here, for ListTransactions.
+    pub fn all(&self) -> Vec<(String, TxnMetadata)> {
+        guard(&self.txns).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    pub fn prepare_init(&self, id: &str, timeout_ms: i32, new_pid: Option<i64>, now: i64) -> Result<InitStep, i16> {
+        if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
+            return Err(INVALID_TRANSACTION_TIMEOUT);
+        }
+        let mut txns = guard(&self.txns);
+        let fresh = |pid: i64| TxnMetadata {
+            producer_id: pid,
+            epoch: 0,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: Default::default(),
+            last_update_ms: now,
+            start_ms: -1,
+            pending: false,
+        };
+        let Some(m) = txns.get_mut(id) else {
+            let Some(pid) = new_pid else { return Ok(InitStep::NeedProducerId) };
+            // A placeholder that holds the id while its first state is written; epoch -1 says
+            // it has never been written, so a failed write removes it.
+            txns.insert(id.to_string(), TxnMetadata { epoch: -1, pending: true, ..fresh(pid) });
+            return Ok(InitStep::Write(fresh(pid)));
+        };
+        if m.pending || m.state.is_preparing() {
+            return Err(CONCURRENT_TRANSACTIONS);
+        }
+        if m.state == TxnState::Ongoing {
+            let mut target = m.clone();
+            target.epoch = next_epoch(m.epoch).unwrap_or(m.epoch);
+            target.state = TxnState::PrepareAbort;
+            target.last_update_ms = now;
+            m.pending = true;
+            return Ok(InitStep::AbortFirst(target));
+        }
+        let target = match next_epoch(m.epoch) {
+            Some(epoch) => TxnMetadata { epoch, producer_id: m.producer_id, ..fresh(m.producer_id) },
+            None => match new_pid {
+                Some(pid) => fresh(pid),
+                None => return Ok(InitStep::NeedProducerId),
+            },
+        };
+        m.pending = true;
+        Ok(InitStep::Write(target))
+    }
+
+    fn check_producer<'a>(
+        txns: &'a mut HashMap<String, TxnMetadata>,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+    ) -> Result<&'a mut TxnMetadata, i16> {
+        let m = txns.get_mut(id).ok_or(INVALID_PRODUCER_ID_MAPPING)?;
+        if m.producer_id != pid || m.epoch < 0 {
+            return Err(INVALID_PRODUCER_ID_MAPPING);
+        }
+        if m.epoch != epoch {
+            return Err(PRODUCER_FENCED);
+        }
+        if m.pending {
+            return Err(CONCURRENT_TRANSACTIONS);
+        }
+        Ok(m)
+    }
+
+    /// AddPartitionsToTxn / AddOffsetsToTxn. Ok(None): nothing new to write.
+    pub fn prepare_add_partitions(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        now: i64,
+    ) -> Result<Option<TxnMetadata>, i16> {
+        let mut txns = guard(&self.txns);
+        let m = Self::check_producer(&mut txns, id, pid, epoch)?;
+        match m.state {
+            s if s.is_preparing() => return Err(CONCURRENT_TRANSACTIONS),
+            TxnState::Dead => return Err(INVALID_TXN_STATE),
+            TxnState::Ongoing if partitions.iter().all(|p| m.partitions.contains(p)) => return Ok(None),
+            _ => {}
+        }
+        let mut target = m.clone();
+        if m.state != TxnState::Ongoing {
+            target.start_ms = now;
+            target.partitions.clear();
+        }
+        target.state = TxnState::Ongoing;
+        target.partitions.extend(partitions.iter().cloned());
+        target.last_update_ms = now;
+        m.pending = true;
+        Ok(Some(target))
+    }
+
+    /// EndTxn. Ok(None): already ended that way (a retry), nothing to write.
+    pub fn prepare_end(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        now: i64,
+    ) -> Result<Option<TxnMetadata>, i16> {
+        let mut txns = guard(&self.txns);
+        let m = Self::check_producer(&mut txns, id, pid, epoch)?;
+        match (m.state, commit) {
+            (TxnState::Ongoing, _) => {
+                let mut target = m.clone();
+                target.state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+                target.last_update_ms = now;
+                m.pending = true;
+                Ok(Some(target))
+            }
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(None),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => Err(CONCURRENT_TRANSACTIONS),
+            _ => Err(INVALID_TXN_STATE),
+        }
+    }
+
+    /// After the markers of a prepared transaction are written: its Complete state, if it is
+    /// still the transaction `prepared` describes.
+    pub fn prepare_complete(&self, id: &str, prepared: &TxnMetadata, now: i64) -> Option<TxnMetadata> {
+        let mut txns = guard(&self.txns);
+        let m = txns.get_mut(id)?;
+        if m.pending || m.producer_id != prepared.producer_id || m.epoch != prepared.epoch || m.state != prepared.state
+        {
+            return None;
+        }
+        let mut target = m.clone();
+        target.state = match m.state {
+            TxnState::PrepareCommit => TxnState::CompleteCommit,
+            TxnState::PrepareAbort => TxnState::CompleteAbort,
+            _ => return None,
+        };
+        target.partitions.clear();
+        target.last_update_ms = now;
+        m.pending = true;
+        Some(target)
+    }
+
+    /// Applies a state once it is in the log (Some), or gives up a transition whose write
+    /// failed (None).
+    pub fn complete_write(&self, id: &str, written: Option<TxnMetadata>) {
+        let mut txns = guard(&self.txns);
+        match written {
+            Some(t) => {
+                // Unloaded meanwhile (leadership moved): the new coordinator reads the log.
+                if let Some(m) = txns.get_mut(id) {
+                    *m = TxnMetadata { pending: false, ..t };
+                }
+            }
+            None => {
+                if txns.get(id).is_some_and(|m| m.epoch < 0) {
+                    txns.remove(id);
+                } else if let Some(m) = txns.get_mut(id) {
+                    m.pending = false;
+                }
+            }
+        }
+    }
+
+    /// Open transactions past their timeout, each marked pending with its abort (epoch bumped,
+    /// so the producer that left it open is fenced).
+    pub fn timed_out(&self, now: i64) -> Vec<(String, TxnMetadata)> {
+        let mut txns = guard(&self.txns);
+        let mut out = Vec::new();
+        for (id, m) in txns.iter_mut() {
+            if m.pending || m.state != TxnState::Ongoing || m.start_ms.saturating_add(m.timeout_ms as i64) > now {
+                continue;
+            }
+            let mut target = m.clone();
+            target.epoch = next_epoch(m.epoch).unwrap_or(m.epoch);
+            target.state = TxnState::PrepareAbort;
+            target.last_update_ms = now;
+            m.pending = true;
+            out.push((id.clone(), target));
+        }
+        out
+    }
+
+    /// Replaces what is known of `partition`'s transactional ids with what its log holds;
+    /// returns those whose markers were still being written, for the caller to finish.
+    pub fn load(
+        &self,
+        partition: i32,
+        coordinator_epoch: i32,
+        loaded: HashMap<String, TxnMetadata>,
+        owned: impl Fn(&str) -> bool,
+    ) -> Vec<(String, TxnMetadata)> {
+        let mut txns = guard(&self.txns);
+        txns.retain(|id, _| !owned(id));
+        let resume: Vec<(String, TxnMetadata)> =
+            loaded.iter().filter(|(_, m)| m.state.is_preparing()).map(|(k, v)| (k.clone(), v.clone())).collect();
+        txns.extend(loaded);
+        drop(txns);
+        guard(&self.epochs).insert(partition, coordinator_epoch);
+        resume
+    }
+
+    /// Forgets `partition`'s transactional ids after leadership moved away.
+    pub fn unload(&self, partition: i32, owned: impl Fn(&str) -> bool) -> usize {
+        guard(&self.epochs).remove(&partition);
+        let mut txns = guard(&self.txns);
+        let before = txns.len();
+        txns.retain(|id, _| !owned(id));
+        before - txns.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn coordinator() -> TransactionCoordinator {
+        TransactionCoordinator::new(TxnConfig { max_timeout_ms: 900_000, abort_check_interval_ms: 10_000 })
+    }
+
+    fn written(c: &TransactionCoordinator, id: &str, step: Result<InitStep, i16>) -> TxnMetadata {
+        let Ok(InitStep::Write(t)) = step else { panic!("expected a write, got {step:?}") };
+        c.complete_write(id, Some(t.clone()));
+        t
+    }
+
+    #[test]
+    fn init_allocates_then_bumps_the_epoch() {
+        let c = coordinator();
+        assert_eq!(c.prepare_init("t", 1000, None, 0), Ok(InitStep::NeedProducerId));
+        assert_eq!(c.prepare_init("t", 900_001, None, 0), Err(INVALID_TRANSACTION_TIMEOUT));
+        let first = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        assert_eq!((first.producer_id, first.epoch, first.state), (5, 0, TxnState::Empty));
+        let second = written(&c, "t", c.prepare_init("t", 1000, None, 1));
+        assert_eq!((second.producer_id, second.epoch), (5, 1));
+        // The first incarnation is fenced.
+        assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 2), Err(PRODUCER_FENCED));
+        assert_eq!(c.prepare_add_partitions("t", 6, 1, &[("a".into(), 0)], 2), Err(INVALID_PRODUCER_ID_MAPPING));
+    }
+
+    #[test]
+    fn a_failed_first_write_leaves_nothing_behind() {
+        let c = coordinator();
+        let Ok(InitStep::Write(_)) = c.prepare_init("t", 1000, Some(5), 0) else { panic!() };
+        assert_eq!(c.prepare_init("t", 1000, Some(6), 0), Err(CONCURRENT_TRANSACTIONS));
+        c.complete_write("t", None);
+        assert_eq!(c.get("t"), None);
+    }
+
+    #[test]
+    fn a_transaction_runs_through_its_states() {
+        let c = coordinator();
+        let m = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        let add = c.prepare_add_partitions("t", 5, m.epoch, &[("a".into(), 0)], 10).unwrap().unwrap();
+        assert_eq!(c.prepare_end("t", 5, 0, true, 11), Err(CONCURRENT_TRANSACTIONS), "pending write");
+        c.complete_write("t", Some(add));
+        assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 11), Ok(None));
+        let prep = c.prepare_end("t", 5, 0, true, 12).unwrap().unwrap();
+        assert_eq!(prep.state, TxnState::PrepareCommit);
+        c.complete_write("t", Some(prep.clone()));
+        assert_eq!(c.prepare_end("t", 5, 0, true, 12), Err(CONCURRENT_TRANSACTIONS));
+        assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("b".into(), 0)], 12), Err(CONCURRENT_TRANSACTIONS));
+        let done = c.prepare_complete("t", &prep, 13).unwrap();
+        assert!(done.partitions.is_empty());
+        c.complete_write("t", Some(done));
+        assert_eq!(c.prepare_end("t", 5, 0, true, 14), Ok(None), "a retried commit succeeds");
+        assert_eq!(c.prepare_end("t", 5, 0, false, 14), Err(INVALID_TXN_STATE));
+        // The next transaction starts afresh.
+        let next = c.prepare_add_partitions("t", 5, 0, &[("b".into(), 1)], 20).unwrap().unwrap();
+        assert_eq!(next.partitions.len(), 1);
+        assert_eq!(next.start_ms, 20);
+    }
+
+    #[test]
+    fn reinit_aborts_an_open_transaction_and_timeouts_fence() {
+        let c = coordinator();
+        written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        let add = c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 10).unwrap().unwrap();
+        c.complete_write("t", Some(add));
+        assert!(c.timed_out(1009).is_empty());
+        let Ok(InitStep::AbortFirst(abort)) = c.prepare_init("t", 1000, None, 11) else { panic!() };
+        assert_eq!((abort.state, abort.epoch), (TxnState::PrepareAbort, 1));
+        c.complete_write("t", None);
+        let timed = c.timed_out(1010);
+        assert_eq!(timed.len(), 1);
+        assert_eq!((timed[0].1.state, timed[0].1.epoch), (TxnState::PrepareAbort, 1));
+        assert!(c.timed_out(5000).is_empty(), "already being aborted");
+    }
+}

@@ -1,0 +1,577 @@
+//! The transaction coordinator at work on this broker: which `__transaction_state` partition
+//! holds a transactional id, writing its states there, loading them when this broker takes a
+//! partition over, sending the markers that end a transaction, and aborting transactions
+//! that outlive their timeout.
+//!
+//! Each step follows the coordinator's rule: decide under its lock (`coordinator`), then write
+//! the new state to the log and wait for the ISR to have it, then apply it. Markers go to the
+//! partition leaders after PrepareCommit/PrepareAbort is in the log, and Complete* is written
+//! once every leader has its marker; a coordinator that takes over finds Prepare* in the log
+//! and sends the markers again (a leader that already has one writes a second, which
+//! consumers skip like the first).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+use kafka_protocol::messages::{
+    ProducerId, RequestHeader, ResponseHeader, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::coordinator::{codes::*, InitStep};
+use super::state::{TxnMetadata, TxnState};
+use super::txn_log::{self, TxnLogValue};
+use crate::broker::Broker;
+use crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
+use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
+
+/// How long a state write waits for the ISR of its `__transaction_state` partition.
+const STATE_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The WriteTxnMarkers version sent to other brokers (the only one Kafka 4 still knows).
+const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+const MARKER_RETRY_MAX: Duration = Duration::from_secs(1);
+const MARKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One partition's answer to a marker: (topic, partition) and the error code.
+pub type MarkerResult = ((String, i32), i16);
+
+impl Broker {
+    /// The `__transaction_state` partition of `id`, hashed over the partitions the topic
+    /// really has (as for groups: a topic created with another count keeps every id where
+    /// its state already is).
+    pub fn txn_partition_for(&self, id: &str) -> Option<i32> {
+        let topic = self.cache.topic(TRANSACTION_STATE_TOPIC)?;
+        Some(crate::group::partition_for(id, topic.partitions.len() as i32))
+    }
+
+    /// Whether this broker coordinates `id`; its partition if so.
+    pub fn check_txn_coordinator(&self, id: &str) -> Result<i32, i16> {
+        let p = self.txn_partition_for(id).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        match self.replicas.partition(TRANSACTION_STATE_TOPIC, p) {
+            Some(_) if self.txns.is_loading(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
+            Some(_) if self.txns.coordinator_epoch(p).is_none() => Err(COORDINATOR_LOAD_IN_PROGRESS),
+            Some(_) => Ok(p),
+            None => Err(NOT_COORDINATOR),
+        }
+    }
+
+    /// FindCoordinator for a transactional id: the leader of its `__transaction_state`
+    /// partition, creating the topic on first use as Kafka does.
+    pub fn txn_coordinator_for(&self, id: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+        if self.cache.topic(TRANSACTION_STATE_TOPIC).is_none() {
+            self.create_txn_topic()?;
+        }
+        let topic = self.cache.topic(TRANSACTION_STATE_TOPIC).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        let p = crate::group::partition_for(id, topic.partitions.len() as i32);
+        let leader =
+            topic.partitions.iter().find(|x| x.index == p).map(|x| x.leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        if leader < 0 {
+            return Err(COORDINATOR_NOT_AVAILABLE);
+        }
+        if leader == self.config.broker_id {
+            let ep = self.config.advertised_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+            return Ok((leader, ep.host.clone(), ep.port));
+        }
+        let snapshot = self.cache.snapshot();
+        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        let (host, port) = b.endpoint_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        Ok((b.id, host.to_string(), port))
+    }
+
+    fn create_txn_topic(&self) -> Result<(), i16> {
+        match self.auto_create(TRANSACTION_STATE_TOPIC) {
+            Ok(Some(_)) => {
+                if !self.store.is_zookeeper() {
+                    // Standalone, leadership is taken at creation: nothing to load but the
+                    // coordinator epochs.
+                    self.load_txns(None);
+                }
+                Ok(())
+            }
+            Ok(None) => Err(COORDINATOR_NOT_AVAILABLE),
+            Err(_) if self.cache.topic(TRANSACTION_STATE_TOPIC).is_some() => Ok(()),
+            Err(e) => {
+                // Too few brokers for the replication factor, or another broker is creating
+                // it: clients ask again.
+                tracing::debug!(error = %e, "cannot create {TRANSACTION_STATE_TOPIC} yet");
+                Err(COORDINATOR_NOT_AVAILABLE)
+            }
+        }
+    }
+
+    /// A transactional produce to `topic`-`partition`: refused unless the transaction added
+    /// the partition. Only the coordinator knows, so the check is made when it is this broker;
+    /// otherwise the batch is taken as Kafka takes it with `transaction.partition.verification.enable`
+    /// off.
+    pub fn verify_txn_produce(&self, id: &str, pid: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16> {
+        if self.check_txn_coordinator(id).is_err() {
+            return Ok(());
+        }
+        self.txns.verify_partition(id, pid, epoch, &(topic.to_string(), partition))
+    }
+
+    /// Writes `target` as `id`'s state and waits until the partition's ISR has it. The caller
+    /// applies or abandons it with `complete_write`.
+    async fn persist_txn(self: &Arc<Self>, id: &str, target: &TxnMetadata) -> Result<(), i16> {
+        let p = self.txn_partition_for(id).ok_or(NOT_COORDINATOR)?;
+        let partition = self.replicas.partition(TRANSACTION_STATE_TOPIC, p).ok_or(NOT_COORDINATOR)?;
+        let min_isr = self
+            .cache
+            .topic(TRANSACTION_STATE_TOPIC)
+            .and_then(|t| t.configs.get("min.insync.replicas").and_then(|v| v.parse::<usize>().ok()))
+            .unwrap_or(1);
+        // Standalone, the topic has the one replica there will ever be (its factor is capped
+        // at creation), so Kafka's default min ISR of 2 cannot apply.
+        let min_isr = if self.store.is_zookeeper() { min_isr } else { 1 };
+        if partition.isr().len() < min_isr {
+            return Err(COORDINATOR_NOT_AVAILABLE);
+        }
+        let key = txn_log::encode_key(id);
+        let value = target.to_value().encode();
+        let batch = encode_batch(
+            &BatchOptions::default(),
+            &[SimpleRecord { timestamp: crate::log::now_ms(), key: Some(&key), value: Some(&value), headers: vec![] }],
+        );
+        let part = partition.clone();
+        // A disk write: off the async workers.
+        let result = tokio::task::spawn_blocking(move || part.append(Bytes::from(batch), u32::MAX))
+            .await
+            .map_err(|_| COORDINATOR_NOT_AVAILABLE)?;
+        match result.error_code {
+            0 => {}
+            6 => return Err(NOT_COORDINATOR),
+            code => {
+                tracing::warn!(transactional_id = id, error = code, "cannot write transaction state");
+                return Err(COORDINATOR_NOT_AVAILABLE);
+            }
+        }
+        let deadline = Instant::now() + STATE_WRITE_TIMEOUT;
+        // Woken by this partition's high-watermark moves and role changes; registered before
+        // each check, so a move in between leaves a permit.
+        let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
+        loop {
+            partition.watch(&waiter);
+            if partition.high_watermark() > result.last_offset {
+                return Ok(());
+            }
+            if !partition.is_leader() {
+                return Err(NOT_COORDINATOR);
+            }
+            let now = Instant::now();
+            if now >= deadline || tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
+                return if partition.high_watermark() > result.last_offset {
+                    Ok(())
+                } else {
+                    Err(COORDINATOR_NOT_AVAILABLE)
+                };
+            }
+        }
+    }
+
+    /// Persists then applies (or, on failure, abandons) a step's new state.
+    async fn write_txn_state(self: &Arc<Self>, id: &str, target: TxnMetadata) -> Result<(), i16> {
+        match self.persist_txn(id, &target).await {
+            Ok(()) => {
+                self.txns.complete_write(id, Some(target));
+                Ok(())
+            }
+            Err(code) => {
+                self.txns.complete_write(id, None);
+                Err(code)
+            }
+        }
+    }
+
+    /// InitProducerId with a transactional id: (error, producer id, epoch).
+    pub async fn init_transactional_producer(self: &Arc<Self>, id: &str, timeout_ms: i32) -> (i16, i64, i16) {
+        if let Err(code) = self.check_txn_coordinator(id) {
+            return (code, -1, -1);
+        }
+        let mut new_pid = None;
+        for _ in 0..3 {
+            let step = match self.txns.prepare_init(id, timeout_ms, new_pid, crate::log::now_ms()) {
+                Ok(s) => s,
+                Err(code) => return (code, -1, -1),
+            };
+            match step {
+                InitStep::NeedProducerId => {
+                    let b = self.clone();
+                    // Claims a block in ZooKeeper now and then: not on the async workers.
+                    match tokio::task::spawn_blocking(move || b.producer_ids.next_id()).await {
+                        Ok(Ok(pid)) => new_pid = Some(pid),
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "cannot allocate a producer id");
+                            return (COORDINATOR_NOT_AVAILABLE, -1, -1);
+                        }
+                        Err(_) => return (COORDINATOR_NOT_AVAILABLE, -1, -1),
+                    }
+                }
+                InitStep::Write(target) => {
+                    let (pid, epoch) = (target.producer_id, target.epoch);
+                    return match self.write_txn_state(id, target).await {
+                        Ok(()) => (NONE, pid, epoch),
+                        Err(code) => (code, -1, -1),
+                    };
+                }
+                InitStep::AbortFirst(target) => {
+                    let prepared = target.clone();
+                    if let Err(code) = self.write_txn_state(id, target).await {
+                        return (code, -1, -1);
+                    }
+                    self.spawn_complete(id.to_string(), prepared);
+                    return (CONCURRENT_TRANSACTIONS, -1, -1);
+                }
+            }
+        }
+        (COORDINATOR_NOT_AVAILABLE, -1, -1)
+    }
+
+    /// AddPartitionsToTxn and AddOffsetsToTxn: one error code for all the partitions.
+    pub async fn add_partitions_to_txn(
+        self: &Arc<Self>,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<(), i16> {
+        self.check_txn_coordinator(id)?;
+        match self.txns.prepare_add_partitions(id, pid, epoch, partitions, crate::log::now_ms())? {
+            None => Ok(()),
+            Some(target) => self.write_txn_state(id, target).await,
+        }
+    }
+
+    /// EndTxn: answered once PrepareCommit/PrepareAbort is in the log; the markers and the
+    /// Complete state follow in the background.
+    pub async fn end_txn(self: &Arc<Self>, id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
+        if let Err(code) = self.check_txn_coordinator(id) {
+            return code;
+        }
+        let target = match self.txns.prepare_end(id, pid, epoch, commit, crate::log::now_ms()) {
+            Ok(None) => return NONE,
+            Ok(Some(t)) => t,
+            Err(code) => return code,
+        };
+        let prepared = target.clone();
+        if let Err(code) = self.write_txn_state(id, target).await {
+            return code;
+        }
+        self.spawn_complete(id.to_string(), prepared);
+        NONE
+    }
+
+    fn spawn_complete(self: &Arc<Self>, id: String, prepared: TxnMetadata) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let b = self.clone();
+        handle.spawn(async move { b.complete_txn(&id, prepared).await });
+    }
+
+    /// Sends the markers of a prepared transaction, then writes its Complete state.
+    async fn complete_txn(self: &Arc<Self>, id: &str, prepared: TxnMetadata) {
+        loop {
+            if !self.send_markers(id, &prepared).await {
+                return;
+            }
+            let Some(target) = self.txns.prepare_complete(id, &prepared, crate::log::now_ms()) else { return };
+            match self.write_txn_state(id, target).await {
+                Ok(()) => return,
+                Err(code) => {
+                    // The Prepare state stays in the log: this coordinator, or the next one,
+                    // sends the markers again.
+                    tracing::info!(
+                        transactional_id = id,
+                        error = code,
+                        "cannot write a transaction's completion; retrying"
+                    );
+                    tokio::time::sleep(MARKER_RETRY_MAX).await;
+                    if self.check_txn_coordinator(id).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the markers on every partition of the transaction, retrying (with the leaders
+    /// looked up again) until each has it. False if this broker stopped coordinating the id:
+    /// its successor sends them.
+    async fn send_markers(self: &Arc<Self>, id: &str, prepared: &TxnMetadata) -> bool {
+        let commit = prepared.state == TxnState::PrepareCommit;
+        let mut remaining: BTreeSet<(String, i32)> = prepared.partitions.clone();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            if remaining.is_empty() {
+                return true;
+            }
+            let Ok(p) = self.check_txn_coordinator(id) else { return false };
+            let coordinator_epoch = self.txns.coordinator_epoch(p).unwrap_or(0);
+            let snapshot = self.cache.snapshot();
+            let mut by_leader: HashMap<i32, Vec<(String, i32)>> = HashMap::new();
+            for (topic, index) in remaining.clone() {
+                let Some(t) = snapshot.topics.get(&topic) else {
+                    // Deleted: there is nothing left to mark.
+                    remaining.remove(&(topic, index));
+                    continue;
+                };
+                match t.partitions.iter().find(|x| x.index == index) {
+                    None => {
+                        remaining.remove(&(topic, index));
+                    }
+                    Some(x) if x.leader >= 0 => by_leader.entry(x.leader).or_default().push((topic, index)),
+                    Some(_) => {}
+                }
+            }
+            for (leader, tps) in by_leader {
+                let results = if leader == self.config.broker_id {
+                    let b = self.clone();
+                    let (pid, epoch) = (prepared.producer_id, prepared.epoch);
+                    tokio::task::spawn_blocking(move || {
+                        b.write_markers_local(pid, epoch, commit, coordinator_epoch, &tps)
+                    })
+                    .await
+                    .unwrap_or_default()
+                } else {
+                    match self.send_remote_markers(leader, prepared, commit, coordinator_epoch, &tps).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            tracing::debug!(leader, error = %e, "cannot send transaction markers");
+                            Vec::new()
+                        }
+                    }
+                };
+                for (tp, code) in results {
+                    if code == NONE {
+                        remaining.remove(&tp);
+                    } else {
+                        tracing::debug!(topic = %tp.0, partition = tp.1, error = code, "transaction marker not written yet");
+                    }
+                }
+            }
+            if !remaining.is_empty() {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MARKER_RETRY_MAX);
+            }
+        }
+    }
+
+    /// WriteTxnMarkers on this broker: a marker on each listed partition it leads. A marker
+    /// on a `__consumer_offsets` partition also settles the offsets the transaction committed
+    /// to its groups.
+    pub fn write_markers_local(
+        &self,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        partitions: &[(String, i32)],
+    ) -> Vec<MarkerResult> {
+        let mut out = Vec::with_capacity(partitions.len());
+        for (topic, index) in partitions {
+            let code = match self.replicas.partition(topic, *index) {
+                None => crate::api::not_led_error(self, topic, *index),
+                Some(p) => {
+                    let (code, _) = p.write_marker(pid, epoch, commit, coordinator_epoch);
+                    if code == NONE {
+                        if topic == crate::group::OFFSETS_TOPIC {
+                            self.groups.complete_txn_offsets(pid, *index, commit);
+                        }
+                    }
+                    code
+                }
+            };
+            out.push(((topic.clone(), *index), code));
+        }
+        out
+    }
+
+    async fn send_remote_markers(
+        &self,
+        leader: i32,
+        prepared: &TxnMetadata,
+        commit: bool,
+        coordinator_epoch: i32,
+        tps: &[(String, i32)],
+    ) -> anyhow::Result<Vec<MarkerResult>> {
+        let snapshot = self.cache.snapshot();
+        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or_else(|| anyhow::anyhow!("unknown broker"))?;
+        let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
+        for (t, p) in tps {
+            match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
+                Some(x) => x.partition_indexes.push(*p),
+                None => {
+                    let mut x = WritableTxnMarkerTopic::default();
+                    x.name = TopicName(StrBytes::from_string(t.clone()));
+                    x.partition_indexes = vec![*p];
+                    topics.push(x);
+                }
+            }
+        }
+        let mut marker = WritableTxnMarker::default();
+        marker.producer_id = ProducerId(prepared.producer_id);
+        marker.producer_epoch = prepared.epoch;
+        marker.transaction_result = commit;
+        marker.topics = topics;
+        marker.coordinator_epoch = coordinator_epoch;
+        let mut req = WriteTxnMarkersRequest::default();
+        req.markers = vec![marker];
+        let (host, port) = (b.host.clone(), b.port);
+        let client_id = format!("gregor-txn-coordinator-{}", self.config.broker_id);
+        let max = self.config.socket_request_max_bytes;
+        // The inter-broker listener's protocol (TLS, SASL), as every broker-to-broker request.
+        let connector = &self.security.inter_broker;
+        let resp = tokio::time::timeout(MARKER_REQUEST_TIMEOUT, async move {
+            let mut stream = connector.connect(&host, port, &client_id).await?;
+            marker_round_trip(&mut stream, &client_id, &req, max).await
+        })
+        .await??;
+        let mut out = Vec::new();
+        for m in resp.markers {
+            for t in m.topics {
+                for p in t.partitions {
+                    out.push(((t.name.0.to_string(), p.partition_index), p.error_code));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Loads the transaction states of `__transaction_state` partition `only` (this broker
+    /// just became its leader), or of every partition led here (None: standalone startup),
+    /// then finishes the transactions whose markers were being written.
+    pub fn load_txns(&self, only: Option<i32>) {
+        // LeaderAndIsr may make this broker leader before its metadata cache lists the topic:
+        // the partition is loaded all the same, and ids are matched to it by the partition
+        // count the log directory layout cannot tell, so by the cache when it has the topic.
+        let count = self.cache.topic(TRANSACTION_STATE_TOPIC).map(|t| t.partitions.len() as i32);
+        let indexes: Vec<i32> = match only {
+            Some(p) => vec![p],
+            None => (0..count.unwrap_or(0)).collect(),
+        };
+        for index in indexes {
+            let Some(partition) = self.replicas.partition(TRANSACTION_STATE_TOPIC, index) else { continue };
+            self.txns.set_loading(index, true);
+            let mut loaded: HashMap<String, TxnMetadata> = HashMap::new();
+            let mut offset = partition.log_start_offset();
+            let end = partition.log_end_offset();
+            while offset < end {
+                let read = partition.read_to_log_end(offset, 1 << 20);
+                if read.error_code != 0 || read.records.is_empty() {
+                    break;
+                }
+                let mut buf = &read.records[..];
+                let mut next = offset;
+                while let Some(h) = BatchHeader::parse(buf) {
+                    let size = h.total_size();
+                    if size > buf.len() {
+                        break;
+                    }
+                    for kv in crate::group::offsets_log::batch_records(&buf[..size]) {
+                        let Some(id) = txn_log::decode_key(&kv.key) else { continue };
+                        match kv.value.as_deref().and_then(TxnLogValue::decode) {
+                            Some(v) => {
+                                loaded.insert(id, TxnMetadata::from_value(&v));
+                            }
+                            None => {
+                                loaded.remove(&id);
+                            }
+                        }
+                    }
+                    next = h.next_offset();
+                    buf = &buf[size..];
+                }
+                if next <= offset {
+                    break;
+                }
+                offset = next;
+            }
+            let n = loaded.len();
+            let epoch = partition.role().1;
+            let owned = |id: &str| count.is_some_and(|c| crate::group::partition_for(id, c) == index);
+            let resume = self.txns.load(index, epoch, loaded, owned);
+            self.txns.set_loading(index, false);
+            if n > 0 {
+                tracing::info!(partition = index, transactional_ids = n, "loaded transaction state");
+            }
+            if let Some(b) = self.arc() {
+                for (id, prepared) in resume {
+                    b.spawn_complete(id, prepared);
+                }
+            }
+        }
+    }
+
+    /// Forgets the transactional ids of `__transaction_state` partition `p` after this
+    /// broker stopped leading it.
+    pub fn unload_txns(&self, p: i32) {
+        let Some(topic) = self.cache.topic(TRANSACTION_STATE_TOPIC) else { return };
+        let count = topic.partitions.len() as i32;
+        let n = self.txns.unload(p, |id| crate::group::partition_for(id, count) == p);
+        if n > 0 {
+            tracing::info!(partition = p, transactional_ids = n, "unloaded transaction state: no longer coordinator");
+        }
+    }
+
+    /// Aborts transactions open longer than their timeout, every
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+    pub fn spawn_txn_timer(self: &Arc<Self>) {
+        let b = self.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis(b.txns.config().abort_check_interval_ms.max(1));
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                for (id, target) in b.txns.timed_out(crate::log::now_ms()) {
+                    tracing::info!(transactional_id = %id, producer_id = target.producer_id, "aborting a transaction that timed out");
+                    let b2 = b.clone();
+                    tokio::spawn(async move {
+                        let prepared = target.clone();
+                        if b2.write_txn_state(&id, target).await.is_ok() {
+                            b2.complete_txn(&id, prepared).await;
+                        }
+                    });
+                }
+            }
+        });
+    }
+}
+
+async fn marker_round_trip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+    client_id: &str,
+    req: &WriteTxnMarkersRequest,
+    max: usize,
+) -> anyhow::Result<WriteTxnMarkersResponse> {
+    let version = WRITE_TXN_MARKERS_VERSION;
+    let mut header = RequestHeader::default();
+    header.request_api_key = kafka_protocol::messages::ApiKey::WriteTxnMarkers as i16;
+    header.request_api_version = version;
+    header.correlation_id = 1;
+    header.client_id = Some(StrBytes::from_string(client_id.to_string()));
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header.encode(&mut buf, WriteTxnMarkersRequest::header_version(version))?;
+    req.encode(&mut buf, version)?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    stream.write_all(&buf).await?;
+    // TLS holds written bytes in its session buffer until flushed.
+    stream.flush().await?;
+    let size = stream.read_i32().await?;
+    if size < 0 || size as usize > max {
+        anyhow::bail!("response of {size} bytes");
+    }
+    let mut body = vec![0u8; size as usize];
+    stream.read_exact(&mut body).await?;
+    let mut body = Bytes::from(body);
+    let h = ResponseHeader::decode(&mut body, WriteTxnMarkersResponse::header_version(version))?;
+    if h.correlation_id != 1 {
+        anyhow::bail!("unexpected correlation id {}", h.correlation_id);
+    }
+    WriteTxnMarkersResponse::decode(&mut body, version)
+}
