@@ -177,8 +177,9 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     // Woken only by the partitions this fetch reads: each read with `watch` registers it.
     let waiter = Arc::new(Notify::new());
     let mut watch = None;
+    let params = ReadParams { max_bytes, version, replica, rack, committed };
     let responses = loop {
-        let (responses, total, any_error) = read_all(ctx, &wanted, max_bytes, version, replica, rack, committed, watch);
+        let (responses, total, any_error) = read_all(ctx, &wanted, params, watch);
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break responses;
@@ -196,7 +197,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            break read_all(ctx, &wanted, max_bytes, version, replica, rack, committed, None).0;
+            break read_all(ctx, &wanted, params, None).0;
         }
     };
     drop(parked);
@@ -301,16 +302,25 @@ fn only_news(
     out
 }
 
+/// What a Fetch asks of every partition it reads.
+#[derive(Clone, Copy)]
+struct ReadParams<'a> {
+    max_bytes: usize,
+    version: i16,
+    /// The follower's broker id, or negative for a consumer.
+    replica: i32,
+    rack: &'a str,
+    /// read_committed: records up to the last stable offset only.
+    committed: bool,
+}
+
 fn read_all(
     ctx: &RequestContext,
     wanted: &[Wanted],
-    max_bytes: usize,
-    version: i16,
-    replica: i32,
-    rack: &str,
-    committed: bool,
+    params: ReadParams<'_>,
     watch: Option<&Arc<Notify>>,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let ReadParams { max_bytes, version, replica, rack, committed } = params;
     let broker = &ctx.broker;
     let mut remaining = max_bytes;
     let mut total = 0usize;

@@ -375,10 +375,8 @@ impl Broker {
                 None => crate::api::not_led_error(self, topic, *index),
                 Some(p) => {
                     let (code, _) = p.write_marker(pid, epoch, commit, coordinator_epoch);
-                    if code == NONE {
-                        if topic == crate::group::OFFSETS_TOPIC {
-                            self.groups.complete_txn_offsets(pid, *index, commit);
-                        }
+                    if code == NONE && topic == crate::group::OFFSETS_TOPIC {
+                        self.groups.complete_txn_offsets(pid, *index, commit);
                     }
                     code
                 }
