@@ -158,8 +158,15 @@ impl Broker {
         if self.cache.topic(OFFSETS_TOPIC).is_none() {
             self.create_offsets_topic()?;
         }
-        let topic = self.cache.topic(OFFSETS_TOPIC).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-        let p = partition_for(group, topic.partitions.len() as i32);
+        self.coordinator_in(OFFSETS_TOPIC, group, listener)
+    }
+
+    /// The leader of `key`'s partition of the internal topic `topic` (`__consumer_offsets`
+    /// for groups, `__transaction_state` for transactional ids), with its address on
+    /// `listener`.
+    pub(crate) fn coordinator_in(&self, topic: &str, key: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+        let topic = self.cache.topic(topic).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        let p = partition_for(key, topic.partitions.len() as i32);
         let leader =
             topic.partitions.iter().find(|x| x.index == p).map(|x| x.leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
         if leader < 0 {

@@ -65,21 +65,7 @@ impl Broker {
         if self.cache.topic(TRANSACTION_STATE_TOPIC).is_none() {
             self.create_txn_topic()?;
         }
-        let topic = self.cache.topic(TRANSACTION_STATE_TOPIC).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-        let p = crate::group::partition_for(id, topic.partitions.len() as i32);
-        let leader =
-            topic.partitions.iter().find(|x| x.index == p).map(|x| x.leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-        if leader < 0 {
-            return Err(COORDINATOR_NOT_AVAILABLE);
-        }
-        if leader == self.config.broker_id {
-            let ep = self.config.advertised_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-            return Ok((leader, ep.host.clone(), ep.port));
-        }
-        let snapshot = self.cache.snapshot();
-        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-        let (host, port) = b.endpoint_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-        Ok((b.id, host.to_string(), port))
+        self.coordinator_in(TRANSACTION_STATE_TOPIC, id, listener)
     }
 
     fn create_txn_topic(&self) -> Result<(), i16> {
