@@ -247,7 +247,8 @@ fn drop_move(logs: &LogManager, key: &Key, future: &crate::log::manager::SharedL
 }
 
 /// The task that drives every log dir move: woken when one starts, and while any is in
-/// progress, by every append (the copies follow the current logs) or after a short wait.
+/// progress, by an append to a moving partition (the copies follow the current logs), a
+/// metadata change, or after a short wait.
 pub async fn run(broker: Arc<crate::broker::Broker>) {
     let quota = Arc::new(ReplicationQuota::default());
     loop {
@@ -259,7 +260,15 @@ pub async fn run(broker: Arc<crate::broker::Broker>) {
             }
             continue;
         }
-        let appended = replicas.changed();
+        // Registered before the copy step, so an append that lands during it still wakes
+        // the next wait; control-plane changes (a partition deleted or reassigned) too.
+        let appended = Arc::new(tokio::sync::Notify::new());
+        for (topic, index) in replicas.logs().moving() {
+            if let Some(p) = replicas.partition(&topic, index) {
+                p.watch(&appended);
+            }
+        }
+        let changed = replicas.changed();
         let config = broker.effective_config();
         let (max_bytes, rate) =
             (config.replica_fetch_max_bytes.max(1) as usize, config.replica_alter_log_dirs_io_max_bytes_per_second);
@@ -272,7 +281,8 @@ pub async fn run(broker: Arc<crate::broker::Broker>) {
             });
         if !progressed {
             tokio::select! {
-                _ = appended => {}
+                _ = appended.notified() => {}
+                _ = changed => {}
                 _ = tokio::time::sleep(IDLE_WAIT) => {}
             }
         }
