@@ -10,6 +10,7 @@ offset), so "nothing more arrives" is observed, not assumed after a sleep.
 from __future__ import annotations
 
 import subprocess
+import threading
 import sys
 import time
 import uuid
@@ -21,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from gregor_fixtures import _failed, _register  # noqa: E402
-from gregor_harness import wait_until  # noqa: E402
+from gregor_harness import WaitAborted, wait_until  # noqa: E402
 
 WAIT = 60
 
@@ -318,3 +319,179 @@ def test_transaction_over_partitions_led_by_three_brokers(cluster_factory):
     want += [f"r3-p{part}-{i}" for part in range(3) for i in range(10)]
     got = read_all(survivors, topic, 3, "read_committed", len(want))
     assert values_of(got) == sorted(want)
+
+
+# ---------------------------------------------------------------------------
+# exactly-once under faults
+# ---------------------------------------------------------------------------
+
+class TransformLoop:
+    """A consume-transform-produce loop in the manner of confluent-kafka's EOS example: a
+    read_committed consumer in a group, one transactional producer, and per small batch
+    begin / produce / send_offsets_to_transaction / commit. An abortable error aborts and
+    rewinds the consumer to the group's committed offsets; a fatal one (fencing) recreates
+    the producer. It never processes past `limit` input records, so the test decides when
+    the run may end (after its faults)."""
+
+    BATCH = 20
+
+    def __init__(self, bootstrap: str, src: str, dst: str, group: str, txn_id: str, total: int):
+        self.bootstrap, self.src, self.dst, self.group, self.txn_id = bootstrap, src, dst, group, txn_id
+        self.total = total
+        self.limit = 0
+        self.done_records = 0  # input records whose transaction committed
+        self.commits = 0
+        self.aborts = 0
+        self.recreated = 0
+        self.error = None
+        self.finished = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _producer(self) -> Producer:
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id, "linger.ms": 5,
+                      "transaction.timeout.ms": 30000, "log_level": 2})
+        p.init_transactions(WAIT)
+        return p
+
+    def _rewind(self, c: Consumer) -> None:
+        for tp in c.committed(c.assignment(), timeout=WAIT):
+            c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else -2))
+
+    def _commit(self, p: Producer, c: Consumer) -> None:
+        while True:
+            try:
+                p.commit_transaction(WAIT)
+                return
+            except KafkaException as e:
+                if e.args[0].retriable():
+                    continue
+                raise
+
+    def _run(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed", "log_level": 2})
+        try:
+            c.subscribe([self.src])
+            p = self._producer()
+            while not self.stop.is_set() and self.done_records < self.total:
+                room = min(self.BATCH, self.limit - self.done_records)
+                if room <= 0:
+                    time.sleep(0.01)  # the test has not raised the limit yet
+                    continue
+                msgs = [m for m in c.consume(num_messages=room, timeout=0.5) if m.error() is None]
+                if not msgs or not c.assignment():
+                    continue
+                try:
+                    p.begin_transaction()
+                    for i, m in enumerate(msgs):
+                        # every transaction touches all three output partitions
+                        p.produce(self.dst, value=m.value(), partition=i % 3)
+                    p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), WAIT)
+                    self._commit(p, c)
+                    self.commits += 1
+                    self.done_records += len(msgs)
+                except KafkaException as e:
+                    err = e.args[0]
+                    if err.txn_requires_abort():
+                        p.abort_transaction(WAIT)
+                        self.aborts += 1
+                    elif err.fatal():
+                        p = self._producer()
+                        self.recreated += 1
+                    else:
+                        raise
+                    self._rewind(c)
+                    # what counted as done is what the group committed
+                    self.done_records = sum(max(tp.offset, 0) for tp in c.committed(c.assignment(), timeout=WAIT))
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            self.error = e
+        finally:
+            c.close()
+            self.finished.set()
+
+
+def test_exactly_once_across_coordinator_and_leader_kills(cluster_factory):
+    c = cluster_factory(3, overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+        "offsets.topic.replication.factor": "3",
+        "group.initial.rebalance.delay.ms": "0",
+    })
+    bootstrap = c.bootstrap()
+    src, dst, group, txn_id = uniq("eos-in"), uniq("eos-out"), uniq("eos-g"), uniq("eos-tx")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, num_partitions=3, replication_factor=3,
+                                           config={"min.insync.replicas": "2"}) for t in (src, dst)]).values():
+        f.result(timeout=WAIT)
+    c.wait_topic_online(src, 3)
+    c.wait_topic_online(dst, 3)
+
+    total = 3000
+    want = [f"rec-{i:05d}" for i in range(total)]
+    pre = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    for i, v in enumerate(want):
+        pre.produce(src, value=v.encode(), partition=i % 3)
+        if i % 500 == 0:
+            pre.poll(0)
+    assert pre.flush(WAIT) == 0
+    ends = {p: total // 3 for p in range(3)}
+
+    loop = TransformLoop(bootstrap, src, dst, group, txn_id, total)
+    started = time.monotonic()
+    loop.thread.start()
+
+    def progressed(n):
+        def ok():
+            if loop.error is not None:
+                raise WaitAborted(f"the transform loop failed: {loop.error!r}")
+            return loop.done_records >= n
+        return ok
+
+    def revive(broker_id):
+        b = c.brokers[broker_id]
+        b._fixed_port = True
+        b.start()
+        c.wait_registered(c.brokers)
+
+    try:
+        # fault 1: the transaction coordinator, while transactions are running
+        loop.limit = total // 3
+        wait_until(progressed(total // 6), WAIT, "the loop to get going")
+        coordinator = c.partition_state("__transaction_state", txn_state_partition(txn_id))["leader"]
+        c.brokers[coordinator].kill()
+        loop.limit = 2 * total // 3
+        wait_until(progressed(total // 3 + 1), 2 * WAIT, "progress after the coordinator's kill")
+        revive(coordinator)
+
+        # fault 2: the leader of an output partition (after the ISR is whole again)
+        wait_until(lambda: all(len(s["isr"]) == 3 for s in c.partition_states(dst).values()), 2 * WAIT,
+                   "the output's ISR to recover")
+        leader = c.partition_state(dst, 0)["leader"]
+        c.brokers[leader].kill()
+        loop.limit = total
+        wait_until(progressed(2 * total // 3 + 1), 2 * WAIT, "progress after the leader's kill")
+        revive(leader)
+        wait_until(progressed(total), 2 * WAIT, "the loop to finish the input")
+        assert loop.finished.wait(WAIT)
+    finally:
+        loop.stop.set()
+        loop.thread.join(WAIT)
+    assert loop.error is None, repr(loop.error)
+    elapsed = time.monotonic() - started
+    print(f"exactly-once run: {elapsed:.1f}s, {loop.commits} commits, {loop.aborts} aborts, "
+          f"{loop.recreated} producer re-creations")
+
+    got = read_all(c.bootstrap(), dst, 3, "read_committed", total)
+    values = [v for _, v in got]
+    dupes = len(values) - len(set(values))
+    missing = set(want) - set(values)
+    assert dupes == 0 and not missing and len(values) == total, \
+        f"{dupes} duplicates, {len(missing)} missing, {len(values)} read"
+
+    check = Consumer({"bootstrap.servers": c.bootstrap(), "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = check.committed([TopicPartition(src, p) for p in range(3)], timeout=WAIT)
+    finally:
+        check.close()
+    assert {tp.partition: tp.offset for tp in committed} == ends
