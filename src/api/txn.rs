@@ -153,12 +153,14 @@ pub async fn add_offsets_to_txn(ctx: &RequestContext, req: AddOffsetsToTxnReques
         r.error_code = GROUP_AUTHORIZATION_FAILED;
         return r;
     }
-    // The offsets topic exists once any group was coordinated; if not, FindCoordinator for the
-    // group creates it and the client retries.
-    let Some(p) = ctx.broker.offsets_partition(&group) else {
-        r.error_code = codes::COORDINATOR_NOT_AVAILABLE;
-        return r;
-    };
+    // Before any group was coordinated the offsets topic does not exist yet: the partition is
+    // the one FindCoordinator's creation of it will give the group (Kafka hashes over
+    // offsets.topic.num.partitions here too). Refusing would leave a Java producer, which asks
+    // for the group's coordinator only after this answer, retrying forever.
+    let p = ctx
+        .broker
+        .offsets_partition(&group)
+        .unwrap_or_else(|| crate::group::partition_for(&group, ctx.broker.config.offsets_topic.num_partitions));
     let tps = [(OFFSETS_TOPIC.to_string(), p)];
     r.error_code = match ctx.broker.add_partitions_to_txn(&id, req.producer_id.0, req.producer_epoch, &tps).await {
         Ok(()) => 0,
