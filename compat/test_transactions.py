@@ -140,10 +140,14 @@ def test_send_offsets_to_transaction_commits_offsets_only_on_commit(txn_broker):
     group = uniq("g")
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    # A read_committed consumer asks with require_stable (KIP-447) and is kept waiting while a
+    # transaction holds an offset of the group; a read_uncommitted one gets the last committed.
+    peek = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "isolation.level": "read_uncommitted"})
     tp = TopicPartition(src, 0)
 
-    def committed():
-        return c.committed([TopicPartition(src, 0)], timeout=10)[0].offset
+    def committed(consumer=c):
+        return consumer.committed([TopicPartition(src, 0)], timeout=10)[0].offset
 
     try:
         c.assign([TopicPartition(src, 0, 0)])
@@ -157,12 +161,13 @@ def test_send_offsets_to_transaction_commits_offsets_only_on_commit(txn_broker):
         p.begin_transaction()
         p.produce(dst, value=b"y")
         p.send_offsets_to_transaction([TopicPartition(src, 0, 42)], c.consumer_group_metadata(), WAIT)
-        assert committed() < 0, "offsets of an open transaction must not be visible"
+        assert committed(peek) < 0, "offsets of an open transaction must not be visible"
         p.commit_transaction(WAIT)
         wait_until(lambda: committed() == 42, WAIT, "the transaction's offset committed")
         assert tp.topic == src
     finally:
         c.close()
+        peek.close()
     assert values_of(read_all(bootstrap, dst, 1, "read_committed", 1)) == ["y"]
 
 
@@ -495,3 +500,76 @@ def test_exactly_once_across_coordinator_and_leader_kills(cluster_factory):
     finally:
         check.close()
     assert {tp.partition: tp.offset for tp in committed} == ends
+
+
+def test_leader_verifies_a_transactional_produce_with_a_remote_coordinator(cluster_factory):
+    """KIP-890 part 1 across brokers: a partition leader that does not coordinate the
+    transaction asks the coordinator (AddPartitionsToTxn v4, verify_only) before appending a
+    transactional batch, refuses it with INVALID_TXN_STATE until the transaction added the
+    partition, and asks again once the transaction's marker ended it there."""
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto as kp
+    import kproto_groups as kg
+    import kproto_txn as kt
+
+    c = cluster_factory(3, overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    })
+    topic = uniq("verify")
+    create_topic(c.bootstrap(), topic, partitions=3, rf=1)
+    txn_id = uniq("tx")
+    any_broker = c.brokers[1]
+
+    def find():
+        with kp.Conn(any_broker.host, any_broker.port) as conn:
+            out = kg.decode_find_coordinator(conn.call(kg.FIND_COORDINATOR, 4,
+                                                       kg.find_coordinator_request(4, txn_id, 1)), 4)
+        coord = out["coordinators"][0]
+        return coord if coord["error_code"] == 0 else None
+    coordinator = wait_until(find, WAIT, "the transaction coordinator")["node_id"]
+    coord_b = c.brokers[coordinator]
+    leaders = {p: s["leader"] for p, s in c.wait_topic_online(topic, 3).items()}
+    part = next(p for p, leader in leaders.items() if leader != coordinator)
+    other = next(p for p in leaders if p != part)
+    leader_b = c.brokers[leaders[part]]
+
+    with kp.Conn(coord_b.host, coord_b.port) as cc, kp.Conn(leader_b.host, leader_b.port) as lc:
+        def init():
+            out = kp.decode_init_producer_id(cc.call(kp.INIT_PRODUCER_ID, 4,
+                                                     kp.init_producer_id_request(4, txn_id, 60000)), 4)
+            return out if out["error_code"] == 0 else None
+        ids = wait_until(init, WAIT, "InitProducerId")
+        pid, epoch = ids["producer_id"], ids["producer_epoch"]
+
+        def produce(seq, value):
+            batch = kp.build_batch([kp.Record(value=value)], producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=seq, transactional=True)
+            r = lc.call(kp.PRODUCE, 9, kp.produce_request(9, {topic: {part: batch}}, transactional_id=txn_id))
+            return kp.decode_produce(r, 9)["responses"][0]["partitions"][0]["error_code"]
+
+        def verify_only(parts):
+            r = cc.call(kt.ADD_PARTITIONS_TO_TXN, 4,
+                        kt.add_partitions_to_txn_request(4, txn_id, pid, epoch, {topic: parts}, verify_only=True))
+            out = kt.decode_add_partitions_to_txn(r, 4)
+            assert out["error_code"] == 0, out
+            return out["by_txn"][txn_id]
+
+        assert produce(0, b"unverified") == kt.INVALID_TXN_STATE
+        r = cc.call(kt.ADD_PARTITIONS_TO_TXN, 3, kt.add_partitions_to_txn_request(3, txn_id, pid, epoch, {topic: [part]}))
+        assert kt.decode_add_partitions_to_txn(r, 3)["errors"] == {(topic, part): 0}
+        # What the leader asks, asked directly: only the added partition is in the transaction.
+        assert verify_only([part, other]) == {(topic, part): 0, (topic, other): kt.INVALID_TXN_STATE}
+        assert produce(0, b"verified") == 0
+        assert produce(1, b"verified-again") == 0
+
+        r = cc.call(kt.END_TXN, 3, kt.end_txn_request(3, txn_id, pid, epoch, True))
+        assert kt.decode_error_only(r, 3)["error_code"] == 0
+
+        def lso():
+            r = lc.call(kp.LIST_OFFSETS, 5, kp.list_offsets_request(5, {topic: {part: -1}}, isolation_level=1))
+            return kp.decode_list_offsets(r, 5)["topics"][0]["partitions"][0]["offset"]
+        wait_until(lambda: lso() == 3, WAIT, "the commit marker on the leader")
+        # The transaction ended there: a new write of the same epoch must be verified again.
+        assert produce(2, b"after-commit") == kt.INVALID_TXN_STATE
