@@ -172,6 +172,12 @@ impl TransactionCoordinator {
         }
     }
 
+    /// This broker became `tp`'s leader: what it confirmed in an earlier term may predate a
+    /// marker written by another leader meanwhile.
+    pub fn forget_partition(&self, tp: &(String, i32)) {
+        guard(&self.verified).remove(tp);
+    }
+
     /// Every transaction known here, for ListTransactions.
     pub fn all(&self) -> Vec<(String, TxnMetadata)> {
         guard(&self.txns).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
