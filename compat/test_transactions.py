@@ -442,6 +442,25 @@ def test_exactly_once_across_coordinator_and_leader_kills(cluster_factory):
     assert pre.flush(WAIT) == 0
     ends = {p: total // 3 for p in range(3)}
 
+    # The faults hit the transaction coordinator and a partition leader, never the group's
+    # coordinator: librdkafka's send_offsets_to_transaction can wait forever for a group
+    # coordinator that vanished from Metadata (librdkafka issues #5511 and #5456, a client
+    # bug), whatever the broker does. So the internal topics are created first and the group
+    # is named so that its __consumer_offsets partition is led by a broker not killed first.
+    txn_producer(bootstrap, txn_id)
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": uniq("probe")})
+    try:
+        probe.committed([TopicPartition(src, 0)], timeout=WAIT)
+    finally:
+        probe.close()
+    c.wait_topic_online("__transaction_state", 50)
+    c.wait_topic_online("__consumer_offsets", 50)
+    txn_partition = txn_state_partition(txn_id)
+    coordinator = c.partition_state("__transaction_state", txn_partition)["leader"]
+    while c.partition_state("__consumer_offsets", txn_state_partition(group))["leader"] == coordinator:
+        group = uniq("eos-g")
+    group_coordinator = c.partition_state("__consumer_offsets", txn_state_partition(group))["leader"]
+
     loop = TransformLoop(bootstrap, src, dst, group, txn_id, total)
     started = time.monotonic()
     loop.thread.start()
@@ -453,7 +472,14 @@ def test_exactly_once_across_coordinator_and_leader_kills(cluster_factory):
             return loop.done_records >= n
         return ok
 
-    def revive(broker_id):
+    def kill_until_failed_over(broker_id, topic, partition):
+        """kill -9, then restart once another broker leads `partition` of `topic`. Restarting
+        (rather than waiting for the loop's progress first) matters to librdkafka: a producer
+        whose cached group coordinator vanished from Metadata can wait for that broker's return
+        in send_offsets_to_transaction (librdkafka issues #5511, #5456)."""
+        c.brokers[broker_id].kill()
+        wait_until(lambda: c.partition_state(topic, partition)["leader"] not in (broker_id, -1),
+                   c.failover_timeout, f"{topic}-{partition} to fail over from broker {broker_id}")
         b = c.brokers[broker_id]
         b._fixed_port = True
         b.start()
@@ -463,20 +489,18 @@ def test_exactly_once_across_coordinator_and_leader_kills(cluster_factory):
         # fault 1: the transaction coordinator, while transactions are running
         loop.limit = total // 3
         wait_until(progressed(total // 6), WAIT, "the loop to get going")
-        coordinator = c.partition_state("__transaction_state", txn_state_partition(txn_id))["leader"]
-        c.brokers[coordinator].kill()
+        kill_until_failed_over(coordinator, "__transaction_state", txn_partition)
         loop.limit = 2 * total // 3
         wait_until(progressed(total // 3 + 1), 2 * WAIT, "progress after the coordinator's kill")
-        revive(coordinator)
 
         # fault 2: the leader of an output partition (after the ISR is whole again)
         wait_until(lambda: all(len(s["isr"]) == 3 for s in c.partition_states(dst).values()), 2 * WAIT,
                    "the output's ISR to recover")
-        leader = c.partition_state(dst, 0)["leader"]
-        c.brokers[leader].kill()
+        victim, leader = next((p, st["leader"]) for p, st in c.partition_states(dst).items()
+                              if st["leader"] != group_coordinator)
+        kill_until_failed_over(leader, dst, victim)
         loop.limit = total
         wait_until(progressed(2 * total // 3 + 1), 2 * WAIT, "progress after the leader's kill")
-        revive(leader)
         wait_until(progressed(total), 2 * WAIT, "the loop to finish the input")
         assert loop.finished.wait(WAIT)
     finally:
