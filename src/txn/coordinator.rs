@@ -456,6 +456,48 @@ mod tests {
     }
 
     #[test]
+    fn verify_only_answers_per_partition_as_the_coordinator_knows_it() {
+        let c = coordinator();
+        let (a0, a1) = (("a".to_string(), 0), ("a".to_string(), 1));
+        assert_eq!(
+            c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), INVALID_PRODUCER_ID_MAPPING)]
+        );
+        let m = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        assert_eq!(
+            c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), INVALID_TXN_STATE)],
+            "not added yet"
+        );
+        let add = c.prepare_add_partitions("t", 5, m.epoch, std::slice::from_ref(&a0), 10).unwrap().unwrap();
+        assert_eq!(c.verify_only("t", 5, 0, std::slice::from_ref(&a0)), vec![(a0.clone(), CONCURRENT_TRANSACTIONS)]);
+        c.complete_write("t", Some(add));
+        assert_eq!(
+            c.verify_only("t", 5, 0, &[a0.clone(), a1.clone()]),
+            vec![(a0.clone(), NONE), (a1.clone(), INVALID_TXN_STATE)]
+        );
+        assert_eq!(c.verify_only("t", 5, 1, std::slice::from_ref(&a0)), vec![(a0.clone(), PRODUCER_FENCED)]);
+        assert_eq!(
+            c.verify_only("t", 6, 0, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), INVALID_PRODUCER_ID_MAPPING)]
+        );
+    }
+
+    #[test]
+    fn a_verified_partition_is_forgotten_at_its_marker_or_a_new_leadership() {
+        let c = coordinator();
+        let tp = ("a".to_string(), 0);
+        c.mark_verified(&tp, 5, 0);
+        assert!(c.is_verified(&tp, 5, 0));
+        assert!(!c.is_verified(&tp, 5, 1), "another epoch is another producer");
+        c.forget_verified(&tp, 5);
+        assert!(!c.is_verified(&tp, 5, 0));
+        c.mark_verified(&tp, 5, 0);
+        c.forget_partition(&tp);
+        assert!(!c.is_verified(&tp, 5, 0));
+    }
+
+    #[test]
     fn reinit_aborts_an_open_transaction_and_timeouts_fence() {
         let c = coordinator();
         written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
