@@ -31,7 +31,7 @@ def run_java(cp, broker, *args, timeout=300):
 
 @pytest.mark.parametrize("scenario", ["metadata", "create-topic", "produce-consume", "codecs", "acks",
                                       "idempotent", "list-offsets", "delete-topic", "auto-create",
-                                      "configs"])
+                                      "configs", "transactions", "txn-fencing"])
 def test_scenario(java_classpath, broker, scenario):
     run_java(java_classpath, broker, scenario)
 

@@ -10,6 +10,7 @@ offset), so "nothing more arrives" is observed, not assumed after a sleep.
 from __future__ import annotations
 
 import subprocess
+import threading
 import sys
 import time
 import uuid
@@ -21,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from gregor_fixtures import _failed, _register  # noqa: E402
-from gregor_harness import wait_until  # noqa: E402
+from gregor_harness import WaitAborted, wait_until  # noqa: E402
 
 WAIT = 60
 
@@ -139,10 +140,14 @@ def test_send_offsets_to_transaction_commits_offsets_only_on_commit(txn_broker):
     group = uniq("g")
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    # A read_committed consumer asks with require_stable (KIP-447) and is kept waiting while a
+    # transaction holds an offset of the group; a read_uncommitted one gets the last committed.
+    peek = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "isolation.level": "read_uncommitted"})
     tp = TopicPartition(src, 0)
 
-    def committed():
-        return c.committed([TopicPartition(src, 0)], timeout=10)[0].offset
+    def committed(consumer=c):
+        return consumer.committed([TopicPartition(src, 0)], timeout=10)[0].offset
 
     try:
         c.assign([TopicPartition(src, 0, 0)])
@@ -156,12 +161,13 @@ def test_send_offsets_to_transaction_commits_offsets_only_on_commit(txn_broker):
         p.begin_transaction()
         p.produce(dst, value=b"y")
         p.send_offsets_to_transaction([TopicPartition(src, 0, 42)], c.consumer_group_metadata(), WAIT)
-        assert committed() < 0, "offsets of an open transaction must not be visible"
+        assert committed(peek) < 0, "offsets of an open transaction must not be visible"
         p.commit_transaction(WAIT)
         wait_until(lambda: committed() == 42, WAIT, "the transaction's offset committed")
         assert tp.topic == src
     finally:
         c.close()
+        peek.close()
     assert values_of(read_all(bootstrap, dst, 1, "read_committed", 1)) == ["y"]
 
 
@@ -318,3 +324,276 @@ def test_transaction_over_partitions_led_by_three_brokers(cluster_factory):
     want += [f"r3-p{part}-{i}" for part in range(3) for i in range(10)]
     got = read_all(survivors, topic, 3, "read_committed", len(want))
     assert values_of(got) == sorted(want)
+
+
+# ---------------------------------------------------------------------------
+# exactly-once under faults
+# ---------------------------------------------------------------------------
+
+class TransformLoop:
+    """A consume-transform-produce loop in the manner of confluent-kafka's EOS example: a
+    read_committed consumer in a group, one transactional producer, and per small batch
+    begin / produce / send_offsets_to_transaction / commit. An abortable error aborts and
+    rewinds the consumer to the group's committed offsets; a fatal one (fencing) recreates
+    the producer. It never processes past `limit` input records, so the test decides when
+    the run may end (after its faults)."""
+
+    BATCH = 20
+
+    def __init__(self, bootstrap: str, src: str, dst: str, group: str, txn_id: str, total: int):
+        self.bootstrap, self.src, self.dst, self.group, self.txn_id = bootstrap, src, dst, group, txn_id
+        self.total = total
+        self.limit = 0
+        self.done_records = 0  # input records whose transaction committed
+        self.commits = 0
+        self.aborts = 0
+        self.recreated = 0
+        self.error = None
+        self.finished = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _producer(self) -> Producer:
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id, "linger.ms": 5,
+                      "transaction.timeout.ms": 30000, "log_level": 2})
+        p.init_transactions(WAIT)
+        return p
+
+    def _rewind(self, c: Consumer) -> None:
+        for tp in c.committed(c.assignment(), timeout=WAIT):
+            c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else -2))
+
+    def _commit(self, p: Producer, c: Consumer) -> None:
+        while True:
+            try:
+                p.commit_transaction(WAIT)
+                return
+            except KafkaException as e:
+                if e.args[0].retriable():
+                    continue
+                raise
+
+    def _run(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed", "log_level": 2})
+        try:
+            c.subscribe([self.src])
+            p = self._producer()
+            while not self.stop.is_set() and self.done_records < self.total:
+                room = min(self.BATCH, self.limit - self.done_records)
+                if room <= 0:
+                    time.sleep(0.01)  # the test has not raised the limit yet
+                    continue
+                msgs = [m for m in c.consume(num_messages=room, timeout=0.5) if m.error() is None]
+                if not msgs or not c.assignment():
+                    continue
+                try:
+                    p.begin_transaction()
+                    for i, m in enumerate(msgs):
+                        # every transaction touches all three output partitions
+                        p.produce(self.dst, value=m.value(), partition=i % 3)
+                    p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), WAIT)
+                    self._commit(p, c)
+                    self.commits += 1
+                    self.done_records += len(msgs)
+                except KafkaException as e:
+                    err = e.args[0]
+                    if err.txn_requires_abort():
+                        p.abort_transaction(WAIT)
+                        self.aborts += 1
+                    elif err.fatal():
+                        p = self._producer()
+                        self.recreated += 1
+                    else:
+                        raise
+                    self._rewind(c)
+                    # what counted as done is what the group committed
+                    self.done_records = sum(max(tp.offset, 0) for tp in c.committed(c.assignment(), timeout=WAIT))
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            self.error = e
+        finally:
+            c.close()
+            self.finished.set()
+
+
+def test_exactly_once_across_coordinator_and_leader_kills(cluster_factory):
+    c = cluster_factory(3, overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+        "offsets.topic.replication.factor": "3",
+        "group.initial.rebalance.delay.ms": "0",
+    })
+    bootstrap = c.bootstrap()
+    src, dst, group, txn_id = uniq("eos-in"), uniq("eos-out"), uniq("eos-g"), uniq("eos-tx")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, num_partitions=3, replication_factor=3,
+                                           config={"min.insync.replicas": "2"}) for t in (src, dst)]).values():
+        f.result(timeout=WAIT)
+    c.wait_topic_online(src, 3)
+    c.wait_topic_online(dst, 3)
+
+    total = 3000
+    want = [f"rec-{i:05d}" for i in range(total)]
+    pre = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    for i, v in enumerate(want):
+        pre.produce(src, value=v.encode(), partition=i % 3)
+        if i % 500 == 0:
+            pre.poll(0)
+    assert pre.flush(WAIT) == 0
+    ends = {p: total // 3 for p in range(3)}
+
+    # The faults hit the transaction coordinator and a partition leader, never the group's
+    # coordinator: librdkafka's send_offsets_to_transaction can wait forever for a group
+    # coordinator that vanished from Metadata (librdkafka issues #5511 and #5456, a client
+    # bug), whatever the broker does. So the internal topics are created first and the group
+    # is named so that its __consumer_offsets partition is led by a broker not killed first.
+    txn_producer(bootstrap, txn_id)
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": uniq("probe")})
+    try:
+        probe.committed([TopicPartition(src, 0)], timeout=WAIT)
+    finally:
+        probe.close()
+    c.wait_topic_online("__transaction_state", 50)
+    c.wait_topic_online("__consumer_offsets", 50)
+    txn_partition = txn_state_partition(txn_id)
+    coordinator = c.partition_state("__transaction_state", txn_partition)["leader"]
+    while c.partition_state("__consumer_offsets", txn_state_partition(group))["leader"] == coordinator:
+        group = uniq("eos-g")
+    group_coordinator = c.partition_state("__consumer_offsets", txn_state_partition(group))["leader"]
+
+    loop = TransformLoop(bootstrap, src, dst, group, txn_id, total)
+    started = time.monotonic()
+    loop.thread.start()
+
+    def progressed(n):
+        def ok():
+            if loop.error is not None:
+                raise WaitAborted(f"the transform loop failed: {loop.error!r}")
+            return loop.done_records >= n
+        return ok
+
+    def kill_until_failed_over(broker_id, topic, partition):
+        """kill -9, then restart once another broker leads `partition` of `topic`. Restarting
+        (rather than waiting for the loop's progress first) matters to librdkafka: a producer
+        whose cached group coordinator vanished from Metadata can wait for that broker's return
+        in send_offsets_to_transaction (librdkafka issues #5511, #5456)."""
+        c.brokers[broker_id].kill()
+        wait_until(lambda: c.partition_state(topic, partition)["leader"] not in (broker_id, -1),
+                   c.failover_timeout, f"{topic}-{partition} to fail over from broker {broker_id}")
+        b = c.brokers[broker_id]
+        b._fixed_port = True
+        b.start()
+        c.wait_registered(c.brokers)
+
+    try:
+        # fault 1: the transaction coordinator, while transactions are running
+        loop.limit = total // 3
+        wait_until(progressed(total // 6), WAIT, "the loop to get going")
+        kill_until_failed_over(coordinator, "__transaction_state", txn_partition)
+        loop.limit = 2 * total // 3
+        wait_until(progressed(total // 3 + 1), 2 * WAIT, "progress after the coordinator's kill")
+
+        # fault 2: the leader of an output partition (after the ISR is whole again)
+        wait_until(lambda: all(len(s["isr"]) == 3 for s in c.partition_states(dst).values()), 2 * WAIT,
+                   "the output's ISR to recover")
+        victim, leader = next((p, st["leader"]) for p, st in c.partition_states(dst).items()
+                              if st["leader"] != group_coordinator)
+        kill_until_failed_over(leader, dst, victim)
+        loop.limit = total
+        wait_until(progressed(2 * total // 3 + 1), 2 * WAIT, "progress after the leader's kill")
+        wait_until(progressed(total), 2 * WAIT, "the loop to finish the input")
+        assert loop.finished.wait(WAIT)
+    finally:
+        loop.stop.set()
+        loop.thread.join(WAIT)
+    assert loop.error is None, repr(loop.error)
+    elapsed = time.monotonic() - started
+    print(f"exactly-once run: {elapsed:.1f}s, {loop.commits} commits, {loop.aborts} aborts, "
+          f"{loop.recreated} producer re-creations")
+
+    got = read_all(c.bootstrap(), dst, 3, "read_committed", total)
+    values = [v for _, v in got]
+    dupes = len(values) - len(set(values))
+    missing = set(want) - set(values)
+    assert dupes == 0 and not missing and len(values) == total, \
+        f"{dupes} duplicates, {len(missing)} missing, {len(values)} read"
+
+    check = Consumer({"bootstrap.servers": c.bootstrap(), "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = check.committed([TopicPartition(src, p) for p in range(3)], timeout=WAIT)
+    finally:
+        check.close()
+    assert {tp.partition: tp.offset for tp in committed} == ends
+
+
+def test_leader_verifies_a_transactional_produce_with_a_remote_coordinator(cluster_factory):
+    """KIP-890 part 1 across brokers: a partition leader that does not coordinate the
+    transaction asks the coordinator (AddPartitionsToTxn v4, verify_only) before appending a
+    transactional batch, refuses it with INVALID_TXN_STATE until the transaction added the
+    partition, and asks again once the transaction's marker ended it there."""
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto as kp
+    import kproto_groups as kg
+    import kproto_txn as kt
+
+    c = cluster_factory(3, overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    })
+    topic = uniq("verify")
+    create_topic(c.bootstrap(), topic, partitions=3, rf=1)
+    txn_id = uniq("tx")
+    any_broker = c.brokers[1]
+
+    def find():
+        with kp.Conn(any_broker.host, any_broker.port) as conn:
+            out = kg.decode_find_coordinator(conn.call(kg.FIND_COORDINATOR, 4,
+                                                       kg.find_coordinator_request(4, txn_id, 1)), 4)
+        coord = out["coordinators"][0]
+        return coord if coord["error_code"] == 0 else None
+    coordinator = wait_until(find, WAIT, "the transaction coordinator")["node_id"]
+    coord_b = c.brokers[coordinator]
+    leaders = {p: s["leader"] for p, s in c.wait_topic_online(topic, 3).items()}
+    part = next(p for p, leader in leaders.items() if leader != coordinator)
+    other = next(p for p in leaders if p != part)
+    leader_b = c.brokers[leaders[part]]
+
+    with kp.Conn(coord_b.host, coord_b.port) as cc, kp.Conn(leader_b.host, leader_b.port) as lc:
+        def init():
+            out = kp.decode_init_producer_id(cc.call(kp.INIT_PRODUCER_ID, 4,
+                                                     kp.init_producer_id_request(4, txn_id, 60000)), 4)
+            return out if out["error_code"] == 0 else None
+        ids = wait_until(init, WAIT, "InitProducerId")
+        pid, epoch = ids["producer_id"], ids["producer_epoch"]
+
+        def produce(seq, value):
+            batch = kp.build_batch([kp.Record(value=value)], producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=seq, transactional=True)
+            r = lc.call(kp.PRODUCE, 9, kp.produce_request(9, {topic: {part: batch}}, transactional_id=txn_id))
+            return kp.decode_produce(r, 9)["responses"][0]["partitions"][0]["error_code"]
+
+        def verify_only(parts):
+            r = cc.call(kt.ADD_PARTITIONS_TO_TXN, 4,
+                        kt.add_partitions_to_txn_request(4, txn_id, pid, epoch, {topic: parts}, verify_only=True))
+            out = kt.decode_add_partitions_to_txn(r, 4)
+            assert out["error_code"] == 0, out
+            return out["by_txn"][txn_id]
+
+        assert produce(0, b"unverified") == kt.INVALID_TXN_STATE
+        r = cc.call(kt.ADD_PARTITIONS_TO_TXN, 3, kt.add_partitions_to_txn_request(3, txn_id, pid, epoch, {topic: [part]}))
+        assert kt.decode_add_partitions_to_txn(r, 3)["errors"] == {(topic, part): 0}
+        # What the leader asks, asked directly: only the added partition is in the transaction.
+        assert verify_only([part, other]) == {(topic, part): 0, (topic, other): kt.INVALID_TXN_STATE}
+        assert produce(0, b"verified") == 0
+        assert produce(1, b"verified-again") == 0
+
+        r = cc.call(kt.END_TXN, 3, kt.end_txn_request(3, txn_id, pid, epoch, True))
+        assert kt.decode_error_only(r, 3)["error_code"] == 0
+
+        def lso():
+            r = lc.call(kp.LIST_OFFSETS, 5, kp.list_offsets_request(5, {topic: {part: -1}}, isolation_level=1))
+            return kp.decode_list_offsets(r, 5)["topics"][0]["partitions"][0]["offset"]
+        wait_until(lambda: lso() == 3, WAIT, "the commit marker on the leader")
+        # The transaction ended there: a new write of the same epoch must be verified again.
+        assert produce(2, b"after-commit") == kt.INVALID_TXN_STATE

@@ -3,7 +3,7 @@ definitions), every version of the ranges below.  Same style as kproto.py (stand
 only); importing this module registers the APIs' names, first flexible versions and encoder
 ranges in kproto.
 
-  AddPartitionsToTxn 0-3, AddOffsetsToTxn 0-3, EndTxn 0-3, WriteTxnMarkers 1,
+  AddPartitionsToTxn 0-4 (v4+: the batched form brokers send), AddOffsetsToTxn 0-3, EndTxn 0-3, WriteTxnMarkers 1,
   TxnOffsetCommit 0-3, DescribeTransactions 0, ListTransactions 0-1
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ FLEX = {
     DESCRIBE_TRANSACTIONS: 0, LIST_TRANSACTIONS: 0,
 }
 ENCODER_RANGES = {
-    ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3), WRITE_TXN_MARKERS: (1, 1),
+    ADD_PARTITIONS_TO_TXN: (0, 4), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3), WRITE_TXN_MARKERS: (1, 1),
     TXN_OFFSET_COMMIT: (0, 3), DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 kp.API_NAMES.update(NAMES)
@@ -73,15 +73,39 @@ def _partition_errors(r: R) -> Dict[Tuple[str, int], int]:
     return out
 
 
-def add_partitions_to_txn_request(v: int, txn_id: str, pid: int, epoch: int, topics: Dict[str, List[int]]) -> bytes:
+def add_partitions_to_txn_request(v: int, txn_id: str, pid: int, epoch: int, topics: Dict[str, List[int]],
+                                  verify_only: bool = False) -> bytes:
+    """v4+ is the batched form a partition leader sends (one transaction here); verify_only
+    asks whether the partitions are already in the transaction instead of adding them."""
     w = _w(ADD_PARTITIONS_TO_TXN, v)
+    if v >= 4:
+        def txn(w, _):
+            w.string(txn_id).i64(pid).i16(epoch).bool(verify_only)
+            _topics(w, topics)
+            w.tags()
+        w.array([txn_id], txn)
+        return w.tags().done()
     w.string(txn_id).i64(pid).i16(epoch)
     _topics(w, topics)
     return w.tags().done()
 
 
 def decode_add_partitions_to_txn(r: R, v: int) -> dict:
-    out = {"throttle_time_ms": r.i32(), "errors": _partition_errors(r)}
+    """{"throttle_time_ms", "error_code" (v4+), "errors": {(topic, p): code}, "by_txn" (v4+)}:
+    for v4+ "errors" merges every transaction's results."""
+    out = {"throttle_time_ms": r.i32(), "error_code": 0}
+    if v >= 4:
+        out["error_code"] = r.i16()
+        out["by_txn"] = {}
+
+        def txn(rr):
+            tid = rr.string()
+            out["by_txn"][tid] = _partition_errors(rr)
+            rr.tags()
+        r.array(txn)
+        out["errors"] = {k: c for errs in out["by_txn"].values() for k, c in errs.items()}
+    else:
+        out["errors"] = _partition_errors(r)
     r.tags()
     r.end()
     return out

@@ -97,6 +97,7 @@ def test_server_properties_value_reaches_the_broker(broker_factory):
     ("override", "num.partitions", "lots"),
     ("override", "auto.create.topics.enable", "maybe"),
     ("override", "log.retention.hours", "1.5x"),
+    ("override", "transaction.partition.verification.enable", "sometimes"),
     ("properties", "num.partitions", "lots"),
     ("toml", "num.partitions", '"many"'),
 ])

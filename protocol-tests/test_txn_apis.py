@@ -16,6 +16,7 @@ from test_apis import advertised, new_topic
 
 WAIT = 30
 LATEST = -1
+UNSTABLE_OFFSET_COMMIT = 88
 
 
 def retry(what, fn, retriable=(kt.COORDINATOR_LOAD_IN_PROGRESS, kt.COORDINATOR_NOT_AVAILABLE,
@@ -109,6 +110,13 @@ def test_transaction_by_raw_frames(broker, which):
         r = c.call(kt.TXN_OFFSET_COMMIT, vc,
                    kt.txn_offset_commit_request(vc, txn_id, group, pid, epoch, {topic: {0: 2}}))
         assert kt.decode_txn_offset_commit(r, vc)["errors"] == {(topic, 0): 0}
+        # KIP-447: with require_stable the open transaction's offset is UNSTABLE_OFFSET_COMMIT
+        # (v7 and the per-group v8+ layout); without it, the last committed one (none yet).
+        for fv in (7, 8):
+            r = c.call(kg.OFFSET_FETCH, fv, kg.offset_fetch_request(fv, group, {topic: [0]}, require_stable=True))
+            assert kg.decode_offset_fetch(r, fv)["offsets"][(topic, 0)][::3] == (-1, UNSTABLE_OFFSET_COMMIT)
+            r = c.call(kg.OFFSET_FETCH, fv, kg.offset_fetch_request(fv, group, {topic: [0]}))
+            assert kg.decode_offset_fetch(r, fv)["offsets"][(topic, 0)][::3] == (-1, 0)
 
         vd = v[kt.DESCRIBE_TRANSACTIONS]
         r = c.call(kt.DESCRIBE_TRANSACTIONS, vd, kt.describe_transactions_request(vd, [txn_id, "no-such-id"]))
@@ -138,6 +146,8 @@ def test_transaction_by_raw_frames(broker, which):
         r = c.call(kg.OFFSET_FETCH, 5, kg.offset_fetch_request(5, group, {topic: [0]}))
         fetched = kg.decode_offset_fetch(r, 5)
         assert fetched["offsets"][(topic, 0)][0] == 2, fetched
+        r = c.call(kg.OFFSET_FETCH, 8, kg.offset_fetch_request(8, group, {topic: [0]}, require_stable=True))
+        assert kg.decode_offset_fetch(r, 8)["offsets"][(topic, 0)][::3] == (2, 0), "stable once committed"
 
         # A second transaction, ended by WriteTxnMarkers straight to the leader.
         def add():

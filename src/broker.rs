@@ -820,6 +820,15 @@ fn txn_config(config: &BrokerConfig) -> anyhow::Result<crate::txn::coordinator::
     Ok(crate::txn::coordinator::TxnConfig {
         max_timeout_ms: get("transaction.max.timeout.ms", 900_000)?.min(i32::MAX as i64) as i32,
         abort_check_interval_ms: get("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000)? as u64,
+        verify_partitions: match config.values.get("transaction.partition.verification.enable").map(|v| v.trim()) {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => {
+                return Err(anyhow::anyhow!(
+                    "invalid value {v:?} for configuration transaction.partition.verification.enable: must be true or false"
+                ))
+            }
+        },
     })
 }
 

@@ -31,7 +31,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *            describe-topics-paged TOPIC PARTITIONS PAGE (describeTopics, PAGE partitions per
  *            DescribeTopicPartitions answer),
  *            move-replica-dir TOPIC PARTITION BROKER DIR (alterReplicaLogDirs, then
- *            describeReplicaLogDirs until the replica is in DIR with no future replica left)
+ *            describeReplicaLogDirs until the replica is in DIR with no future replica left),
+ *            transactions (commit, abort, sendOffsetsToTransaction; what each isolation level sees),
+ *            txn-fencing (a second producer with the same transactional.id fences the first)
  * Exit 0 = all checks passed; exit 1 with a "MISMATCH:" message otherwise.
  * Consumers use assign() and no group.id (consumer groups are not implemented yet).
  */
@@ -77,6 +79,8 @@ public class GregorCompat {
                 case "set-cluster-config": setClusterConfig(args[2], args[3]); break;
                 case "client-quotas": clientQuotas(args[2], args[3], args[4]); break;
                 case "describe-topics-paged": describeTopicsPaged(args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4])); break;
+                case "transactions": transactions(); break;
+                case "txn-fencing": txnFencing(); break;
                 case "move-replica-dir": moveReplicaDir(args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]), args[5]); break;
                 default:
                     System.err.println("unknown scenario " + scenario);
@@ -130,6 +134,10 @@ public class GregorCompat {
     }
 
     static KafkaConsumer<byte[], byte[]> consumer() {
+        return consumer(Map.of());
+    }
+
+    static KafkaConsumer<byte[], byte[]> consumer(Map<String, String> extra) {
         Properties p = new Properties();
         secure(p);
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -138,6 +146,7 @@ public class GregorCompat {
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
+        p.putAll(extra);
         return new KafkaConsumer<>(p);
     }
 
@@ -699,4 +708,126 @@ public class GregorCompat {
                 + lost.subList(0, Math.min(10, lost.size())));
         System.out.println("VERIFIED " + acked.size() + " acknowledged of " + total + " stored");
     }
+    // ------------------------------------------------------------------ transactions
+
+    static KafkaProducer<byte[], byte[]> txnProducer(String txnId) {
+        KafkaProducer<byte[], byte[]> p = producer(Map.of(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId,
+                ProducerConfig.MAX_BLOCK_MS_CONFIG, "60000"));
+        p.initTransactions();
+        return p;
+    }
+
+    static void sendValues(KafkaProducer<byte[], byte[]> p, String t, String prefix, int n) throws Exception {
+        List<Future<RecordMetadata>> fs = new ArrayList<>();
+        for (int i = 0; i < n; i++) fs.add(p.send(new ProducerRecord<>(t, i % 2, null, b(prefix + i))));
+        p.flush();
+        for (Future<RecordMetadata> f : fs) f.get(60, TimeUnit.SECONDS);
+    }
+
+    /** Every value of `t` as a consumer at `isolation` sees it: read until its position reaches
+     *  the end offsets (the last stable offset for read_committed), so the view is complete. */
+    static List<String> readValues(String t, int partitions, String isolation) {
+        try (KafkaConsumer<byte[], byte[]> c = consumer(Map.of(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation))) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (int i = 0; i < partitions; i++) tps.add(new TopicPartition(t, i));
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps, WAIT);
+            List<String> out = new ArrayList<>();
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (true) {
+                boolean done = true;
+                for (TopicPartition tp : tps) done &= c.position(tp, WAIT) >= end.get(tp);
+                if (done) break;
+                check(System.nanoTime() < deadline, isolation + " reader stuck at " + out.size() + " values, ends " + end);
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) out.add(s(r.value()));
+            }
+            Collections.sort(out);
+            return out;
+        }
+    }
+
+    static List<String> values(String prefix, int n) {
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < n; i++) out.add(prefix + i);
+        return out;
+    }
+
+    static void transactions() throws Exception {
+        String t = uniq("java-txn");
+        String src = uniq("java-txn-src");
+        String group = uniq("java-txn-g");
+        try (Admin a = admin()) {
+            createTopicAndWait(a, t, 2);
+            createTopicAndWait(a, src, 1);
+        }
+        TopicPartition srcTp = new TopicPartition(src, 0);
+        try (KafkaProducer<byte[], byte[]> p = txnProducer(uniq("java-tx"))) {
+            p.beginTransaction();
+            sendValues(p, t, "c1-", 50);
+            p.sendOffsetsToTransaction(Map.of(srcTp, new OffsetAndMetadata(7)), new ConsumerGroupMetadata(group));
+            p.commitTransaction();
+            p.beginTransaction();
+            sendValues(p, t, "a-", 30);
+            p.sendOffsetsToTransaction(Map.of(srcTp, new OffsetAndMetadata(99)), new ConsumerGroupMetadata(group));
+            p.abortTransaction();
+            p.beginTransaction();
+            sendValues(p, t, "c2-", 10);
+            p.commitTransaction();
+        }
+        List<String> committed = new ArrayList<>(values("c1-", 50));
+        committed.addAll(values("c2-", 10));
+        List<String> all = new ArrayList<>(committed);
+        all.addAll(values("a-", 30));
+        Collections.sort(committed);
+        Collections.sort(all);
+        List<String> rc = readValues(t, 2, "read_committed");
+        check(rc.equals(committed), "read_committed saw " + rc.size() + " values, expected the 60 committed: " + rc);
+        List<String> ru = readValues(t, 2, "read_uncommitted");
+        check(ru.equals(all), "read_uncommitted saw " + ru.size() + " values, expected all 90");
+        try (Admin a = admin()) {
+            Map<TopicPartition, OffsetAndMetadata> offs =
+                    a.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get(60, TimeUnit.SECONDS);
+            OffsetAndMetadata o = offs.get(srcTp);
+            check(o != null && o.offset() == 7, "the group's committed offset is " + o + ", expected 7 (the aborted 99 discarded)");
+        }
+    }
+
+    static boolean fenced(Throwable e) {
+        for (Throwable c = e; c != null; c = c.getCause()) {
+            if (c instanceof org.apache.kafka.common.errors.ProducerFencedException
+                    || c instanceof org.apache.kafka.common.errors.InvalidProducerEpochException) return true;
+        }
+        return false;
+    }
+
+    static void txnFencing() throws Exception {
+        String t = uniq("java-fence");
+        try (Admin a = admin()) { createTopicAndWait(a, t, 2); }
+        String txnId = uniq("java-tx");
+        KafkaProducer<byte[], byte[]> zombie = txnProducer(txnId);
+        try {
+            zombie.beginTransaction();
+            sendValues(zombie, t, "zombie-", 5);
+            try (KafkaProducer<byte[], byte[]> successor = txnProducer(txnId)) {
+                Throwable failure = null;
+                try {
+                    sendValues(zombie, t, "zombie-late-", 5);
+                    zombie.commitTransaction();
+                } catch (Exception e) {
+                    failure = e;
+                }
+                check(failure != null, "the fenced producer committed");
+                check(fenced(failure), "the fenced producer failed with " + failure + ", expected ProducerFencedException");
+                successor.beginTransaction();
+                sendValues(successor, t, "successor-", 4);
+                successor.commitTransaction();
+            }
+        } finally {
+            zombie.close(Duration.ZERO);
+        }
+        List<String> rc = readValues(t, 2, "read_committed");
+        check(rc.equals(values("successor-", 4)), "read_committed saw " + rc + ", expected only the successor's records");
+    }
+
 }

@@ -41,6 +41,7 @@ pub enum ErrorCode {
     ElectionNotNeeded = 84,
     NoReassignmentInProgress = 85,
     InvalidRecord = 87,
+    UnstableOffsetCommit = 88,
     InvalidUpdateVersion = 95,
     TransactionalIdAuthorizationFailed = 53,
     TransactionalIdNotFound = 105,
@@ -119,6 +120,7 @@ mod tests {
             (ErrorCode::LogDirNotFound, R::LogDirNotFound),
             (ErrorCode::KafkaStorageError, R::KafkaStorageError),
             (ErrorCode::InvalidTopicException, R::InvalidTopicException),
+            (ErrorCode::UnstableOffsetCommit, R::UnstableOffsetCommit),
         ] {
             assert_eq!(ours.code(), theirs.code(), "{ours:?}");
         }

@@ -20,6 +20,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use super::error::ErrorCode;
@@ -34,6 +35,7 @@ fn s(v: impl Into<String>) -> StrBytes {
 
 const GROUP_AUTHORIZATION_FAILED: i16 = ErrorCode::GroupAuthorizationFailed as i16;
 const TOPIC_AUTHORIZATION_FAILED: i16 = ErrorCode::TopicAuthorizationFailed as i16;
+const UNSTABLE_OFFSET_COMMIT: i16 = ErrorCode::UnstableOffsetCommit as i16;
 
 /// The group checks Kafka makes before it looks for the coordinator: `op` on the group, then
 /// whether this broker coordinates it.
@@ -499,20 +501,28 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
                 continue;
             }
             let (fetched, refused) = group_offsets(ctx, g.group_id.0.as_str(), topics);
+            let unstable = unstable_partitions(ctx, req.require_stable, g.group_id.0.as_str());
             for (topic, parts) in by_topic(fetched) {
                 let mut tr = OffsetFetchResponseTopics::default();
-                tr.name = TopicName(s(topic));
                 tr.partitions = parts
                     .into_iter()
                     .map(|(p, o)| {
                         let mut pr = OffsetFetchResponsePartitions::default();
                         pr.partition_index = p;
+                        if unstable.contains(&(topic.clone(), p)) {
+                            pr.committed_offset = -1;
+                            pr.committed_leader_epoch = -1;
+                            pr.metadata = Some(s(""));
+                            pr.error_code = UNSTABLE_OFFSET_COMMIT;
+                            return pr;
+                        }
                         pr.committed_offset = o.as_ref().map(|o| o.offset).unwrap_or(-1);
                         pr.committed_leader_epoch = o.as_ref().map(|o| o.leader_epoch).unwrap_or(-1);
                         pr.metadata = Some(s(o.map(|o| o.metadata).unwrap_or_default()));
                         pr
                     })
                     .collect();
+                tr.name = TopicName(s(topic));
                 gr.topics.push(tr);
             }
             for (topic, parts) in by_topic(refused.into_iter().map(|tp| (tp, None)).collect()) {
@@ -562,6 +572,7 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
     }
     let topics = req.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
     let (fetched, refused) = group_offsets(ctx, req.group_id.0.as_str(), topics);
+    let unstable = unstable_partitions(ctx, req.require_stable, req.group_id.0.as_str());
     for (topic, parts) in by_topic(refused.into_iter().map(|tp| (tp, None)).collect()) {
         let mut tr = OffsetFetchResponseTopic::default();
         tr.name = TopicName(s(topic));
@@ -580,21 +591,38 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
     }
     for (topic, parts) in by_topic(fetched) {
         let mut tr = OffsetFetchResponseTopic::default();
-        tr.name = TopicName(s(topic));
         tr.partitions = parts
             .into_iter()
             .map(|(p, o)| {
                 let mut pr = OffsetFetchResponsePartition::default();
                 pr.partition_index = p;
+                if unstable.contains(&(topic.clone(), p)) {
+                    pr.committed_offset = -1;
+                    pr.committed_leader_epoch = -1;
+                    pr.metadata = Some(s(""));
+                    pr.error_code = UNSTABLE_OFFSET_COMMIT;
+                    return pr;
+                }
                 pr.committed_offset = o.as_ref().map(|o| o.offset).unwrap_or(-1);
                 pr.committed_leader_epoch = o.as_ref().map(|o| o.leader_epoch).unwrap_or(-1);
                 pr.metadata = Some(s(o.map(|o| o.metadata).unwrap_or_default()));
                 pr
             })
             .collect();
+        tr.name = TopicName(s(topic));
         r.topics.push(tr);
     }
     r
+}
+
+/// With require_stable (v7+), a partition an open transaction holds an offset for is
+/// answered UNSTABLE_OFFSET_COMMIT rather than its last committed offset, so a consumer
+/// starting after a crash waits for the transaction's outcome instead of re-reading.
+fn unstable_partitions(ctx: &RequestContext, require_stable: bool, group: &str) -> HashSet<(String, i32)> {
+    if !require_stable || ctx.version() < 7 {
+        return HashSet::new();
+    }
+    ctx.broker.groups.pending_txn_partitions(group)
 }
 
 pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse {

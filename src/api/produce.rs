@@ -1,6 +1,7 @@
 //! Produce: validate each partition's batches and append them as they are. With acks=all the
 //! answer waits until the high watermark passes the write, i.e. every ISR member has it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let valid_acks = matches!(acks, -1..=1);
     let transactional = req.transactional_id.is_some();
     let txn_id: String = req.transactional_id.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+    let remote = if transactional { verify_remote(ctx, &txn_id, &req).await } else { HashMap::new() };
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let effective = broker.effective_config();
@@ -89,7 +91,8 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                     (Some(p), Some(records)) => match up_convert(ctx, records) {
                         Err(code) => code,
                         Ok(records)
-                            if transactional && !txn_verified(ctx, &txn_id, &name, pd.index, &records, &mut out) =>
+                            if transactional
+                                && !txn_verified(ctx, &txn_id, (&name, pd.index), &records, &remote, &mut out) =>
                         {
                             out.error_code
                         }
@@ -158,22 +161,47 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
 fn txn_verified(
     ctx: &RequestContext,
     txn_id: &str,
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
     records: &[u8],
+    remote: &HashMap<(String, i32), i16>,
     out: &mut PartitionProduceResponse,
 ) -> bool {
     let Some(h) = crate::log::BatchHeader::parse(records) else { return true };
     if !h.is_transactional() {
         return true;
     }
-    match ctx.broker.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, topic, partition) {
+    let tp = (topic.to_string(), partition);
+    match ctx.broker.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote) {
         Ok(()) => true,
         Err(code) => {
             out.error_code = code;
             false
         }
     }
+}
+
+/// Before any append: the transactional batches for partitions this broker leads whose
+/// transaction is coordinated on another broker and not yet confirmed there are verified
+/// with that coordinator in one round trip (KIP-890 part 1). The answer per partition.
+async fn verify_remote(ctx: &RequestContext, txn_id: &str, req: &ProduceRequest) -> HashMap<(String, i32), i16> {
+    let mut producer = None;
+    let mut tps = Vec::new();
+    for t in &req.topic_data {
+        for pd in &t.partition_data {
+            let Some(h) = pd.records.as_deref().and_then(crate::log::BatchHeader::parse) else { continue };
+            if !h.is_transactional() || ctx.broker.replicas.partition(&t.name.0, pd.index).is_none() {
+                continue;
+            }
+            producer.get_or_insert((h.producer_id, h.producer_epoch));
+            tps.push((t.name.0.to_string(), pd.index));
+        }
+    }
+    let Some((pid, epoch)) = producer else { return HashMap::new() };
+    ctx.broker.needs_remote_verification(txn_id, pid, epoch, &mut tps);
+    if tps.is_empty() {
+        return HashMap::new();
+    }
+    ctx.broker.verify_with_coordinator(txn_id, pid, epoch, &tps).await
 }
 
 /// Kafka's rule for compacted topics: every record needs a key, since compaction keeps the

@@ -78,6 +78,9 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
 /// OPERATION_NOT_ATTEMPTED.
 pub async fn add_partitions_to_txn(ctx: &RequestContext, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse {
     let version = ctx.version();
+    if version >= 4 {
+        return add_partitions_for_brokers(ctx, req).await;
+    }
     let id = req.v3_and_below_transactional_id.0.to_string();
     let wanted: Vec<(String, i32)> = req
         .v3_and_below_topics
@@ -119,21 +122,63 @@ pub async fn add_partitions_to_txn(ctx: &RequestContext, req: AddPartitionsToTxn
         }
     }
     let mut r = AddPartitionsToTxnResponse::default();
+    r.results_by_topic_v3_and_below = topic_results(per);
+    r
+}
+
+/// AddPartitionsToTxn v4+, the batched form brokers send: a partition leader asks with
+/// verify_only whether a producer's transaction added partitions before appending its
+/// transactional batch (KIP-890 part 1). Only brokers may send it (CLUSTER_ACTION).
+async fn add_partitions_for_brokers(
+    ctx: &RequestContext,
+    req: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let mut r = AddPartitionsToTxnResponse::default();
+    if !ctx.authorized_cluster(Operation::ClusterAction) {
+        r.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+        return r;
+    }
+    for txn in req.transactions {
+        let id = txn.transactional_id.0.to_string();
+        let (pid, epoch) = (txn.producer_id.0, txn.producer_epoch);
+        let tps: Vec<(String, i32)> =
+            txn.topics.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p))).collect();
+        let per: Vec<((String, i32), i16)> = match ctx.broker.check_txn_coordinator(&id) {
+            Err(code) => tps.into_iter().map(|tp| (tp, code)).collect(),
+            Ok(_) if txn.verify_only => ctx.broker.txns.verify_only(&id, pid, epoch, &tps),
+            Ok(_) => {
+                let code = match ctx.broker.add_partitions_to_txn(&id, pid, epoch, &tps).await {
+                    Ok(()) => 0,
+                    Err(code) => code,
+                };
+                tps.into_iter().map(|tp| (tp, code)).collect()
+            }
+        };
+        let mut result = add_partitions_to_txn_response::AddPartitionsToTxnResult::default();
+        result.transactional_id = txn.transactional_id;
+        result.topic_results = topic_results(per);
+        r.results_by_transaction.push(result);
+    }
+    r
+}
+
+fn topic_results(per: Vec<((String, i32), i16)>) -> Vec<AddPartitionsToTxnTopicResult> {
+    let mut out: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
     for ((topic, p), code) in per {
         let mut pr = AddPartitionsToTxnPartitionResult::default();
         pr.partition_index = p;
         pr.partition_error_code = code;
-        match r.results_by_topic_v3_and_below.iter_mut().find(|t| t.name.0.as_str() == topic) {
+        match out.iter_mut().find(|t| t.name.0.as_str() == topic) {
             Some(t) => t.results_by_partition.push(pr),
             None => {
                 let mut t = AddPartitionsToTxnTopicResult::default();
                 t.name = TopicName(s(topic));
                 t.results_by_partition.push(pr);
-                r.results_by_topic_v3_and_below.push(t);
+                out.push(t);
             }
         }
     }
-    r
+    out
 }
 
 fn partition_exists(ctx: &RequestContext, topic: &str, partition: i32) -> bool {
@@ -153,12 +198,14 @@ pub async fn add_offsets_to_txn(ctx: &RequestContext, req: AddOffsetsToTxnReques
         r.error_code = GROUP_AUTHORIZATION_FAILED;
         return r;
     }
-    // The offsets topic exists once any group was coordinated; if not, FindCoordinator for the
-    // group creates it and the client retries.
-    let Some(p) = ctx.broker.offsets_partition(&group) else {
-        r.error_code = codes::COORDINATOR_NOT_AVAILABLE;
-        return r;
-    };
+    // Before any group was coordinated the offsets topic does not exist yet: the partition is
+    // the one FindCoordinator's creation of it will give the group (Kafka hashes over
+    // offsets.topic.num.partitions here too). Refusing would leave a Java producer, which asks
+    // for the group's coordinator only after this answer, retrying forever.
+    let p = ctx
+        .broker
+        .offsets_partition(&group)
+        .unwrap_or_else(|| crate::group::partition_for(&group, ctx.broker.config.offsets_topic.num_partitions));
     let tps = [(OFFSETS_TOPIC.to_string(), p)];
     r.error_code = match ctx.broker.add_partitions_to_txn(&id, req.producer_id.0, req.producer_epoch, &tps).await {
         Ok(()) => 0,

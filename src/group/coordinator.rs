@@ -321,6 +321,13 @@ impl GroupCoordinator {
         pending.values().any(|v| v.iter().any(|o| o.group == group))
     }
 
+    /// The partitions of `group` an open transaction holds offsets for: OffsetFetch with
+    /// require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT for them until the marker lands.
+    pub fn pending_txn_partitions(&self, group: &str) -> std::collections::HashSet<(String, i32)> {
+        let pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        pending.values().flatten().filter(|o| o.group == group).map(|o| o.tp.clone()).collect()
+    }
+
     /// Restores committed offsets (and generation) read back from `__consumer_offsets`.
     pub fn load_offset(&self, group: &str, tp: (String, i32), value: Option<CommittedOffset>) {
         let mut groups = self.lock();

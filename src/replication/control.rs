@@ -109,6 +109,7 @@ impl Broker {
                     }
                     if part.become_leader(p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.topic_name, partition = p.partition_index, epoch = p.leader_epoch, "became leader");
+                        self.txns.forget_partition(&(topic.topic_name.to_string(), p.partition_index));
                         if offsets {
                             self.load_groups(Some(p.partition_index));
                         }

@@ -17,6 +17,7 @@ pub mod codes {
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const INVALID_TXN_STATE: i16 = 48;
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
@@ -34,6 +35,8 @@ pub struct TxnConfig {
     pub max_timeout_ms: i32,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
     pub abort_check_interval_ms: u64,
+    /// `transaction.partition.verification.enable` (KIP-890 part 1)
+    pub verify_partitions: bool,
 }
 
 /// What InitProducerId must do next.
@@ -57,6 +60,11 @@ pub struct TransactionCoordinator {
     /// The leader epoch of each `__transaction_state` partition led here: the coordinator
     /// epoch its markers carry.
     epochs: Mutex<HashMap<i32, i32>>,
+    /// On the partition-leader side: the producers (id -> epoch) whose coordinator on another
+    /// broker confirmed that their ongoing transaction added the partition. Kept until the
+    /// partition's marker for the producer, so each partition costs one round trip per
+    /// transaction rather than one per produce.
+    verified: Mutex<HashMap<(String, i32), HashMap<i64, i16>>>,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -76,6 +84,7 @@ impl TransactionCoordinator {
             txns: Mutex::new(HashMap::new()),
             loading: Mutex::new(HashSet::new()),
             epochs: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
         }
     }
 
@@ -117,6 +126,56 @@ impl TransactionCoordinator {
         } else {
             Err(INVALID_TXN_STATE)
         }
+    }
+
+    /// AddPartitionsToTxn v4 with verify_only, from a partition leader: per partition, whether
+    /// the producer's ongoing transaction added it. Errors as Kafka's coordinator answers them
+    /// (the leader turns them into what the producer understands).
+    pub fn verify_only(&self, id: &str, pid: i64, epoch: i16, tps: &[(String, i32)]) -> Vec<((String, i32), i16)> {
+        let txns = guard(&self.txns);
+        let all = |code: i16| tps.iter().map(|tp| (tp.clone(), code)).collect();
+        let Some(m) = txns.get(id) else { return all(INVALID_PRODUCER_ID_MAPPING) };
+        if m.producer_id != pid {
+            return all(INVALID_PRODUCER_ID_MAPPING);
+        }
+        if m.epoch != epoch {
+            return all(PRODUCER_FENCED);
+        }
+        if m.pending || matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return all(CONCURRENT_TRANSACTIONS);
+        }
+        tps.iter()
+            .map(|tp| {
+                let ok = m.state == TxnState::Ongoing && m.partitions.contains(tp);
+                (tp.clone(), if ok { NONE } else { INVALID_TXN_STATE })
+            })
+            .collect()
+    }
+
+    /// Whether a coordinator elsewhere already confirmed `tp` for this producer and epoch.
+    pub fn is_verified(&self, tp: &(String, i32), pid: i64, epoch: i16) -> bool {
+        guard(&self.verified).get(tp).and_then(|m| m.get(&pid)).is_some_and(|&e| e == epoch)
+    }
+
+    pub fn mark_verified(&self, tp: &(String, i32), pid: i64, epoch: i16) {
+        guard(&self.verified).entry(tp.clone()).or_default().insert(pid, epoch);
+    }
+
+    /// The transaction ended on `tp` (its marker is written): the next one verifies again.
+    pub fn forget_verified(&self, tp: &(String, i32), pid: i64) {
+        let mut v = guard(&self.verified);
+        if let Some(m) = v.get_mut(tp) {
+            m.remove(&pid);
+            if m.is_empty() {
+                v.remove(tp);
+            }
+        }
+    }
+
+    /// This broker became `tp`'s leader: what it confirmed in an earlier term may predate a
+    /// marker written by another leader meanwhile.
+    pub fn forget_partition(&self, tp: &(String, i32)) {
+        guard(&self.verified).remove(tp);
     }
 
     /// Every transaction known here, for ListTransactions.
@@ -336,7 +395,11 @@ mod tests {
     use super::*;
 
     fn coordinator() -> TransactionCoordinator {
-        TransactionCoordinator::new(TxnConfig { max_timeout_ms: 900_000, abort_check_interval_ms: 10_000 })
+        TransactionCoordinator::new(TxnConfig {
+            max_timeout_ms: 900_000,
+            abort_check_interval_ms: 10_000,
+            verify_partitions: true,
+        })
     }
 
     fn written(c: &TransactionCoordinator, id: &str, step: Result<InitStep, i16>) -> TxnMetadata {
@@ -390,6 +453,48 @@ mod tests {
         let next = c.prepare_add_partitions("t", 5, 0, &[("b".into(), 1)], 20).unwrap().unwrap();
         assert_eq!(next.partitions.len(), 1);
         assert_eq!(next.start_ms, 20);
+    }
+
+    #[test]
+    fn verify_only_answers_per_partition_as_the_coordinator_knows_it() {
+        let c = coordinator();
+        let (a0, a1) = (("a".to_string(), 0), ("a".to_string(), 1));
+        assert_eq!(
+            c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), INVALID_PRODUCER_ID_MAPPING)]
+        );
+        let m = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        assert_eq!(
+            c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), INVALID_TXN_STATE)],
+            "not added yet"
+        );
+        let add = c.prepare_add_partitions("t", 5, m.epoch, std::slice::from_ref(&a0), 10).unwrap().unwrap();
+        assert_eq!(c.verify_only("t", 5, 0, std::slice::from_ref(&a0)), vec![(a0.clone(), CONCURRENT_TRANSACTIONS)]);
+        c.complete_write("t", Some(add));
+        assert_eq!(
+            c.verify_only("t", 5, 0, &[a0.clone(), a1.clone()]),
+            vec![(a0.clone(), NONE), (a1.clone(), INVALID_TXN_STATE)]
+        );
+        assert_eq!(c.verify_only("t", 5, 1, std::slice::from_ref(&a0)), vec![(a0.clone(), PRODUCER_FENCED)]);
+        assert_eq!(
+            c.verify_only("t", 6, 0, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), INVALID_PRODUCER_ID_MAPPING)]
+        );
+    }
+
+    #[test]
+    fn a_verified_partition_is_forgotten_at_its_marker_or_a_new_leadership() {
+        let c = coordinator();
+        let tp = ("a".to_string(), 0);
+        c.mark_verified(&tp, 5, 0);
+        assert!(c.is_verified(&tp, 5, 0));
+        assert!(!c.is_verified(&tp, 5, 1), "another epoch is another producer");
+        c.forget_verified(&tp, 5);
+        assert!(!c.is_verified(&tp, 5, 0));
+        c.mark_verified(&tp, 5, 0);
+        c.forget_partition(&tp);
+        assert!(!c.is_verified(&tp, 5, 0));
     }
 
     #[test]

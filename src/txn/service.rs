@@ -15,9 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::{
-    ProducerId, RequestHeader, ResponseHeader, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
+    TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -90,14 +92,136 @@ impl Broker {
     }
 
     /// A transactional produce to `topic`-`partition`: refused unless the transaction added
-    /// the partition. Only the coordinator knows, so the check is made when it is this broker;
-    /// otherwise the batch is taken as Kafka takes it with `transaction.partition.verification.enable`
-    /// off.
-    pub fn verify_txn_produce(&self, id: &str, pid: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16> {
-        if self.check_txn_coordinator(id).is_err() {
+    /// the partition (`transaction.partition.verification.enable`, KIP-890 part 1). When this
+    /// broker coordinates the id the state is at hand; otherwise the coordinator elsewhere
+    /// was asked before the append (`verify_with_coordinator`), and `remote` holds its answer
+    /// for partitions not already confirmed.
+    pub fn verify_txn_produce(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        tp: &(String, i32),
+        remote: &HashMap<(String, i32), i16>,
+    ) -> Result<(), i16> {
+        if self.check_txn_coordinator(id).is_ok() {
+            return self.txns.verify_partition(id, pid, epoch, tp);
+        }
+        if !self.txns.config().verify_partitions || self.txns.is_verified(tp, pid, epoch) {
             return Ok(());
         }
-        self.txns.verify_partition(id, pid, epoch, &(topic.to_string(), partition))
+        match remote.get(tp).copied() {
+            Some(NONE) => Ok(()),
+            Some(code) => Err(code),
+            // Not asked (the coordinator moved here or away between the two looks): retriable.
+            None => Err(NOT_ENOUGH_REPLICAS),
+        }
+    }
+
+    /// Keeps of `tps` (partitions this broker leads) those the transaction's coordinator on
+    /// another broker must confirm: none when it is this broker or verification is off.
+    pub fn needs_remote_verification(&self, id: &str, pid: i64, epoch: i16, tps: &mut Vec<(String, i32)>) {
+        if !self.txns.config().verify_partitions || self.check_txn_coordinator(id).is_ok() {
+            tps.clear();
+            return;
+        }
+        tps.retain(|tp| !self.txns.is_verified(tp, pid, epoch));
+    }
+
+    /// AddPartitionsToTxn v4 with verify_only to the coordinator of `id`, as a partition
+    /// leader sends it before a transactional append. Returns the code the producer gets per
+    /// partition: the coordinator's answer with fencing as INVALID_PRODUCER_EPOCH, and
+    /// anything that says "not now" (coordinator moving, unreachable, busy) as the retriable
+    /// NOT_ENOUGH_REPLICAS, as Kafka's leader answers. Confirmed partitions are remembered
+    /// until their marker.
+    pub async fn verify_with_coordinator(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        tps: &[(String, i32)],
+    ) -> HashMap<(String, i32), i16> {
+        let all = |code: i16| tps.iter().map(|tp| (tp.clone(), code)).collect::<HashMap<_, _>>();
+        let Some(p) = self.txn_partition_for(id) else { return all(NOT_ENOUGH_REPLICAS) };
+        let snapshot = self.cache.snapshot();
+        let leader = snapshot
+            .topics
+            .get(TRANSACTION_STATE_TOPIC)
+            .and_then(|t| t.partitions.iter().find(|x| x.index == p))
+            .map(|x| x.leader);
+        let Some(b) = leader.and_then(|l| snapshot.brokers.iter().find(|b| b.id == l)) else {
+            return all(NOT_ENOUGH_REPLICAS);
+        };
+        let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+        for (t, p) in tps {
+            match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
+                Some(x) => x.partitions.push(*p),
+                None => {
+                    let mut x = AddPartitionsToTxnTopic::default();
+                    x.name = TopicName(StrBytes::from_string(t.clone()));
+                    x.partitions = vec![*p];
+                    topics.push(x);
+                }
+            }
+        }
+        let mut txn = AddPartitionsToTxnTransaction::default();
+        txn.transactional_id = TransactionalId(StrBytes::from_string(id.to_string()));
+        txn.producer_id = ProducerId(pid);
+        txn.producer_epoch = epoch;
+        txn.verify_only = true;
+        txn.topics = topics;
+        let mut req = AddPartitionsToTxnRequest::default();
+        req.transactions = vec![txn];
+        let (host, port) = (b.host.clone(), b.port);
+        let client_id = format!("gregor-txn-verify-{}", self.config.broker_id);
+        let max = self.config.socket_request_max_bytes;
+        // The inter-broker listener's protocol (TLS, SASL), as every broker-to-broker request.
+        let connector = &self.security.inter_broker;
+        let call = async move {
+            let mut stream = connector.connect(&host, port, &client_id).await?;
+            let key = kafka_protocol::messages::ApiKey::AddPartitionsToTxn;
+            round_trip::<_, _, AddPartitionsToTxnResponse>(&mut stream, &client_id, key, 4, &req, max).await
+        };
+        let resp = match tokio::time::timeout(self.security.inter_broker.request_timeout, call).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::debug!(transactional_id = id, error = %e, "cannot verify a transactional produce");
+                return all(NOT_ENOUGH_REPLICAS);
+            }
+            Err(_) => return all(NOT_ENOUGH_REPLICAS),
+        };
+        // The producer is not shown the broker's own authorization problem: its write is
+        // simply not verified.
+        if resp.error_code == crate::api::error::ErrorCode::ClusterAuthorizationFailed.code() {
+            return all(INVALID_TXN_STATE);
+        }
+        if resp.error_code != NONE {
+            return all(NOT_ENOUGH_REPLICAS);
+        }
+        let mut out = all(NOT_ENOUGH_REPLICAS);
+        for r in resp.results_by_transaction.iter().filter(|r| r.transactional_id.0.as_str() == id) {
+            for t in &r.topic_results {
+                for pr in &t.results_by_partition {
+                    let tp = (t.name.0.to_string(), pr.partition_index);
+                    if !out.contains_key(&tp) {
+                        continue;
+                    }
+                    let code = match pr.partition_error_code {
+                        PRODUCER_FENCED => INVALID_PRODUCER_EPOCH,
+                        NOT_COORDINATOR
+                        | COORDINATOR_NOT_AVAILABLE
+                        | COORDINATOR_LOAD_IN_PROGRESS
+                        | CONCURRENT_TRANSACTIONS => NOT_ENOUGH_REPLICAS,
+                        c => c,
+                    };
+                    if code == NONE {
+                        self.txns.mark_verified(&tp, pid, epoch);
+                    }
+                    out.insert(tp, code);
+                }
+            }
+        }
+        out
     }
 
     /// Writes `target` as `id`'s state and waits until the partition's ISR has it. The caller
@@ -360,6 +484,7 @@ impl Broker {
             let code = match self.replicas.partition(topic, *index) {
                 None => crate::api::not_led_error(self, topic, *index),
                 Some(p) => {
+                    self.txns.forget_verified(&(topic.clone(), *index), pid);
                     let (code, _) = p.write_marker(pid, epoch, commit, coordinator_epoch);
                     if code == NONE && topic == crate::group::OFFSETS_TOPIC {
                         self.groups.complete_txn_offsets(pid, *index, commit);
@@ -409,7 +534,16 @@ impl Broker {
         let connector = &self.security.inter_broker;
         let resp = tokio::time::timeout(MARKER_REQUEST_TIMEOUT, async move {
             let mut stream = connector.connect(&host, port, &client_id).await?;
-            marker_round_trip(&mut stream, &client_id, &req, max).await
+            let key = kafka_protocol::messages::ApiKey::WriteTxnMarkers;
+            round_trip::<_, _, WriteTxnMarkersResponse>(
+                &mut stream,
+                &client_id,
+                key,
+                WRITE_TXN_MARKERS_VERSION,
+                &req,
+                max,
+            )
+            .await
         })
         .await??;
         let mut out = Vec::new();
@@ -525,21 +659,27 @@ impl Broker {
     }
 }
 
-async fn marker_round_trip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+async fn round_trip<S, Req, Resp>(
     stream: &mut S,
     client_id: &str,
-    req: &WriteTxnMarkersRequest,
+    api_key: kafka_protocol::messages::ApiKey,
+    version: i16,
+    req: &Req,
     max: usize,
-) -> anyhow::Result<WriteTxnMarkersResponse> {
-    let version = WRITE_TXN_MARKERS_VERSION;
+) -> anyhow::Result<Resp>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    Req: Encodable + HeaderVersion,
+    Resp: Decodable + HeaderVersion,
+{
     let mut header = RequestHeader::default();
-    header.request_api_key = kafka_protocol::messages::ApiKey::WriteTxnMarkers as i16;
+    header.request_api_key = api_key as i16;
     header.request_api_version = version;
     header.correlation_id = 1;
     header.client_id = Some(StrBytes::from_string(client_id.to_string()));
     let mut buf = BytesMut::new();
     buf.put_i32(0);
-    header.encode(&mut buf, WriteTxnMarkersRequest::header_version(version))?;
+    header.encode(&mut buf, Req::header_version(version))?;
     req.encode(&mut buf, version)?;
     let len = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
@@ -553,9 +693,9 @@ async fn marker_round_trip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unp
     let mut body = vec![0u8; size as usize];
     stream.read_exact(&mut body).await?;
     let mut body = Bytes::from(body);
-    let h = ResponseHeader::decode(&mut body, WriteTxnMarkersResponse::header_version(version))?;
+    let h = ResponseHeader::decode(&mut body, Resp::header_version(version))?;
     if h.correlation_id != 1 {
         anyhow::bail!("unexpected correlation id {}", h.correlation_id);
     }
-    WriteTxnMarkersResponse::decode(&mut body, version)
+    Resp::decode(&mut body, version)
 }
