@@ -30,7 +30,7 @@ use crate::txn::producer_state::AbortedTxn;
 
 /// One `.txnindex` entry, as Kafka writes it: version i16 (0), producer id i64, first offset
 /// i64, last offset i64, last stable offset i64.
-const TXN_INDEX_ENTRY_SIZE: usize = 34;
+pub(super) const TXN_INDEX_ENTRY_SIZE: usize = 34;
 
 fn encode_txn_entry(entry: &AbortedTxn) -> [u8; TXN_INDEX_ENTRY_SIZE] {
     let mut buf = [0u8; TXN_INDEX_ENTRY_SIZE];
@@ -43,7 +43,7 @@ fn encode_txn_entry(entry: &AbortedTxn) -> [u8; TXN_INDEX_ENTRY_SIZE] {
 }
 
 /// `e` is one whole entry (callers walk `chunks_exact`).
-fn decode_txn_entry(e: &[u8]) -> AbortedTxn {
+pub(super) fn decode_txn_entry(e: &[u8]) -> AbortedTxn {
     let i64_at = |o: usize| e.get(o..o + 8).and_then(|b| b.try_into().ok()).map_or(-1, i64::from_be_bytes);
     AbortedTxn {
         producer_id: i64_at(2),
@@ -521,6 +521,16 @@ impl Log {
         if !unchanged {
             return Ok(false);
         }
+        // The cleaner keeps every ABORT marker, so the old segments' aborted-transaction
+        // entries all belong to the cleaned one (which replaces them under the first one's name).
+        let mut txn_entries = Vec::new();
+        for o in old {
+            match fs::read(txn_index_file_path(&self.dir, o.base_offset)) {
+                Ok(b) => txn_entries.extend(b.chunks_exact(TXN_INDEX_ENTRY_SIZE).flatten().copied()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         cleaned.rename_suffix(&self.dir, SWAP_SUFFIX)?;
         sync_dir(&self.dir)?;
         super::cleaner::crash_point("swap");
@@ -533,9 +543,19 @@ impl Log {
             }
         }
         let rename = cleaned.rename_suffix(&self.dir, "");
-        self.segments.insert(cleaned.base_offset(), cleaned);
+        let base = cleaned.base_offset();
+        self.segments.insert(base, cleaned);
         self.publish_stats();
         rename?;
+        if !txn_entries.is_empty() {
+            // A crash before this leaves the cleaned segment without its entries; their data
+            // is gone with the cleaning, so read_committed readers lose nothing.
+            let path = txn_index_file_path(&self.dir, base);
+            let mut tmp = path.clone().into_os_string();
+            tmp.push(".tmp");
+            fs::write(&tmp, &txn_entries)?;
+            fs::rename(&tmp, &path)?;
+        }
         sync_dir(&self.dir)?;
         Ok(true)
     }
