@@ -527,9 +527,16 @@ impl Partition {
         if log.is_deleted() {
             return;
         }
-        let snap = (log.dir().to_path_buf(), log.log_end_offset(), snapshot::encode(&producers.snapshot_entries()));
+        let (dir, end, empty) =
+            (log.dir().to_path_buf(), log.log_end_offset(), log.log_end_offset() <= log.log_start_offset());
         drop(log);
-        self.write_snapshot(Some(snap));
+        // An empty log has nothing to rescan; one at this offset describes the same log
+        // prefix, so the same state (a truncation below it deleted it). A broker with many
+        // idle partitions writes nothing for them.
+        if empty || snapshot::snapshot_path(&dir, end).exists() {
+            return;
+        }
+        self.write_snapshot(Some((dir, end, snapshot::encode(&producers.snapshot_entries()))));
     }
 
     /// The idempotent producers this replica has state for (DescribeProducers).
