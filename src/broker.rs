@@ -717,6 +717,9 @@ impl Broker {
         if let Some(c) = self.cleaner.get() {
             c.shutdown();
         }
+        for p in self.replicas.all_partitions() {
+            p.snapshot_producer_state();
+        }
         match self.replicas.logs().shutdown() {
             Ok(()) => tracing::info!("logs flushed; clean shutdown recorded"),
             Err(e) => tracing::error!(error = %e, "log shutdown failed; the next start will run recovery"),

@@ -25,9 +25,14 @@
 //! the other logs go on). An I/O error (a full disk) abandons the pass, removes the partial
 //! files and backs off.
 //!
-//! Not done (yet): transactional data is compacted like any other (aborted records and
-//! markers are not removed per `.txnindex`, which gregor has no transactions to need; the
-//! dirty section's bound is the last stable offset, which is the high watermark until then).
+//! Transactions, as Kafka's cleaner treats them: nothing at or above the last stable offset
+//! is cleaned, so records of open transactions stay; records of aborted transactions (known
+//! from the `.txnindex` files) neither enter the offset map (an aborted write must not make a
+//! committed older one obsolete) nor survive the rewrite; a COMMIT marker goes once no data of
+//! its transaction remains before it, after a first pass stamped it with a delete horizon and
+//! that horizon passed. ABORT markers are kept, with their `.txnindex` entries: the replica
+//! layer's list of aborted transactions, which read_committed fetches are answered from, would
+//! otherwise name transactions whose end a consumer can no longer find.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::FileExt;
@@ -405,13 +410,18 @@ impl LogCleaner {
         let started = Instant::now();
         let view = &c.view;
         let last_batch_of_producer = self.producer_last_batches(view)?;
-        let (map, end) = self.build_offset_map(view, c.first_dirty, c.first_uncleanable)?;
+        let aborted = aborted_ranges(view);
+        let (map, end) = self.build_offset_map(view, c.first_dirty, c.first_uncleanable, &aborted)?;
         let to_clean: Vec<&SegmentView> = view.inactive.iter().filter(|s| s.base_offset < end).collect();
         let mut latest_horizon = -1i64;
         let mut written = 0u64;
         let mut read = 0u64;
+        // Producers whose transactional data was read since their last marker, over the whole
+        // pass (a transaction may span groups).
+        let mut txn_data_seen = HashSet::new();
         for group in group_segments(&to_clean, view) {
-            let (horizon, r, w) = self.clean_group(c, &group, &map, &last_batch_of_producer, now)?;
+            let pass = PassInputs { map: &map, last_batch_of_producer: &last_batch_of_producer, aborted: &aborted };
+            let (horizon, r, w) = self.clean_group(c, &group, &pass, &mut txn_data_seen, now)?;
             latest_horizon = latest_horizon.max(horizon);
             read += r;
             written += w;
@@ -476,6 +486,7 @@ impl LogCleaner {
         view: &CleanerView,
         first_dirty: i64,
         first_uncleanable: i64,
+        aborted: &AbortedRanges,
     ) -> Result<(HashMap<u128, i64>, i64), Abort> {
         let capacity = self.cfg().map_capacity();
         let mut map: HashMap<u128, i64> = HashMap::new();
@@ -484,7 +495,7 @@ impl LogCleaner {
         for s in view.inactive.iter().filter(|s| s.next_offset > first_dirty && s.base_offset < first_uncleanable) {
             let mut stopped_at = None;
             self.for_each_batch(s, |h, bytes| {
-                if h.last_offset() < first_dirty || h.is_control() {
+                if h.last_offset() < first_dirty || h.is_control() || is_aborted(aborted, h) {
                     return Ok(true);
                 }
                 let section = batch::records_section(bytes, h, self.cfg().decompress_limit)?;
@@ -516,8 +527,8 @@ impl LogCleaner {
         &self,
         c: &Candidate,
         group: &[&SegmentView],
-        map: &HashMap<u128, i64>,
-        last_batch_of_producer: &HashMap<i64, i64>,
+        pass: &PassInputs<'_>,
+        txn_data_seen: &mut HashSet<i64>,
         now: i64,
     ) -> Result<(i64, u64, u64), Abort> {
         let view = &c.view;
@@ -527,16 +538,17 @@ impl LogCleaner {
             let mut horizon = -1i64;
             let (mut read, mut written) = (0u64, 0u64);
             let ctx = FilterContext {
-                map,
+                map: pass.map,
                 now,
                 delete_retention_ms: view.config.delete_retention_ms,
-                last_batch_of_producer,
+                last_batch_of_producer: pass.last_batch_of_producer,
+                aborted: pass.aborted,
                 decompress_limit: self.cfg().decompress_limit,
             };
             for s in group {
                 self.for_each_batch(s, |h, bytes| {
                     read += bytes.len() as u64;
-                    let out = filter_batch(&ctx, h, bytes)?;
+                    let out = filter_batch(&ctx, txn_data_seen, h, bytes)?;
                     if let Some(hz) = out.horizon {
                         horizon = horizon.max(hz);
                     }
@@ -653,12 +665,49 @@ fn group_segments<'a>(segs: &[&'a SegmentView], view: &CleanerView) -> Vec<Vec<&
     groups
 }
 
+/// What one pass learnt of the whole log before rewriting any of it.
+struct PassInputs<'a> {
+    map: &'a HashMap<u128, i64>,
+    last_batch_of_producer: &'a HashMap<i64, i64>,
+    aborted: &'a AbortedRanges,
+}
+
 struct FilterContext<'a> {
     map: &'a HashMap<u128, i64>,
     now: i64,
     delete_retention_ms: i64,
     last_batch_of_producer: &'a HashMap<i64, i64>,
+    aborted: &'a AbortedRanges,
     decompress_limit: usize,
+}
+
+/// Per producer id, the offset ranges (first offset, ABORT marker offset) of its aborted
+/// transactions.
+type AbortedRanges = HashMap<i64, Vec<(i64, i64)>>;
+
+/// The aborted transactions of every segment of the view, from their `.txnindex` files (read
+/// without the log's lock: an entry being appended meanwhile is for a marker above the
+/// cleanable range, and a torn one is skipped).
+fn aborted_ranges(view: &CleanerView) -> AbortedRanges {
+    let mut out: AbortedRanges = HashMap::new();
+    for s in view.inactive.iter().chain(std::iter::once(&view.active)) {
+        let Ok(bytes) = std::fs::read(super::txn_index_file_path(&view.dir, s.base_offset)) else { continue };
+        for e in bytes.chunks_exact(super::partition_log::TXN_INDEX_ENTRY_SIZE) {
+            let a = super::partition_log::decode_txn_entry(e);
+            out.entry(a.producer_id).or_default().push((a.first_offset, a.last_offset));
+        }
+    }
+    out
+}
+
+/// Whether `h` is data of an aborted transaction.
+fn is_aborted(aborted: &AbortedRanges, h: &BatchHeader) -> bool {
+    h.producer_id >= 0
+        && h.is_transactional()
+        && !h.is_control()
+        && aborted
+            .get(&h.producer_id)
+            .is_some_and(|r| r.iter().any(|&(first, last)| first <= h.base_offset && h.base_offset < last))
 }
 
 enum Kept {
@@ -676,9 +725,23 @@ struct Filtered {
 /// Kafka's retention rule for one batch: a record stays if no later record has its key, and
 /// a tombstone also needs its delete horizon unpassed. Keyless records (from before the
 /// topic was compacted) go. Control batches are kept as they are.
-fn filter_batch(ctx: &FilterContext<'_>, h: &BatchHeader, bytes: &[u8]) -> Result<Filtered, LogError> {
+fn filter_batch(
+    ctx: &FilterContext<'_>,
+    txn_data_seen: &mut HashSet<i64>,
+    h: &BatchHeader,
+    bytes: &[u8],
+) -> Result<Filtered, LogError> {
+    let last_of_producer = h.producer_id >= 0 && ctx.last_batch_of_producer.get(&h.producer_id) == Some(&h.base_offset);
     if h.is_control() {
-        return Ok(Filtered { kept: Kept::Original, horizon: None });
+        return filter_marker(ctx, txn_data_seen, h, bytes, last_of_producer);
+    }
+    if is_aborted(ctx.aborted, h) {
+        // The producer's state is keyed on its last batch: that one stays, emptied.
+        let kept = if last_of_producer { Kept::Rewritten(empty_batch(h)) } else { Kept::Nothing };
+        return Ok(Filtered { kept, horizon: None });
+    }
+    if h.producer_id >= 0 && h.is_transactional() {
+        txn_data_seen.insert(h.producer_id);
     }
     let horizon = (h.attributes & DELETE_HORIZON_BIT != 0).then_some(h.base_timestamp);
     let retain_deletes = horizon.is_none_or(|hz| ctx.now < hz);
@@ -702,8 +765,6 @@ fn filter_batch(ctx: &FilterContext<'_>, h: &BatchHeader, bytes: &[u8]) -> Resul
         return Ok(Filtered { kept: Kept::Original, horizon: horizon_out });
     }
     if kept.is_empty() {
-        let last_of_producer =
-            h.producer_id >= 0 && ctx.last_batch_of_producer.get(&h.producer_id) == Some(&h.base_offset);
         if !last_of_producer {
             return Ok(Filtered { kept: Kept::Nothing, horizon: None });
         }
@@ -733,6 +794,40 @@ fn filter_batch(ctx: &FilterContext<'_>, h: &BatchHeader, bytes: &[u8]) -> Resul
     }
     let out = write_batch(h, attributes, base_ts, max_ts, kept.len() as i32, &body);
     Ok(Filtered { kept: Kept::Rewritten(out), horizon: horizon_out })
+}
+
+/// A transaction marker. A COMMIT whose transaction has no data left before it (none was
+/// read in this pass) is first stamped with a delete horizon, then dropped by the first pass
+/// after that horizon; one with data left, an ABORT (see the module comment), or the
+/// producer's last batch is kept.
+fn filter_marker(
+    ctx: &FilterContext<'_>,
+    txn_data_seen: &mut HashSet<i64>,
+    h: &BatchHeader,
+    bytes: &[u8],
+    last_of_producer: bool,
+) -> Result<Filtered, LogError> {
+    let had_data = txn_data_seen.remove(&h.producer_id);
+    let keep = Filtered { kept: Kept::Original, horizon: None };
+    if batch::control_marker(bytes) != Some(true) || had_data || last_of_producer {
+        return Ok(keep);
+    }
+    if h.attributes & DELETE_HORIZON_BIT != 0 {
+        if ctx.now >= h.base_timestamp {
+            return Ok(Filtered { kept: Kept::Nothing, horizon: None });
+        }
+        return Ok(Filtered { kept: Kept::Original, horizon: Some(h.base_timestamp) });
+    }
+    let horizon = ctx.now.saturating_add(ctx.delete_retention_ms);
+    let section = batch::records_section(bytes, h, ctx.decompress_limit)?;
+    let records = batch::parse_records(&section, h.records_count)?;
+    let mut body = Vec::with_capacity(section.len());
+    for r in &records {
+        let ts = h.base_timestamp.saturating_add(r.timestamp_delta);
+        batch::write_record_with_timestamp_delta(&mut body, r, ts.saturating_sub(horizon));
+    }
+    let out = write_batch(h, h.attributes | DELETE_HORIZON_BIT, horizon, h.max_timestamp, h.records_count, &body);
+    Ok(Filtered { kept: Kept::Rewritten(out), horizon: Some(horizon) })
 }
 
 /// A batch with the header fields of `h` (offsets, producer id/epoch/sequence, epoch) and the

@@ -30,11 +30,28 @@ use crate::txn::producer_state::AbortedTxn;
 
 /// One `.txnindex` entry, as Kafka writes it: version i16 (0), producer id i64, first offset
 /// i64, last offset i64, last stable offset i64.
-const TXN_INDEX_ENTRY_SIZE: usize = 34;
+pub(super) const TXN_INDEX_ENTRY_SIZE: usize = 34;
 
-/// Producer batches and transaction markers of a log's newest segments, and where the scan
-/// began.
-pub type RecentProducerBatches = (Vec<(BatchHeader, Option<bool>)>, i64);
+fn encode_txn_entry(entry: &AbortedTxn) -> [u8; TXN_INDEX_ENTRY_SIZE] {
+    let mut buf = [0u8; TXN_INDEX_ENTRY_SIZE];
+    buf[0..2].copy_from_slice(&0i16.to_be_bytes());
+    buf[2..10].copy_from_slice(&entry.producer_id.to_be_bytes());
+    buf[10..18].copy_from_slice(&entry.first_offset.to_be_bytes());
+    buf[18..26].copy_from_slice(&entry.last_offset.to_be_bytes());
+    buf[26..34].copy_from_slice(&entry.last_stable_offset.to_be_bytes());
+    buf
+}
+
+/// `e` is one whole entry (callers walk `chunks_exact`).
+pub(super) fn decode_txn_entry(e: &[u8]) -> AbortedTxn {
+    let i64_at = |o: usize| e.get(o..o + 8).and_then(|b| b.try_into().ok()).map_or(-1, i64::from_be_bytes);
+    AbortedTxn {
+        producer_id: i64_at(2),
+        first_offset: i64_at(10),
+        last_offset: i64_at(18),
+        last_stable_offset: i64_at(26),
+    }
+}
 
 /// One partition's log.
 #[derive(Debug)]
@@ -63,6 +80,9 @@ pub struct Log {
     /// The lowest offset this log was truncated to since a log dir move last looked: the copy
     /// being made for the move holds records from there on that are no longer this log's.
     truncated_to: Option<i64>,
+    /// The base of the segment the last roll started, until the replica layer takes it to
+    /// write a producer-state snapshot there.
+    rolled_at: Option<i64>,
 }
 
 /// What the log cleaner needs of one segment, taken under the log lock and used without it.
@@ -298,6 +318,7 @@ impl Log {
             high_watermark: Arc::new(AtomicI64::new(0)),
             first_unstable_offset: Arc::new(AtomicI64::new(i64::MAX)),
             truncated_to: None,
+            rolled_at: None,
         };
         if log.segments.is_empty() {
             let base = log_start_offset.max(0);
@@ -354,6 +375,11 @@ impl Log {
             return Err(LogError::StorageUnavailable(format!("log {} was deleted", self.dir.display())));
         }
         Ok(())
+    }
+
+    /// Whether this log was deleted or replaced by its copy in another log dir.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted
     }
 
     pub fn dir(&self) -> &Path {
@@ -441,12 +467,7 @@ impl Log {
         use std::io::Write;
         self.check_live()?;
         let base = self.segments.range(..=entry.last_offset).next_back().map(|(b, _)| *b).unwrap_or(0);
-        let mut buf = [0u8; TXN_INDEX_ENTRY_SIZE];
-        buf[0..2].copy_from_slice(&0i16.to_be_bytes());
-        buf[2..10].copy_from_slice(&entry.producer_id.to_be_bytes());
-        buf[10..18].copy_from_slice(&entry.first_offset.to_be_bytes());
-        buf[18..26].copy_from_slice(&entry.last_offset.to_be_bytes());
-        buf[26..34].copy_from_slice(&entry.last_stable_offset.to_be_bytes());
+        let buf = encode_txn_entry(entry);
         let mut f = fs::OpenOptions::new().create(true).append(true).open(txn_index_file_path(&self.dir, base))?;
         f.write_all(&buf)?;
         Ok(())
@@ -462,17 +483,7 @@ impl Log {
             }
             let Ok(bytes) = fs::read(txn_index_file_path(&self.dir, base)) else { continue };
             for e in bytes.chunks_exact(TXN_INDEX_ENTRY_SIZE) {
-                let i64_at = |o: usize| {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&e[o..o + 8]);
-                    i64::from_be_bytes(b)
-                };
-                let entry = AbortedTxn {
-                    producer_id: i64_at(2),
-                    first_offset: i64_at(10),
-                    last_offset: i64_at(18),
-                    last_stable_offset: i64_at(26),
-                };
+                let entry = decode_txn_entry(e);
                 if entry.last_offset < before && entry.last_offset >= self.log_start_offset {
                     out.push(entry);
                 }
@@ -510,6 +521,16 @@ impl Log {
         if !unchanged {
             return Ok(false);
         }
+        // The cleaner keeps every ABORT marker, so the old segments' aborted-transaction
+        // entries all belong to the cleaned one (which replaces them under the first one's name).
+        let mut txn_entries = Vec::new();
+        for o in old {
+            match fs::read(txn_index_file_path(&self.dir, o.base_offset)) {
+                Ok(b) => txn_entries.extend(b.chunks_exact(TXN_INDEX_ENTRY_SIZE).flatten().copied()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         cleaned.rename_suffix(&self.dir, SWAP_SUFFIX)?;
         sync_dir(&self.dir)?;
         super::cleaner::crash_point("swap");
@@ -522,9 +543,19 @@ impl Log {
             }
         }
         let rename = cleaned.rename_suffix(&self.dir, "");
-        self.segments.insert(cleaned.base_offset(), cleaned);
+        let base = cleaned.base_offset();
+        self.segments.insert(base, cleaned);
         self.publish_stats();
         rename?;
+        if !txn_entries.is_empty() {
+            // A crash before this leaves the cleaned segment without its entries; their data
+            // is gone with the cleaning, so read_committed readers lose nothing.
+            let path = txn_index_file_path(&self.dir, base);
+            let mut tmp = path.clone().into_os_string();
+            tmp.push(".tmp");
+            fs::write(&tmp, &txn_entries)?;
+            fs::rename(&tmp, &path)?;
+        }
         sync_dir(&self.dir)?;
         Ok(true)
     }
@@ -728,6 +759,7 @@ impl Log {
         }
         let seg = LogSegment::create(&self.dir, new_base, &self.config, now)?;
         self.segments.insert(new_base, seg);
+        self.rolled_at = Some(new_base);
         self.log_start_offset = self.log_start_offset.max(self.first_segment_base());
         self.publish_stats();
         sync_dir(&self.dir)?;
@@ -827,21 +859,24 @@ impl Log {
         Ok(None)
     }
 
-    /// Headers of the batches written by idempotent producers in the last `segments` segments,
-    /// oldest first, for rebuilding producer state at open (Kafka restores it from snapshots;
-    /// gregor re-reads the tail of the log instead).
-    /// With each transaction marker, what it ends (Some(true) COMMIT, Some(false) ABORT); and
-    /// the first offset scanned, below which only `.txnindex` files tell of aborts.
-    pub fn recent_producer_batches(&self, segments: usize) -> Result<RecentProducerBatches, LogError> {
+    /// The base offset of the segment the last roll started, once: where the replica layer
+    /// writes a producer-state snapshot (its state then covers exactly the offsets below).
+    pub fn take_rolled_at(&mut self) -> Option<i64> {
+        self.rolled_at.take()
+    }
+
+    /// Headers of the batches written by idempotent or transactional producers from `offset`
+    /// on, oldest first, for rebuilding producer state above a snapshot; with each transaction
+    /// marker, what it ends (Some(true) COMMIT, Some(false) ABORT).
+    pub fn producer_batches_from(&self, offset: i64) -> Result<Vec<(BatchHeader, Option<bool>)>, LogError> {
         use std::os::unix::fs::FileExt;
         self.check_live()?;
         let mut out = Vec::new();
-        let skip = self.segments.len().saturating_sub(segments);
-        let scanned_from = self.segments.keys().nth(skip).copied().unwrap_or(self.log_end_offset);
-        for seg in self.segments.values().skip(skip) {
+        let first = self.segments.range(..=offset).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+        for seg in self.segments.range(first..).map(|(_, s)| s) {
             let mut sc = seg.scanner(0, 64 * 1024);
             while let Some((pos, h)) = sc.next_header()? {
-                if h.producer_id < 0 || h.base_offset < self.log_start_offset {
+                if h.producer_id < 0 || h.base_offset < self.log_start_offset || h.base_offset < offset {
                     continue;
                 }
                 if h.is_control() {
@@ -854,7 +889,93 @@ impl Log {
                 }
             }
         }
-        Ok((out, scanned_from))
+        Ok(out)
+    }
+
+    /// The base of the first segment whose `.txnindex` is damaged: torn, of an unknown
+    /// version, or holding an entry that is not this segment's. Its entries (and everything
+    /// after) can only be trusted again once rebuilt from the log.
+    pub fn first_damaged_txn_index(&self) -> Option<i64> {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for (i, &base) in bases.iter().enumerate() {
+            let upper = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+            let bytes = match fs::read(txn_index_file_path(&self.dir, base)) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => return Some(base),
+            };
+            if bytes.len() % TXN_INDEX_ENTRY_SIZE != 0 {
+                return Some(base);
+            }
+            let mut prev_last = i64::MIN;
+            for e in bytes.chunks_exact(TXN_INDEX_ENTRY_SIZE) {
+                let a = decode_txn_entry(e);
+                let version = i16::from_be_bytes([e[0], e[1]]);
+                if version != 0
+                    || a.last_offset < base
+                    || a.last_offset >= upper
+                    || a.first_offset > a.last_offset
+                    || a.last_offset < prev_last
+                {
+                    return Some(base);
+                }
+                prev_last = a.last_offset;
+            }
+        }
+        None
+    }
+
+    /// Makes the `.txnindex` files from the segment holding `from` on list exactly the
+    /// aborted transactions a rescan of the log from `from` found (`found`, in marker order),
+    /// keeping the entries below `from`: a file that is missing, torn, or lists aborts the log
+    /// no longer holds (a truncation, a recovery cut) is rewritten. Files that already agree
+    /// are left alone, so a normal start writes nothing.
+    pub fn sync_aborted_txns(&mut self, from: i64, found: &[AbortedTxn]) -> Result<(), LogError> {
+        self.check_live()?;
+        let first = self.segments.range(..=from).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+        let bases: Vec<i64> = self.segments.range(first..).map(|(b, _)| *b).collect();
+        for (i, &base) in bases.iter().enumerate() {
+            let upper = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+            let path = txn_index_file_path(&self.dir, base);
+            let existing = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            let old: Vec<AbortedTxn> = existing.chunks_exact(TXN_INDEX_ENTRY_SIZE).map(decode_txn_entry).collect();
+            let mut want: Vec<AbortedTxn> = old.iter().filter(|a| a.last_offset < from).copied().collect();
+            for f in found.iter().filter(|a| a.last_offset >= base && a.last_offset < upper) {
+                // The stable offset recorded when the abort happened is kept: a rescan cannot
+                // know the high watermark of that moment.
+                let same = old.iter().find(|o| {
+                    (o.producer_id, o.first_offset, o.last_offset) == (f.producer_id, f.first_offset, f.last_offset)
+                });
+                want.push(*same.unwrap_or(f));
+            }
+            let mut bytes = Vec::with_capacity(want.len() * TXN_INDEX_ENTRY_SIZE);
+            for a in &want {
+                bytes.extend_from_slice(&encode_txn_entry(a));
+            }
+            if bytes == existing {
+                continue;
+            }
+            tracing::info!(
+                dir = %self.dir.display(),
+                base,
+                entries_before = old.len(),
+                entries_after = want.len(),
+                "rebuilt the aborted-transaction index from the log"
+            );
+            if want.is_empty() {
+                fs::remove_file(&path)?;
+            } else {
+                let mut tmp = path.clone().into_os_string();
+                tmp.push(".tmp");
+                fs::write(&tmp, &bytes)?;
+                fs::rename(&tmp, &path)?;
+            }
+        }
+        Ok(())
     }
 
     /// Replication truncation: drops every batch that holds an offset >=
@@ -883,9 +1004,41 @@ impl Log {
         };
         tracing::info!(dir = %self.dir.display(), offset, bytes = removed, "log truncated");
         self.refresh_end_offset();
+        self.trim_txn_index()?;
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
         self.log_start_offset = self.log_start_offset.min(self.log_end_offset);
         self.publish_stats();
+        Ok(())
+    }
+
+    /// Drops the active segment's `.txnindex` entries whose markers are no longer in the log
+    /// (later segments' files went with them).
+    fn trim_txn_index(&mut self) -> Result<(), LogError> {
+        let Some(base) = self.segments.keys().next_back().copied() else { return Ok(()) };
+        let path = txn_index_file_path(&self.dir, base);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let end = self.log_end_offset;
+        let keep: Vec<u8> = bytes
+            .chunks_exact(TXN_INDEX_ENTRY_SIZE)
+            .filter(|e| decode_txn_entry(e).last_offset < end)
+            .flatten()
+            .copied()
+            .collect();
+        if keep.len() == bytes.len() {
+            return Ok(());
+        }
+        if keep.is_empty() {
+            fs::remove_file(&path)?;
+        } else {
+            let mut tmp = path.clone().into_os_string();
+            tmp.push(".tmp");
+            fs::write(&tmp, &keep)?;
+            fs::rename(&tmp, &path)?;
+        }
         Ok(())
     }
 

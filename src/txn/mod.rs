@@ -7,6 +7,7 @@ pub mod coordinator;
 pub mod producer_id;
 pub mod producer_state;
 pub mod service;
+pub mod snapshot;
 pub mod state;
 pub mod txn_log;
 

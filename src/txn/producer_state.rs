@@ -5,6 +5,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::snapshot::SnapshotEntry;
+
 /// How many recent batches per producer are remembered for duplicate detection.
 const CACHED_BATCHES: usize = 5;
 
@@ -13,6 +15,8 @@ struct BatchRecord {
     first_seq: i32,
     last_seq: i32,
     first_offset: i64,
+    /// Last offset minus first offset (a snapshot stores the batch by its last offset).
+    offset_delta: i32,
 }
 
 #[derive(Debug, Default)]
@@ -198,6 +202,69 @@ impl ProducerStateManager {
         out
     }
 
+    /// The state as a snapshot's entries (Kafka keeps one batch per producer in a snapshot,
+    /// so after a restart only a retry of the last batch is recognised as a duplicate).
+    pub fn snapshot_entries(&self) -> Vec<SnapshotEntry> {
+        let mut out: Vec<SnapshotEntry> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| {
+                let last = e.batches.back();
+                let last_offset = last.map_or(-1, |b| b.first_offset + b.offset_delta as i64);
+                SnapshotEntry {
+                    producer_id,
+                    epoch: e.epoch,
+                    last_sequence: last.map_or(-1, |b| b.last_seq),
+                    last_offset,
+                    offset_delta: last.map_or(0, |b| b.offset_delta),
+                    timestamp: e.last_timestamp,
+                    coordinator_epoch: -1,
+                    current_txn_first_offset: self.ongoing.get(&producer_id).copied().unwrap_or(-1),
+                }
+            })
+            .collect();
+        // A transaction seen without sequence numbers still holds back the stable offset.
+        for (&producer_id, &first) in self.ongoing.iter().filter(|(p, _)| !self.producers.contains_key(p)) {
+            out.push(SnapshotEntry {
+                producer_id,
+                epoch: -1,
+                last_sequence: -1,
+                last_offset: -1,
+                offset_delta: 0,
+                timestamp: -1,
+                coordinator_epoch: -1,
+                current_txn_first_offset: first,
+            });
+        }
+        out.sort_by_key(|e| e.producer_id);
+        out
+    }
+
+    /// State restored from a snapshot's entries.
+    pub fn from_snapshot(entries: &[SnapshotEntry]) -> ProducerStateManager {
+        let mut s = ProducerStateManager::default();
+        for e in entries {
+            if e.epoch >= 0 || e.last_offset >= 0 {
+                let entry = s.producers.entry(e.producer_id).or_default();
+                entry.epoch = e.epoch.max(0);
+                entry.last_timestamp = e.timestamp;
+                if e.last_offset >= 0 && e.last_sequence >= 0 {
+                    let first_seq = e.last_sequence.wrapping_sub(e.offset_delta) & i32::MAX;
+                    entry.batches.push_back(BatchRecord {
+                        first_seq,
+                        last_seq: e.last_sequence,
+                        first_offset: e.last_offset - e.offset_delta as i64,
+                        offset_delta: e.offset_delta,
+                    });
+                }
+            }
+            if e.current_txn_first_offset >= 0 {
+                s.observe_transactional(e.producer_id, e.current_txn_first_offset);
+            }
+        }
+        s
+    }
+
     pub fn record(
         &mut self,
         producer_id: i64,
@@ -213,7 +280,9 @@ impl ProducerStateManager {
             entry.batches.clear();
             entry.epoch = epoch;
         }
-        entry.batches.push_back(BatchRecord { first_seq, last_seq, first_offset });
+        // A batch's records are numbered consecutively, so its sequences span its offsets.
+        let offset_delta = last_seq.wrapping_sub(first_seq) & i32::MAX;
+        entry.batches.push_back(BatchRecord { first_seq, last_seq, first_offset, offset_delta });
         while entry.batches.len() > CACHED_BATCHES {
             entry.batches.pop_front();
         }

@@ -413,3 +413,114 @@ fn a_log_without_a_high_watermark_is_not_cleaned() {
     let cleaner = LogCleaner::start(m, cleaner_config());
     assert!(!cleaner.clean_filthiest(now_ms()));
 }
+
+fn txn_batch(key: &str, value: &str, pid: i64) -> Vec<u8> {
+    let recs =
+        [SimpleRecord { timestamp: T0, key: Some(key.as_bytes()), value: Some(value.as_bytes()), headers: vec![] }];
+    let opts = BatchOptions {
+        attributes: batch::TRANSACTIONAL_BIT,
+        producer_id: pid,
+        producer_epoch: 0,
+        base_sequence: 0,
+        ..BatchOptions::default()
+    };
+    encode_batch(&opts, &recs)
+}
+
+fn marker(pid: i64, commit: bool) -> Vec<u8> {
+    batch::encode_control_batch(pid, 0, commit, 0, T0)
+}
+
+fn batch_shapes(log: &Log) -> Vec<(i64, bool, bool)> {
+    read_all(log).1.iter().map(|h| (h.base_offset, h.is_control(), h.attributes & DELETE_HORIZON_BIT != 0)).collect()
+}
+
+#[test]
+fn transactions_aborted_data_goes_open_data_stays_and_commit_markers_go_after_their_horizon() {
+    use crate::txn::producer_state::AbortedTxn;
+    let d = tempfile::tempdir().unwrap();
+    let (m, log) = setup(d.path());
+    let aborted = AbortedTxn { producer_id: 11, first_offset: 3, last_offset: 4, last_stable_offset: 5 };
+    {
+        let mut g = log.lock().unwrap();
+        for mut b in [
+            batch_of(&[("e", Some("keep".into()))], 0, T0, -1),
+            txn_batch("a", "c1", 10),
+            marker(10, true),
+            // Aborted: must neither survive nor make e=keep obsolete.
+            txn_batch("e", "aborted", 11),
+            marker(11, false),
+            batch_of(&[("a", Some("c2".into()))], 0, T0, -1),
+            txn_batch("d", "1", 10),
+            marker(10, true),
+        ] {
+            g.append(&mut b, 0).unwrap();
+        }
+        g.append_aborted_txn(&aborted).unwrap();
+        let leo = g.log_end_offset();
+        g.roll(leo).unwrap();
+        // Still open: at the last stable offset, so never cleaned.
+        g.append(&mut txn_batch("d", "open", 12), 0).unwrap();
+        let leo = g.log_end_offset();
+        g.roll(leo).unwrap();
+        publish_hw(&g);
+        g.first_unstable_offset_cell().store(8, std::sync::atomic::Ordering::Release);
+    }
+    let cleaner = LogCleaner::start(m, cleaner_config());
+    assert!(cleaner.clean_filthiest(now_ms()));
+    // Data records only (a marker's key is its binary version and type).
+    let values = |log: &Log| {
+        read_all(log)
+            .0
+            .iter()
+            .filter(|r| !r.key.starts_with('\0'))
+            .map(|r| (r.offset, r.value.clone().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    {
+        let g = log.lock().unwrap();
+        let v = values(&g);
+        assert_eq!(v, vec![(0, "keep".into()), (5, "c2".into()), (6, "1".into()), (8, "open".into())]);
+        // Every marker stays: the first COMMIT's transaction still had data in this pass.
+        assert_eq!(
+            batch_shapes(&g),
+            vec![
+                (0, false, false),
+                (2, true, false),
+                (4, true, false),
+                (5, false, false),
+                (6, false, false),
+                (7, true, false),
+                (8, false, false)
+            ]
+        );
+        assert_eq!(
+            g.aborted_txns_before(i64::MAX),
+            vec![aborted],
+            "the ABORT's index entry moved to the cleaned segment"
+        );
+    }
+    // The open transaction commits; the next pass finds the first COMMIT without data and
+    // stamps its delete horizon.
+    {
+        let mut g = log.lock().unwrap();
+        g.append(&mut marker(12, true), 0).unwrap();
+        let leo = g.log_end_offset();
+        g.roll(leo).unwrap();
+        publish_hw(&g);
+        g.first_unstable_offset_cell().store(i64::MAX, std::sync::atomic::Ordering::Release);
+    }
+    assert!(cleaner.clean_filthiest(now_ms()));
+    let shapes = batch_shapes(&log.lock().unwrap());
+    assert!(shapes.contains(&(2, true, true)), "{shapes:?}");
+    assert!(shapes.contains(&(7, true, false)), "the producer's last batch stays as it was: {shapes:?}");
+    assert!(shapes.contains(&(9, true, false)), "its transaction's data is still there: {shapes:?}");
+    // After the horizon it goes; the ABORT marker and all data stay.
+    assert!(cleaner.clean_filthiest(now_ms() + 60_000));
+    let g = log.lock().unwrap();
+    let shapes = batch_shapes(&g);
+    assert!(!shapes.iter().any(|s| s.0 == 2), "{shapes:?}");
+    assert!(shapes.contains(&(4, true, false)), "{shapes:?}");
+    // d=1 went once the committed d=open made it obsolete.
+    assert_eq!(values(&g), vec![(0, "keep".into()), (5, "c2".into()), (8, "open".into())]);
+}

@@ -1,0 +1,155 @@
+"""Transactional produce next to idempotent produce, one gregor broker, confluent-kafka.
+
+  txn_bench.py --gregor BIN [--records N] [--txn-records 100] [--size 100] [--rounds R]
+
+Both runs use the same broker process, topic shape (1 partition) and producer settings
+(linger.ms=5); the transactional one commits every --txn-records records. Reports records/s,
+broker CPU seconds per million records (utime+stime of the broker from /proc), the
+transactional/idempotent ratio, and commit_transaction() latency p50/p99 (the call includes
+flushing the transaction's last records). One JSON line per round on stdout, a summary on
+stderr.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(vals, q):
+    s = sorted(vals)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else None
+
+
+def wait_ready(bootstrap, proc, timeout=60):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gregor exited with {proc.returncode}")
+        try:
+            AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=1)
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.05)
+    raise TimeoutError("gregor did not start")
+
+
+def create(bootstrap, topic):
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        md = a.list_topics(topic, timeout=5).topics[topic]
+        if md.error is None and md.partitions and md.partitions[0].leader >= 0:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{topic} not led")
+
+
+def run_idempotent(bootstrap, pid, n, size):
+    topic = "idem-" + uuid.uuid4().hex[:6]
+    create(bootstrap, topic)
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    value = b"x" * size
+    c0, t0 = cpu_s(pid), time.monotonic()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(120) == 0
+    dt, dc = time.monotonic() - t0, cpu_s(pid) - c0
+    return {"rps": n / dt, "cpu_s_per_M": dc / n * 1e6}
+
+
+def run_transactional(bootstrap, pid, n, txn_records, size):
+    topic = "txn-" + uuid.uuid4().hex[:6]
+    create(bootstrap, topic)
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "bench-" + uuid.uuid4().hex[:6],
+                  "linger.ms": 5})
+    p.init_transactions(60)
+    value = b"x" * size
+    commits = []
+    c0, t0 = cpu_s(pid), time.monotonic()
+    for _ in range(n // txn_records):
+        p.begin_transaction()
+        for _ in range(txn_records):
+            p.produce(topic, value=value, partition=0)
+        t = time.monotonic()
+        p.commit_transaction(60)
+        commits.append((time.monotonic() - t) * 1000)
+    dt, dc = time.monotonic() - t0, cpu_s(pid) - c0
+    done = n // txn_records * txn_records
+    return {"rps": done / dt, "cpu_s_per_M": dc / done * 1e6, "commit_ms_p50": pct(commits, 0.5),
+            "commit_ms_p99": pct(commits, 0.99), "commit_ms_max": max(commits, default=None),
+            # librdkafka backs off 20 ms and more when AddPartitionsToTxn is answered
+            # CONCURRENT_TRANSACTIONS: such commits stand out above 10 ms.
+            "commits_over_10ms": sum(1 for c in commits if c > 10), "txns": len(commits)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gregor", required=True)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--txn-records", type=int, default=100)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    data = tempfile.mkdtemp(prefix="gregor-txn-bench-")
+    port = free_port()
+    log = open(os.path.join(data, "broker.log"), "wb")
+    proc = subprocess.Popen([a.gregor, "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                             "--override", f"log.dirs={data}/logs",
+                             "--override", "offsets.topic.replication.factor=1",
+                             "--override", "transaction.state.log.replication.factor=1",
+                             "--override", "transaction.state.log.min.isr=1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        wait_ready(bootstrap, proc)
+        for r in range(a.rounds):
+            idem = run_idempotent(bootstrap, proc.pid, a.records, a.size)
+            txn = run_transactional(bootstrap, proc.pid, a.records, a.txn_records, a.size)
+            row = {"round": r, "idempotent": idem, "transactional": txn, "ratio": txn["rps"] / idem["rps"]}
+            print(json.dumps(row), flush=True)
+            print(f"round {r}: idempotent {idem['rps']:,.0f} rec/s ({idem['cpu_s_per_M']:.2f} cpu-s/M), "
+                  f"transactional {txn['rps']:,.0f} rec/s ({txn['cpu_s_per_M']:.2f} cpu-s/M), "
+                  f"ratio {row['ratio']:.0%}, commit p50 {txn['commit_ms_p50']:.2f} ms "
+                  f"p99 {txn['commit_ms_p99']:.2f} ms max {txn['commit_ms_max']:.1f} ms, "
+                  f"{txn['commits_over_10ms']} of {txn['txns']} commits over 10 ms", file=sys.stderr)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        if not os.environ.get("GREGOR_BENCH_KEEP_TMP"):
+            shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
