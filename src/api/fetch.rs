@@ -22,6 +22,7 @@ use uuid::Uuid;
 use super::error::ErrorCode;
 use super::RequestContext;
 use crate::client_quota::CONSUMER_BYTE_RATE;
+use crate::log::zero_copy;
 use crate::replication::fetch_session::{Session, SessionPartition};
 use crate::replication::{quota, FetchResult};
 use crate::security::authorizer::{Operation, ResourceType};
@@ -178,11 +179,14 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let waiter = Arc::new(Notify::new());
     let mut watch = None;
     let params = ReadParams { max_bytes, version, replica, rack, committed };
-    let responses = loop {
-        let (responses, total, any_error) = read_all(ctx, &wanted, params, watch);
+    // Fetch v4+ only: older versions convert the records, which needs their bytes.
+    let sendfile = ctx.sendfile && version >= 4;
+    let (responses, files) = loop {
+        let ((responses, total, any_error), files) =
+            zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, watch));
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
-            break responses;
+            break (responses, files);
         }
         if watch.is_none() {
             // Read again, registered before each partition's read, so an append between a
@@ -197,9 +201,11 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            break read_all(ctx, &wanted, params, None).0;
+            let ((responses, _, _), files) = zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, None));
+            break (responses, files);
         }
     };
+    *ctx.file_ranges.lock().unwrap_or_else(|p| p.into_inner()) = files;
     drop(parked);
     r.responses = match session {
         Some(s) => only_news(&mut s.lock().unwrap_or_else(|p| p.into_inner()), responses, incremental),
