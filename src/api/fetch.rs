@@ -85,19 +85,22 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         })
         .collect();
 
-    // Sessions are for followers only; a consumer naming one is told it does not exist.
+    // Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
+    // epoch 0 opens a new one. Any other epoch continues the named session.
     let sessions = &ctx.broker.fetch_sessions;
+    let now = Instant::now();
     let mut session: Option<Arc<Mutex<Session>>> = None;
     let mut incremental = false;
-    let wanted = if req.session_id != 0 {
-        let Some(s) = sessions.get(req.session_id).filter(|_| replica >= 0) else {
+    let full = req.session_epoch == 0 || req.session_epoch == -1;
+    if full && req.session_id != 0 {
+        sessions.remove(req.session_id);
+    }
+    let wanted = if !full {
+        let Some(s) = sessions.get(req.session_id, now) else {
             r.error_code = FETCH_SESSION_ID_NOT_FOUND;
             return r;
         };
-        if req.session_epoch == -1 {
-            sessions.remove(req.session_id);
-            requested
-        } else {
+        {
             let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
             if req.session_epoch != g.epoch || g.replica != replica {
                 r.error_code = INVALID_FETCH_SESSION_EPOCH;
@@ -109,7 +112,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                     let sent = g
                         .partitions
                         .get(&(w.name.clone(), p.index))
-                        .map(|x| (x.sent_high_watermark, x.sent_log_start_offset));
+                        .map(|x| (x.sent_high_watermark, x.sent_log_start_offset, x.sent_last_stable_offset));
                     g.partitions.insert((w.name.clone(), p.index), session_partition(w.id, p, sent));
                 }
             }
@@ -134,22 +137,26 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                     });
                 }
             }
+            let size = g.partitions.len();
             drop(g);
+            sessions.resize(req.session_id, size);
             session = Some(s);
             incremental = true;
             r.session_id = req.session_id;
             all
         }
-    } else if req.session_epoch == 0 && replica >= 0 && version >= 7 {
+    } else if req.session_epoch == 0 && version >= 7 {
         let partitions = requested
             .iter()
             .flat_map(|w| {
                 w.partitions.iter().map(move |p| ((w.name.clone(), p.index), session_partition(w.id, p, None)))
             })
             .collect();
-        let (id, s) = sessions.create(replica, partitions);
-        session = Some(s);
-        r.session_id = id;
+        // A full cache of sessions worth keeping: answered without one (id 0).
+        if let Some((id, s)) = sessions.create(replica, partitions, now) {
+            session = Some(s);
+            r.session_id = id;
+        }
         requested
     } else {
         requested
@@ -264,8 +271,8 @@ fn count_bytes_out(ctx: &RequestContext, responses: &[FetchableTopicResponse], t
     }
 }
 
-fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64)>) -> SessionPartition {
-    let (sent_high_watermark, sent_log_start_offset) = sent.unwrap_or((-1, -1));
+fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64, i64)>) -> SessionPartition {
+    let (sent_high_watermark, sent_log_start_offset, sent_last_stable_offset) = sent.unwrap_or((-1, -1, -1));
     SessionPartition {
         topic_id,
         fetch_offset: p.offset,
@@ -274,6 +281,7 @@ fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64
         last_fetched_epoch: p.last_fetched_epoch,
         sent_high_watermark,
         sent_log_start_offset,
+        sent_last_stable_offset,
     }
 }
 
@@ -293,10 +301,13 @@ fn only_news(
                 || pd.error_code != 0
                 || pd.records.as_ref().is_some_and(|r| !r.is_empty())
                 || pd.diverging_epoch.epoch >= 0
+                || pd.preferred_read_replica.0 >= 0
                 || pd.high_watermark != sp.sent_high_watermark
+                || pd.last_stable_offset != sp.sent_last_stable_offset
                 || pd.log_start_offset != sp.sent_log_start_offset;
             if news {
                 sp.sent_high_watermark = pd.high_watermark;
+                sp.sent_last_stable_offset = pd.last_stable_offset;
                 sp.sent_log_start_offset = pd.log_start_offset;
             }
             news
