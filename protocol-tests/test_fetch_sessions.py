@@ -91,3 +91,17 @@ def test_no_session_slots_means_full_fetches_without_sessions(broker_factory):
         assert other["error_code"] == 0 and other["session_id"] == 0, other
         assert answered(other) == {0: (1, [b"x"])}
         assert fetch(c, {}, session_id=held, session_epoch=1)["error_code"] == 0
+
+
+def test_a_partition_left_out_of_a_full_response_comes_in_the_next_incremental_one(broker):
+    # The consumer names only partitions whose position moved: one that had records but got
+    # none (the response was full) must still be read by the next incremental fetch.
+    with kp.Conn(broker.host, broker.port) as c:
+        topic = new_topic(c, partitions=2)
+        produce(c, topic, 0, b"x" * 2000)
+        produce(c, topic, 1, b"y" * 2000)
+        full = fetch(c, {topic: {0: 0, 1: 0}}, session_epoch=0, max_bytes=1)
+        sid = full["session_id"]
+        assert sid != 0 and answered(full) == {0: (1, [b"x" * 2000]), 1: (1, [])}, full
+        inc = fetch(c, {topic: {0: 1}}, session_id=sid, session_epoch=1)
+        assert answered(inc) == {1: (1, [b"y" * 2000])}

@@ -12,7 +12,7 @@
 //! than [`EVICTION`]; a consumer only sessions older than that. With nothing to displace the
 //! fetch is answered without a session (id 0), and the client keeps sending full fetches.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,33 @@ pub struct Session {
     /// The epoch the next request must carry.
     pub epoch: i32,
     pub partitions: BTreeMap<(String, i32), SessionPartition>,
+    /// A consumer's incremental fetch reads only the partitions it names, those that changed
+    /// since, and those not watched. (A follower's reads every partition: each read is also
+    /// the follower's report of being caught up, which keeps it in the ISR.)
+    pub changes: Arc<Changes>,
+    /// Partitions without a replica here to watch when last looked at: read on every fetch
+    /// until one appears.
+    pub unwatched: BTreeSet<(String, i32)>,
+}
+
+/// The partitions of a session that changed (an append, a high-watermark move, a role change)
+/// since a fetch last took them, marked by the partitions' own wake-ups.
+#[derive(Default)]
+pub struct Changes {
+    changed: Mutex<BTreeSet<(String, i32)>>,
+    /// A parked incremental fetch waits here; a change while no fetch waits leaves a permit.
+    pub notify: tokio::sync::Notify,
+}
+
+impl Changes {
+    pub fn mark(&self, topic: &str, index: i32) {
+        self.changed.lock().unwrap_or_else(|p| p.into_inner()).insert((topic.to_string(), index));
+        self.notify.notify_one();
+    }
+
+    pub fn take(&self) -> BTreeSet<(String, i32)> {
+        std::mem::take(&mut *self.changed.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 pub struct FetchSessions {
@@ -105,7 +132,13 @@ impl FetchSessions {
                 break inner.next_id;
             }
         };
-        let session = Arc::new(Mutex::new(Session { replica, epoch: 1, partitions }));
+        let session = Arc::new(Mutex::new(Session {
+            replica,
+            epoch: 1,
+            partitions,
+            changes: Arc::default(),
+            unwatched: BTreeSet::new(),
+        }));
         let entry = Entry { session: session.clone(), follower, size, created: now, last_used: now };
         inner.sessions.insert(id, entry);
         Some((id, session))

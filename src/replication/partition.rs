@@ -119,6 +119,9 @@ pub struct Partition {
     /// partition. Weak: a request that finished without a change leaves only a dead entry,
     /// pruned at the next registration.
     waiters: Mutex<Vec<Weak<Notify>>>,
+    /// Consumer fetch sessions holding this partition, told of every change for as long as
+    /// they live (unlike waiters, which are told once).
+    sessions: Mutex<Vec<Weak<super::fetch_session::Changes>>>,
 }
 
 /// What a metrics scrape reads of a partition's replica state.
@@ -180,6 +183,7 @@ impl Partition {
             isr_metrics,
             log_stats,
             waiters: Mutex::new(Vec::new()),
+            sessions: Mutex::new(Vec::new()),
         }
     }
 
@@ -196,13 +200,27 @@ impl Partition {
         }
     }
 
-    /// Wakes every request waiting on this partition.
+    /// Wakes every request waiting on this partition, and marks it changed in the fetch
+    /// sessions that hold it.
     pub fn wake(&self) {
         let waiters = std::mem::take(&mut *lock(&self.waiters));
         for w in waiters {
             if let Some(n) = w.upgrade() {
                 n.notify_one();
             }
+        }
+        let sessions = lock(&self.sessions);
+        for s in sessions.iter().filter_map(Weak::upgrade) {
+            s.mark(&self.topic, self.index);
+        }
+    }
+
+    /// Marks this partition in `changes` at each of its changes until the session is gone.
+    pub fn watch_changes(&self, changes: &Arc<super::fetch_session::Changes>) {
+        let mut s = lock(&self.sessions);
+        s.retain(|x| x.strong_count() > 0);
+        if !s.iter().any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(changes))) {
+            s.push(Arc::downgrade(changes));
         }
     }
 
