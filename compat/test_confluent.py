@@ -358,3 +358,38 @@ def test_many_segments_and_restart(broker_factory):
     broker.restart("kill")
     verify_records(recs, consume_all(broker, t, len(recs)), acked=acked)
     assert lookups() == ([1, 777, 2500, 4999], (0, 5000))
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_large_record_sets_from_several_partitions_in_one_fetch(broker, isolation):
+    # Megabytes per partition in each answer: on a plaintext listener these record sets go
+    # from the segment files to the socket by sendfile, between the encoded fields.
+    t = uniq("ck-large")
+    create_topic(broker, t, 4)
+    recs = make_records(4_000, "confluent-large", value_size=2048)
+    acked = produce_records(producer(broker, **{"batch.size": 1_000_000, "linger.ms": 50}), t, recs)
+    assert len({p for p, _ in acked.values()}) == 4, "keys did not spread over 4 partitions"
+    got = consume_all_with(broker, t, len(recs), **{"isolation.level": isolation, "fetch.max.bytes": 50_000_000,
+                                                      "max.partition.fetch.bytes": 8_000_000,
+                                                      "fetch.wait.max.ms": 500, "fetch.min.bytes": 4_000_000})
+    verify_records(recs, got, acked=acked)
+
+
+def consume_all_with(broker, topic, expected, **extra):
+    c = consumer(broker, **extra)
+    try:
+        parts = sorted(c.list_topics(topic, timeout=WAIT).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts])
+        got = []
+        deadline = time.monotonic() + WAIT
+        while len(got) < expected:
+            assert time.monotonic() < deadline, f"consumed {len(got)} of {expected}"
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(m.error())
+                got.append(Got(m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or []), m.timestamp()[1]))
+        return got
+    finally:
+        c.close()

@@ -36,6 +36,10 @@ def test_scenario(java_classpath, broker, scenario):
     run_java(java_classpath, broker, scenario)
 
 
+def test_fetch_sessions_over_many_partitions(java_classpath, broker):
+    run_java(java_classpath, broker, "fetch-sessions")
+
+
 def test_restart_sigterm_keeps_data(java_classpath, broker):
     t = uniq("java-restart")
     run_java(java_classpath, broker, "produce", "3000", t)

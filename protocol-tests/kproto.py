@@ -741,8 +741,11 @@ def decode_produce(r: R, version: int) -> dict:
 
 def fetch_request(version: int, topics: Dict[Any, Dict[int, int]], max_wait_ms: int = 0, min_bytes: int = 1,
                   max_bytes: int = 50 * 1024 * 1024, partition_max_bytes: int = 10 * 1024 * 1024,
-                  isolation_level: int = 0) -> bytes:
-    """topics: {name: {partition: offset}} for v4-12, {topic_id (16 bytes): {...}} for v13+."""
+                  isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1,
+                  forgotten: Optional[Dict[Any, List[int]]] = None) -> bytes:
+    """topics: {name: {partition: offset}} for v4-12, {topic_id (16 bytes): {...}} for v13+.
+    The default session fields ask for a full fetch without a session; `forgotten` names the
+    partitions an incremental fetch drops from its session."""
     w = W(is_flexible(FETCH, version))
     if version <= 14:
         w.i32(-1)  # replica_id (consumer); v15+ moves it into the ReplicaState tagged field
@@ -752,7 +755,7 @@ def fetch_request(version: int, topics: Dict[Any, Dict[int, int]], max_wait_ms: 
     if version >= 4:
         w.i8(isolation_level)
     if version >= 7:
-        w.i32(0).i32(-1)  # session_id 0, session_epoch -1 (full fetch, no session)
+        w.i32(session_id).i32(session_epoch)
 
     def part(w, item):
         idx, off = item
@@ -777,9 +780,18 @@ def fetch_request(version: int, topics: Dict[Any, Dict[int, int]], max_wait_ms: 
         w.array(sorted(parts.items()), part)
         w.tags()
 
+    def forgotten_topic(w, item):
+        name, parts = item
+        if version >= 13:
+            w.uuid(bytes(name))
+        else:
+            w.string(name)
+        w.array(parts, lambda w, p: w.i32(p))
+        w.tags()
+
     w.array(list(topics.items()), topic)
     if version >= 7:
-        w.array([], lambda w, x: None)  # forgotten_topics_data
+        w.array(list((forgotten or {}).items()), forgotten_topic)
     if version >= 11:
         w.string("")  # rack_id
     return w.tags().done()

@@ -193,7 +193,9 @@ impl Broker {
             ),
             membership_zk_mirror: Default::default(),
             fetchers: FetcherManager::default(),
-            fetch_sessions: Default::default(),
+            fetch_sessions: crate::replication::fetch_session::FetchSessions::new(
+                config.max_incremental_fetch_session_cache_slots,
+            ),
             leader_quota: Default::default(),
             follower_quota: Default::default(),
             quotas: Default::default(),

@@ -183,6 +183,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("socket.receive.buffer.bytes", "102400"),
     ("replica.fetch.max.bytes", "1048576"),
     ("replica.fetch.wait.max.ms", "500"),
+    ("max.incremental.fetch.session.cache.slots", "1000"),
     ("replica.fetch.response.max.bytes", "10485760"),
     ("leader.replication.throttled.rate", "9223372036854775807"),
     ("follower.replication.throttled.rate", "9223372036854775807"),
@@ -262,6 +263,8 @@ pub struct BrokerConfig {
     pub min_insync_replicas: i32,
     pub replica_lag_time_max_ms: u64,
     pub replica_fetch_wait_max_ms: u64,
+    /// Fetch sessions kept at most (KIP-227); 0: none.
+    pub max_incremental_fetch_session_cache_slots: usize,
     pub replica_fetch_max_bytes: i32,
     pub replica_fetch_response_max_bytes: i32,
     /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate`: bytes/s
@@ -648,6 +651,10 @@ impl BrokerConfig {
             min_insync_replicas: positive::<i32>("min.insync.replicas", get("min.insync.replicas"))?,
             replica_lag_time_max_ms: positive::<u64>("replica.lag.time.max.ms", get("replica.lag.time.max.ms"))?,
             replica_fetch_wait_max_ms: num::<u64>("replica.fetch.wait.max.ms", get("replica.fetch.wait.max.ms"))?,
+            max_incremental_fetch_session_cache_slots: num::<usize>(
+                "max.incremental.fetch.session.cache.slots",
+                get("max.incremental.fetch.session.cache.slots"),
+            )?,
             replica_fetch_max_bytes: positive::<i32>("replica.fetch.max.bytes", get("replica.fetch.max.bytes"))?,
             replica_fetch_response_max_bytes: positive::<i32>(
                 "replica.fetch.response.max.bytes",

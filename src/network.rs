@@ -21,6 +21,8 @@ use tracing::Instrument;
 
 use crate::api::{self, RequestContext};
 use crate::broker::Broker;
+use crate::log::zero_copy::FileRanges;
+use crate::log::FileRange;
 use crate::metrics::GaugeGuard;
 use crate::security::sasl::{AuthState, Exchange, TokenOutcome};
 use crate::security::{KafkaPrincipal, ListenerSecurity};
@@ -338,8 +340,10 @@ struct Connection {
 
 impl Connection {
     /// The TLS handshake where the listener has TLS, then the requests.
-    async fn start(self, stream: TcpStream, shutdown: watch::Receiver<bool>) {
+    async fn start(mut self, stream: TcpStream, shutdown: watch::Receiver<bool>) {
         let Some(acceptor) = self.path.security.tls.as_ref().map(|t| t.acceptor()) else {
+            // Bytes go to the socket as they are: record sets may go straight from the file.
+            self.path.sendfile = true;
             let (rd, wr) = stream.into_split();
             return self.serve(rd, wr, shutdown).await;
         };
@@ -370,7 +374,7 @@ impl Connection {
     async fn serve<R, W>(self, rd: R, mut wr: W, mut shutdown: watch::Receiver<bool>)
     where
         R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
+        W: ResponseSink + Send + 'static,
     {
         let mut rd = BufReader::with_capacity(4 * 1024, rd);
         // Requests are handled one at a time, in order (Kafka mutes a connection while a
@@ -468,6 +472,8 @@ pub struct RequestPath {
     broker: Arc<Broker>,
     listener: Arc<str>,
     peer: String,
+    /// Set for a plaintext socket: Fetch responses may carry file ranges for sendfile.
+    sendfile: bool,
     security: Arc<ListenerSecurity>,
     /// Taken only between awaits: requests on a connection are handled one at a time.
     auth: Mutex<ConnectionAuth>,
@@ -500,7 +506,7 @@ impl RequestPath {
             close_after_response: None,
             authenticated_once: false,
         };
-        RequestPath { broker, listener, peer, security, auth: Mutex::new(auth) }
+        RequestPath { broker, listener, peer, sendfile: false, security, auth: Mutex::new(auth) }
     }
 
     fn auth(&self) -> std::sync::MutexGuard<'_, ConnectionAuth> {
@@ -534,7 +540,10 @@ impl RequestPath {
     /// Decodes one frame, runs its handler and returns the encoded response (None: the
     /// request gets no response, as Produce with acks=0).
     pub async fn process(&self, frame: Bytes) -> Result<Option<Bytes>, FrameError> {
-        Ok(self.process_frame(frame).await?.map(ResponseFrame::into_bytes))
+        match self.process_frame(frame).await? {
+            Some(response) => Ok(Some(response.into_bytes()?)),
+            None => Ok(None),
+        }
     }
 
     /// [`RequestPath::process`], with the response as the pieces the socket is sent.
@@ -599,7 +608,10 @@ impl RequestPath {
             other => other,
         };
         let response = match api::handle(&ctx, request).instrument(span).await {
-            Ok(Some(response)) => Some(encode_response(key, version, correlation_id, &response)?),
+            Ok(Some(response)) => {
+                let files = std::mem::take(&mut *ctx.file_ranges.lock().unwrap_or_else(|p| p.into_inner()));
+                Some(encode_response_with_files(key, version, correlation_id, &response, files)?)
+            }
             Ok(None) => None,
             Err(e) => return Err(FrameError::Malformed(key, version, e)),
         };
@@ -617,6 +629,8 @@ impl RequestPath {
             peer: self.peer.clone(),
             slot: Arc::new(std::sync::Mutex::new(slot)),
             principal: self.principal(),
+            sendfile: self.sendfile,
+            file_ranges: Default::default(),
         }
     }
 
@@ -937,10 +951,16 @@ pub async fn read_frame<R: AsyncReadExt + Unpin>(
 
 /// An encoded response as it goes to the socket: one buffer, or, for a Fetch, the encoded
 /// fields with the record sets between them as they were read from the log (never copied into
-/// the response).
+/// the response), or as the file ranges they are to be sent from.
 pub enum ResponseFrame {
     One(Bytes),
-    Pieces(Vec<Bytes>),
+    Pieces(Vec<Piece>),
+}
+
+/// Part of a response: bytes, or a range of a segment file sent with sendfile.
+pub enum Piece {
+    Bytes(Bytes),
+    File(FileRange),
 }
 
 impl From<Bytes> for ResponseFrame {
@@ -950,33 +970,126 @@ impl From<Bytes> for ResponseFrame {
 }
 
 impl ResponseFrame {
-    /// The response in one buffer (for callers without a socket).
-    pub fn into_bytes(self) -> Bytes {
+    /// The response in one buffer (for callers without a socket). Fails if a file range can
+    /// no longer be read whole.
+    pub fn into_bytes(self) -> std::io::Result<Bytes> {
         match self {
-            ResponseFrame::One(b) => b,
+            ResponseFrame::One(b) => Ok(b),
             ResponseFrame::Pieces(p) => {
-                let mut all = BytesMut::with_capacity(p.iter().map(Bytes::len).sum());
+                let mut all = BytesMut::with_capacity(p.iter().map(Piece::len).sum());
                 for piece in &p {
-                    all.extend_from_slice(piece);
+                    match piece {
+                        Piece::Bytes(b) => all.extend_from_slice(b),
+                        Piece::File(range) => range.read_into_buf(&mut all)?,
+                    }
                 }
-                all.freeze()
+                Ok(all.freeze())
             }
         }
     }
 
-    fn push_to(self, pieces: &mut Vec<Bytes>) {
+    fn push_to(self, pieces: &mut Vec<Piece>) {
         match self {
-            ResponseFrame::One(b) => pieces.push(b),
+            ResponseFrame::One(b) => pieces.push(Piece::Bytes(b)),
             ResponseFrame::Pieces(p) => pieces.extend(p),
         }
     }
 }
 
+impl Piece {
+    fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(b) => b.len(),
+            Piece::File(r) => r.len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Bytes(b) => b,
+            Piece::File(_) => &[],
+        }
+    }
+}
+
+/// Where a connection's responses are written; a plaintext TCP socket can also take file
+/// ranges by sendfile.
+trait ResponseSink: AsyncWrite + Unpin {
+    fn socket(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+impl ResponseSink for tokio::net::tcp::OwnedWriteHalf {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite> ResponseSink for tokio::io::WriteHalf<T> {}
+
+#[cfg(test)]
+impl ResponseSink for Vec<u8> {}
+
 /// At most this many buffers per `writev` (Linux's IOV_MAX is 1024).
 const MAX_IOVECS: usize = 256;
 
-/// Writes `pieces` in order, as few system calls as the socket allows.
-async fn write_pieces<W: AsyncWrite + Unpin>(wr: &mut W, pieces: &[Bytes]) -> std::io::Result<()> {
+/// Writes `pieces` in order, as few system calls as the socket allows: runs of bytes with
+/// writev, file ranges with sendfile.
+async fn write_pieces<W: ResponseSink>(wr: &mut W, pieces: &[Piece]) -> std::io::Result<()> {
+    let mut rest = pieces;
+    while !rest.is_empty() {
+        let run = rest.iter().position(|p| matches!(p, Piece::File(_))).unwrap_or(rest.len());
+        write_bytes(wr, &rest[..run]).await?;
+        if let Some(Piece::File(range)) = rest.get(run) {
+            send_file(wr, range).await?;
+            rest = &rest[run + 1..];
+        } else {
+            rest = &rest[run..];
+        }
+    }
+    Ok(())
+}
+
+/// A file range to the socket. The length was promised in the frame's size, so a range that
+/// can no longer be sent whole (its segment was truncated since) fails the connection rather
+/// than let the client read a malformed frame.
+async fn send_file<W: ResponseSink>(wr: &mut W, range: &FileRange) -> std::io::Result<()> {
+    let Some(socket) = wr.socket() else {
+        // Not a plain socket (TLS): the bytes must pass through memory anyway.
+        let mut buf = BytesMut::new();
+        range.read_into_buf(&mut buf)?;
+        return wr.write_all(&buf).await;
+    };
+    use std::os::fd::AsRawFd;
+    let (out, file) = (socket.as_raw_fd(), range.file.as_raw_fd());
+    let mut offset = range.position as libc::off_t;
+    let mut left = range.len;
+    while left > 0 {
+        socket.writable().await?;
+        let sent = socket.try_io(tokio::io::Interest::WRITABLE, || {
+            // SAFETY: both descriptors are open for the duration of the call (the socket is
+            // borrowed, the file held by the range); `offset` is a valid off_t to update.
+            let n = unsafe { libc::sendfile(out, file, &mut offset, left.min(1 << 30)) };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match sent {
+            Ok(0) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "segment file shrank under a fetch"))
+            }
+            Ok(n) => left -= n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn write_bytes<W: AsyncWrite + Unpin>(wr: &mut W, pieces: &[Piece]) -> std::io::Result<()> {
     // The first piece not fully written, and how much of it was.
     let (mut i, mut done) = (0, 0);
     let mut slices = Vec::with_capacity(pieces.len().min(MAX_IOVECS));
@@ -987,14 +1100,14 @@ async fn write_pieces<W: AsyncWrite + Unpin>(wr: &mut W, pieces: &[Bytes]) -> st
             continue;
         }
         if !wr.is_write_vectored() {
-            wr.write_all(&pieces[i][done..]).await?;
+            wr.write_all(&pieces[i].bytes()[done..]).await?;
             i += 1;
             done = 0;
             continue;
         }
         slices.clear();
-        slices.push(std::io::IoSlice::new(&pieces[i][done..]));
-        slices.extend(pieces[i + 1..].iter().take(MAX_IOVECS - 1).map(|p| std::io::IoSlice::new(p)));
+        slices.push(std::io::IoSlice::new(&pieces[i].bytes()[done..]));
+        slices.extend(pieces[i + 1..].iter().take(MAX_IOVECS - 1).map(|p| std::io::IoSlice::new(p.bytes())));
         let mut n = wr.write_vectored(&slices).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
@@ -1116,14 +1229,15 @@ impl kafka_protocol::protocol::buf::ByteBufMut for ForwardingBuf {
     }
 }
 
-/// The record sets of a Fetch response worth sending without a copy, in encoding order.
-fn forwardable(body: &ResponseKind) -> Vec<Bytes> {
+/// The record sets of a Fetch response worth sending without a copy, in encoding order:
+/// every placeholder for file ranges among them.
+fn forwardable(body: &ResponseKind, files: &FileRanges) -> Vec<Bytes> {
     let ResponseKind::Fetch(f) = body else { return Vec::new() };
     f.responses
         .iter()
         .flat_map(|t| &t.partitions)
         .filter_map(|p| p.records.as_ref())
-        .filter(|r| r.len() >= FORWARD_MIN_BYTES)
+        .filter(|r| r.len() >= FORWARD_MIN_BYTES || files.holds(r))
         .cloned()
         .collect()
 }
@@ -1136,6 +1250,18 @@ fn encode_response(
     correlation_id: i32,
     body: &ResponseKind,
 ) -> Result<ResponseFrame, FrameError> {
+    encode_response_with_files(key, version, correlation_id, body, FileRanges::default())
+}
+
+/// As [`encode_response`], with the file ranges behind a Fetch response's placeholders put
+/// in their place.
+fn encode_response_with_files(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+    mut files: FileRanges,
+) -> Result<ResponseFrame, FrameError> {
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
     let failed = |e: anyhow::Error| {
@@ -1143,8 +1269,9 @@ fn encode_response(
         tracing::error!(api = ?key, version, error = %e, "cannot encode response");
         FrameError::Malformed(key, version, format!("response encoding failed: {e}"))
     };
-    let forward = forwardable(body);
+    let forward = forwardable(body, &files);
     if let (false, ResponseKind::Fetch(fetch)) = (forward.is_empty(), body) {
+        let placeholders = forward.iter().filter(|b| files.holds(b)).count();
         let mut rest = ForwardingBuf::new(forward);
         fetch.encode(&mut rest, version).map_err(failed)?;
         let body_len = kafka_protocol::protocol::buf::ByteBufMut::offset(&rest);
@@ -1153,8 +1280,21 @@ fn encode_response(
         header.encode(&mut head, key.response_header_version(version)).map_err(failed)?;
         let len = (head.len() - 4 + body_len) as i32;
         head[..4].copy_from_slice(&len.to_be_bytes());
-        let mut pieces = vec![head.freeze()];
-        pieces.extend(rest.finish());
+        let mut pieces = vec![Piece::Bytes(head.freeze())];
+        let mut replaced = 0;
+        for b in rest.finish() {
+            match files.take(&b) {
+                Some(ranges) => {
+                    replaced += 1;
+                    pieces.extend(ranges.into_iter().map(Piece::File));
+                }
+                None => pieces.push(Piece::Bytes(b)),
+            }
+        }
+        if replaced != placeholders {
+            // A placeholder was copied rather than forwarded: its zeros must not be sent.
+            return Err(failed(anyhow::anyhow!("a record set to be sent from its file was copied")));
+        }
         return Ok(ResponseFrame::Pieces(pieces));
     }
     let mut buf = BytesMut::with_capacity(256);
@@ -1249,7 +1389,7 @@ mod tests {
     #[test]
     fn responses_carry_their_length_and_correlation_id() {
         let body = ResponseKind::ApiVersions(Default::default());
-        let bytes = encode_response(ApiKey::ApiVersions, 0, 42, &body).unwrap().into_bytes();
+        let bytes = encode_response(ApiKey::ApiVersions, 0, 42, &body).unwrap().into_bytes().unwrap();
         let len = i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
         assert_eq!(len, bytes.len() - 4);
         assert_eq!(i32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]), 42);
@@ -1275,7 +1415,7 @@ mod tests {
             let ResponseFrame::Pieces(pieces) = encode_response(ApiKey::Fetch, version, 7, &body).unwrap() else {
                 panic!("a fetch with large record sets is sent in pieces");
             };
-            let forwarded = pieces.iter().filter(|p| p.as_ptr() == big.as_ptr()).count();
+            let forwarded = pieces.iter().filter(|p| p.bytes().as_ptr() == big.as_ptr()).count();
             assert_eq!(forwarded, 2, "both large record sets forwarded, v{version}");
             // Byte for byte what encoding into one buffer gives.
             let mut whole = BytesMut::new();
@@ -1286,16 +1426,73 @@ mod tests {
             body.encode(&mut whole, version).unwrap();
             let len = (whole.len() - 4) as i32;
             whole[..4].copy_from_slice(&len.to_be_bytes());
-            assert_eq!(ResponseFrame::Pieces(pieces).into_bytes(), whole.freeze(), "v{version}");
+            assert_eq!(ResponseFrame::Pieces(pieces).into_bytes().unwrap(), whole.freeze(), "v{version}");
         }
+    }
+
+    /// A plaintext socket pair: the broker's write half and the client's end.
+    async fn socket_pair() -> (tokio::net::tcp::OwnedWriteHalf, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (server.into_split().1, client)
+    }
+
+    fn segment_like(dir: &std::path::Path, len: usize) -> (std::path::PathBuf, FileRange, Vec<u8>) {
+        let path = dir.join("00000000000000000000.log");
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        (path, FileRange { file, position: 100, len: len - 100, end_offset: 0 }, data)
+    }
+
+    #[tokio::test]
+    async fn file_ranges_are_sent_around_bytes_even_after_their_segment_is_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, range, data) = segment_like(dir.path(), 3 << 20);
+        // Retention deletes the segment after the response was built: the open file still reads.
+        std::fs::remove_file(&path).unwrap();
+        let (mut wr, mut client) = socket_pair().await;
+        let pieces = vec![Piece::Bytes(Bytes::from_static(b"head")), Piece::File(range), Piece::Bytes("tail".into())];
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        write_pieces(&mut wr, &pieces).await.unwrap();
+        drop(wr);
+        let got = reader.await.unwrap();
+        let mut want = b"head".to_vec();
+        want.extend_from_slice(&data[100..]);
+        want.extend_from_slice(b"tail");
+        assert!(got == want, "{} bytes received, {} expected", got.len(), want.len());
+    }
+
+    #[tokio::test]
+    async fn a_file_range_cut_short_by_truncation_fails_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, range, _) = segment_like(dir.path(), 1 << 20);
+        // A follower truncation after the response was built: the promised length cannot be sent.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(4096).unwrap();
+        let (mut wr, mut client) = socket_pair().await;
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let _ = client.read_to_end(&mut got).await;
+            got.len()
+        });
+        let e = write_pieces(&mut wr, &[Piece::File(range)]).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        drop(wr);
+        assert_eq!(reader.await.unwrap(), 4096 - 100, "only what the file still held");
     }
 
     #[tokio::test]
     async fn pieces_are_written_whole_and_in_order() {
-        let pieces: Vec<Bytes> = (0..600u32).map(|i| Bytes::from(vec![(i % 251) as u8; (i % 7) as usize])).collect();
+        let pieces: Vec<Piece> =
+            (0..600u32).map(|i| Piece::Bytes(Bytes::from(vec![(i % 251) as u8; (i % 7) as usize]))).collect();
         let mut out: Vec<u8> = Vec::new();
         write_pieces(&mut out, &pieces).await.unwrap();
-        let want: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        let want: Vec<u8> = pieces.iter().flat_map(|p| p.bytes().iter().copied()).collect();
         assert_eq!(out, want);
     }
 

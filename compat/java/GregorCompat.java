@@ -82,6 +82,7 @@ public class GregorCompat {
                 case "transactions": transactions(); break;
                 case "txn-fencing": txnFencing(); break;
                 case "move-replica-dir": moveReplicaDir(args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]), args[5]); break;
+                case "fetch-sessions": fetchSessions(); break;
                 default:
                     System.err.println("unknown scenario " + scenario);
                     System.exit(2);
@@ -334,6 +335,54 @@ public class GregorCompat {
         for (RecordMetadata m : md) parts.add(m.partition());
         check(parts.size() == 3, "keys landed in partitions " + parts + " only");
         verify(t, recs, consumeAll(t, recs.size()), md);
+    }
+
+    /**
+     * One consumer over many partitions: the Java client opens a fetch session with its first
+     * full fetch and then sends incremental ones, which gregor answers with only the partitions
+     * that have news. Records produced to two partitions after the consumer caught up must
+     * arrive, each exactly once, through the session.
+     */
+    static void fetchSessions() throws Exception {
+        String t = uniq("java-sessions");
+        int partitions = 200;
+        try (Admin a = admin()) { createTopicAndWait(a, t, partitions); }
+        List<Rec> recs = makeRecs(t, 2300, 100);
+        List<RecordMetadata> md;
+        try (KafkaProducer<byte[], byte[]> p = producer(Map.of())) { md = new ArrayList<>(sendAll(p, t, recs.subList(0, 2000))); }
+        try (KafkaConsumer<byte[], byte[]> c = consumer()) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (int i = 0; i < partitions; i++) tps.add(new TopicPartition(t, i));
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            List<ConsumerRecord<byte[], byte[]>> got = new ArrayList<>();
+            pollUntil(c, got, 2000, t);
+            // Caught up: the session's next fetches are incremental and mostly empty.
+            for (int i = 0; i < 5; i++) for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) got.add(r);
+            check(got.size() == 2000, "consumed " + got.size() + " records before the second round, expected 2000");
+            try (KafkaProducer<byte[], byte[]> p = producer(Map.of())) {
+                List<Future<RecordMetadata>> fs = new ArrayList<>();
+                for (Rec r : recs.subList(2000, 2300)) {
+                    ProducerRecord<byte[], byte[]> k = r.toRecord(t);
+                    int partition = r.seq % 2 == 0 ? 7 : 150;
+                    ProducerRecord<byte[], byte[]> pr = new ProducerRecord<>(t, partition, k.timestamp(), k.key(), k.value(), k.headers());
+                    fs.add(p.send(pr));
+                }
+                p.flush();
+                for (Future<RecordMetadata> f : fs) md.add(f.get(60, TimeUnit.SECONDS));
+            }
+            pollUntil(c, got, 2300, t);
+            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) got.add(r);
+            verify(t, recs, got, md);
+        }
+    }
+
+    static void pollUntil(KafkaConsumer<byte[], byte[]> c, List<ConsumerRecord<byte[], byte[]>> got, int n, String topic) {
+        long deadline = System.nanoTime() + WAIT.toNanos();
+        while (got.size() < n) {
+            check(System.nanoTime() < deadline, "consumed only " + got.size() + " of " + n + " from " + topic);
+            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) got.add(r);
+        }
     }
 
     static void codecs() throws Exception {

@@ -724,6 +724,7 @@ def run_rf3(ctx):
                     "detail": f"3 brokers on ZooKeeper accepted an RF=3 topic and acks=all produce "
                               f"({f_rate(res['produce_rps'])}), but only {have} of 3 brokers hold the data "
                               f"{catchup_s} s later (partition dir bytes: {res['replica_bytes']})"}
+        res.update(run_rf3_perf(ctx, brokers))
         return res
     except Exception as e:  # noqa: BLE001
         return {"skipped": "gregor has no replication yet",
@@ -732,6 +733,60 @@ def run_rf3(ctx):
         for x in brokers:
             x.stop()
         reap(zk)
+
+
+def run_rf3_perf(ctx, brokers):
+    """gregor-perf on the RF=3 cluster: total broker CPU per 1M records (acks=all, all three
+    brokers counted) next to one broker without replication, and end-to-end latency at 10k/s."""
+    out = {}
+    n = 200_000 if ctx.quick else 1_000_000
+    pids = [a for b in brokers for a in ("--broker-pid", str(b.pid))]
+    try:
+        p = perf_json(ctx, ["produce", "--bootstrap-server", brokers[0].bootstrap, "--topic", "perf-rf3",
+                            "--partitions", "1", "--replication-factor", "3", "--records", str(n),
+                            "--record-size", "100", "--acks", "all", "--batch-size", "1000000",
+                            "--max-in-flight", "5"] + pids)
+        out["perf_rps"], out["perf_cpu_per_M"] = p["records_per_s"], p.get("broker_cpu_s_per_million")
+        secs = 3 if ctx.quick else 10
+        e = perf_json(ctx, ["end-to-end", "--bootstrap-server", brokers[0].bootstrap, "--topic", "perf-rf3-e2e",
+                            "--partitions", "1", "--replication-factor", "3", "--records", str(10_000 * secs),
+                            "--throughput", "10000", "--acks", "all", "--linger-ms", "0", "--record-size", "100"]
+                      + pids)
+        out["e2e"] = e
+    except Exception as e:  # noqa: BLE001
+        out["perf_error"] = str(e)[:300]
+    b = Broker("gregor", ctx).start()
+    try:
+        p = perf_json(ctx, ["produce", "--bootstrap-server", b.bootstrap, "--topic", "perf-rf1", "--partitions", "1",
+                            "--records", str(n), "--record-size", "100", "--acks", "all", "--batch-size", "1000000",
+                            "--max-in-flight", "5", "--broker-pid", str(b.pid)])
+        out["rf1_cpu_per_M"] = p.get("broker_cpu_s_per_million")
+    except Exception as e:  # noqa: BLE001
+        out["perf_error"] = str(e)[:300]
+    finally:
+        b.stop()
+    return out
+
+
+def run_idle_fetch(ctx):
+    """One consumer long-polling 1,000 partitions while 1 or 10 of them receive records (1,000
+    records/s): broker CPU per fetch request with and without a fetch session (KIP-227)."""
+    rows = []
+    secs = 3 if ctx.quick else 5
+    b = Broker("gregor", ctx).start()
+    try:
+        for active in (1, 10):
+            for sessions in (False, True):
+                args = ["idle-fetch", "--bootstrap-server", b.bootstrap, "--topic", f"idle-{active}-{int(sessions)}",
+                        "--partitions", "1000", "--active", str(active), "--throughput", "1000", "--seconds",
+                        str(secs), "--broker-pid", str(b.pid)] + (["--sessions"] if sessions else [])
+                try:
+                    rows.append(perf_json(ctx, args))
+                except Exception as e:  # noqa: BLE001
+                    rows.append({"active": active, "sessions": sessions, "error": str(e)[:300]})
+    finally:
+        b.stop()
+    return rows
 
 
 def run_log_bench(ctx):
@@ -959,6 +1014,10 @@ def run(args):
     # --- RF 3 ---
     log("RF=3 probe")
     rf3 = run_rf3(ctx)
+
+    # --- fetch sessions ---
+    log("gregor: 1,000 partitions fetched by one consumer, with and without a fetch session")
+    idle = run_idle_fetch(ctx)
 
     # --- storage micro-benchmark ---
     lb_lines, lb_err = (None, "skipped in --quick") if ctx.quick else run_log_bench(ctx)
@@ -1213,6 +1272,34 @@ def run(args):
             ("produce MB/s", rf3["produce_Bps"], None, f_Bps, [("disk+fdatasync", disk[sp['n'] * sp['size']][1])]),
             ("CPU s per 1M records, 3 brokers", rf3["cpu_per_M"], None, f_s, None),
         ])
+        rows = []
+        if rf3.get("perf_cpu_per_M") is not None:
+            rows.append(("gregor-perf acks=all: CPU s per 1M records, 3 brokers", rf3["perf_cpu_per_M"], None, f_s,
+                         [("one broker RF 1", rf3.get("rf1_cpu_per_M"))]))
+        e = rf3.get("e2e") or {}
+        for q, lab in (("latency_ms_p50", "p50"), ("latency_ms_p99", "p99"), ("latency_ms_p999", "p99.9")):
+            if e.get(q) is not None:
+                rows.append((f"gregor-perf end to end at 10k/s, acks=all, linger 0, {lab}", e[q], None, f_ms, None))
+        if rows:
+            L.append("")
+            L += table(rows)
+        if rf3.get("perf_error"):
+            L.append(f"- gregor-perf on RF 3 failed: {rf3['perf_error']}")
+    L.append("")
+
+    L.append("## 1,000 partitions, one consumer (gregor-perf idle-fetch, 1,000 records/s)")
+    L.append("")
+    L.append("| partitions with data | fetch session | fetches/s | broker CPU per fetch |")
+    L.append("|---|---|---|---|")
+    for r in idle:
+        if r.get("error"):
+            L.append(f"| {r['active']} | {'yes' if r['sessions'] else 'no'} | failed: {r['error']} | |")
+            continue
+        us = r.get("broker_cpu_us_per_fetch")
+        L.append(f"| {r['active']} | {'yes' if r['sessions'] else 'no'} | {r['fetches_per_s']:.0f} | "
+                 + (f"{us:.0f} µs" if us is not None else "n/a") + " |")
+    L.append("")
+    L.append("CPU per fetch includes the broker's share of the produce requests feeding the active partitions.")
     L.append("")
 
     L.append("## Storage micro-benchmark (cargo bench --bench log_bench)")

@@ -3,6 +3,7 @@
 //! Fetch returns stored batches byte for byte, starting at the batch that contains the fetch
 //! offset. It waits up to `max_wait_ms` for `min_bytes`, woken by appends, never by polling.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,8 @@ use uuid::Uuid;
 use super::error::ErrorCode;
 use super::RequestContext;
 use crate::client_quota::CONSUMER_BYTE_RATE;
-use crate::replication::fetch_session::{Session, SessionPartition};
+use crate::log::zero_copy;
+use crate::replication::fetch_session::{Changes, Session, SessionPartition};
 use crate::replication::{quota, FetchResult};
 use crate::security::authorizer::{Operation, ResourceType};
 
@@ -31,6 +33,9 @@ const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
+
+/// (topic, partition) of a session's partitions.
+type PartitionKeys = BTreeSet<(String, i32)>;
 
 struct WantedPartition {
     index: i32,
@@ -84,19 +89,24 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         })
         .collect();
 
-    // Sessions are for followers only; a consumer naming one is told it does not exist.
+    // Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
+    // epoch 0 opens a new one. Any other epoch continues the named session.
     let sessions = &ctx.broker.fetch_sessions;
+    let now = Instant::now();
     let mut session: Option<Arc<Mutex<Session>>> = None;
     let mut incremental = false;
-    let wanted = if req.session_id != 0 {
-        let Some(s) = sessions.get(req.session_id).filter(|_| replica >= 0) else {
+    // A consumer's incremental fetch: the session's change marks, and the partitions it reads.
+    let mut changes: Option<(Arc<Changes>, PartitionKeys)> = None;
+    let full = req.session_epoch == 0 || req.session_epoch == -1;
+    if full && req.session_id != 0 {
+        sessions.remove(req.session_id);
+    }
+    let wanted = if !full {
+        let Some(s) = sessions.get(req.session_id, now) else {
             r.error_code = FETCH_SESSION_ID_NOT_FOUND;
             return r;
         };
-        if req.session_epoch == -1 {
-            sessions.remove(req.session_id);
-            requested
-        } else {
+        {
             let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
             if req.session_epoch != g.epoch || g.replica != replica {
                 r.error_code = INVALID_FETCH_SESSION_EPOCH;
@@ -108,7 +118,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                     let sent = g
                         .partitions
                         .get(&(w.name.clone(), p.index))
-                        .map(|x| (x.sent_high_watermark, x.sent_log_start_offset));
+                        .map(|x| (x.sent_high_watermark, x.sent_log_start_offset, x.sent_last_stable_offset));
                     g.partitions.insert((w.name.clone(), p.index), session_partition(w.id, p, sent));
                 }
             }
@@ -118,37 +128,43 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                     g.partitions.remove(&(name.clone(), *index));
                 }
             }
-            let mut all: Vec<Wanted> = Vec::new();
-            for ((name, index), sp) in &g.partitions {
-                if all.last().is_none_or(|w| w.name != *name) {
-                    all.push(Wanted { name: name.clone(), id: sp.topic_id, partitions: Vec::new() });
-                }
-                if let Some(w) = all.last_mut() {
-                    w.partitions.push(WantedPartition {
-                        index: *index,
-                        offset: sp.fetch_offset,
-                        max_bytes: sp.max_bytes,
-                        current_leader_epoch: sp.current_leader_epoch,
-                        last_fetched_epoch: sp.last_fetched_epoch,
-                    });
-                }
-            }
+            let all = if replica < 0 {
+                // A consumer's: what it named, what changed since, what cannot be watched.
+                let mut keys = g.changes.take();
+                keys.extend(requested.iter().flat_map(|w| w.partitions.iter().map(|p| (w.name.clone(), p.index))));
+                keys.extend(g.unwatched.iter().cloned());
+                watch_session_partitions(ctx, &mut g, &keys);
+                changes = Some((g.changes.clone(), keys));
+                session_wanted(&g, changes.as_ref().map(|c| &c.1))
+            } else {
+                session_wanted(&g, None)
+            };
+            let size = g.partitions.len();
             drop(g);
+            sessions.resize(req.session_id, size);
             session = Some(s);
             incremental = true;
             r.session_id = req.session_id;
             all
         }
-    } else if req.session_epoch == 0 && replica >= 0 && version >= 7 {
+    } else if req.session_epoch == 0 && version >= 7 {
         let partitions = requested
             .iter()
             .flat_map(|w| {
                 w.partitions.iter().map(move |p| ((w.name.clone(), p.index), session_partition(w.id, p, None)))
             })
             .collect();
-        let (id, s) = sessions.create(replica, partitions);
-        session = Some(s);
-        r.session_id = id;
+        // A full cache of sessions worth keeping: answered without one (id 0).
+        if let Some((id, s)) = sessions.create(replica, partitions, now) {
+            if replica < 0 {
+                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                let keys: PartitionKeys = g.partitions.keys().cloned().collect();
+                watch_session_partitions(ctx, &mut g, &keys);
+                changes = Some((g.changes.clone(), keys));
+            }
+            session = Some(s);
+            r.session_id = id;
+        }
         requested
     } else {
         requested
@@ -178,11 +194,33 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let waiter = Arc::new(Notify::new());
     let mut watch = None;
     let params = ReadParams { max_bytes, version, replica, rack, committed };
-    let responses = loop {
-        let (responses, total, any_error) = read_all(ctx, &wanted, params, watch);
+    // Fetch v4+ only: older versions convert the records, which needs their bytes.
+    let sendfile = ctx.sendfile && version >= 4;
+    let mut wanted = wanted;
+    let (responses, files) = loop {
+        let ((responses, total, any_error), files) =
+            zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, watch));
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
-            break responses;
+            break (responses, files);
+        }
+        if let (Some((c, keys)), Some(s)) = (changes.as_mut(), &session) {
+            // A consumer's session is told of its partitions' changes: wait for one, then read
+            // what changed as well. A change since the marks were taken has left a permit.
+            parked.get_or_insert_with(|| {
+                ctx.park();
+                ctx.broker.metrics.park_fetch()
+            });
+            let woken = tokio::time::timeout(deadline - now, c.notify.notified()).await.is_ok();
+            keys.extend(c.take());
+            let g = s.lock().unwrap_or_else(|p| p.into_inner());
+            wanted = session_wanted(&g, Some(keys));
+            drop(g);
+            if !woken {
+                let ((responses, _, _), files) = zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, None));
+                break (responses, files);
+            }
+            continue;
         }
         if watch.is_none() {
             // Read again, registered before each partition's read, so an append between a
@@ -197,12 +235,17 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            break read_all(ctx, &wanted, params, None).0;
+            let ((responses, _, _), files) = zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, None));
+            break (responses, files);
         }
     };
+    *ctx.file_ranges.lock().unwrap_or_else(|p| p.into_inner()) = files;
     drop(parked);
     r.responses = match session {
-        Some(s) => only_news(&mut s.lock().unwrap_or_else(|p| p.into_inner()), responses, incremental),
+        Some(s) => {
+            let pending = changes.as_ref().map(|(c, _)| (&**c, committed));
+            only_news(&mut s.lock().unwrap_or_else(|p| p.into_inner()), responses, incremental, pending)
+        }
         None => responses,
     };
     count_bytes_out(ctx, &r.responses, replica >= 0);
@@ -258,8 +301,63 @@ fn count_bytes_out(ctx: &RequestContext, responses: &[FetchableTopicResponse], t
     }
 }
 
-fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64)>) -> SessionPartition {
-    let (sent_high_watermark, sent_log_start_offset) = sent.unwrap_or((-1, -1));
+/// The session's partitions to read, grouped by topic: those in `keys`, or all.
+fn session_wanted(g: &Session, keys: Option<&PartitionKeys>) -> Vec<Wanted> {
+    let mut all: Vec<Wanted> = Vec::new();
+    let mut add = |name: &String, index: i32, sp: &SessionPartition| {
+        if all.last().is_none_or(|w| w.name != *name) {
+            all.push(Wanted { name: name.clone(), id: sp.topic_id, partitions: Vec::new() });
+        }
+        if let Some(w) = all.last_mut() {
+            w.partitions.push(WantedPartition {
+                index,
+                offset: sp.fetch_offset,
+                max_bytes: sp.max_bytes,
+                current_leader_epoch: sp.current_leader_epoch,
+                last_fetched_epoch: sp.last_fetched_epoch,
+            });
+        }
+    };
+    match keys {
+        Some(keys) => {
+            for key in keys {
+                if let Some(sp) = g.partitions.get(key) {
+                    add(&key.0, key.1, sp);
+                }
+            }
+        }
+        None => {
+            for ((name, index), sp) in &g.partitions {
+                add(name, *index, sp);
+            }
+        }
+    }
+    all
+}
+
+/// Has each of `keys` mark the session at its changes; those with no replica here (yet, or
+/// any more) are read on every fetch instead. Costs one lookup per key: called with every
+/// partition only when the session opens.
+fn watch_session_partitions(ctx: &RequestContext, g: &mut Session, keys: &PartitionKeys) {
+    for key in keys {
+        if !g.partitions.contains_key(key) {
+            g.unwatched.remove(key);
+            continue;
+        }
+        match ctx.broker.replicas.hosted(&key.0, key.1) {
+            Some(p) => {
+                p.watch_changes(&g.changes);
+                g.unwatched.remove(key);
+            }
+            None => {
+                g.unwatched.insert(key.clone());
+            }
+        }
+    }
+}
+
+fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64, i64)>) -> SessionPartition {
+    let (sent_high_watermark, sent_log_start_offset, sent_last_stable_offset) = sent.unwrap_or((-1, -1, -1));
     SessionPartition {
         topic_id,
         fetch_offset: p.offset,
@@ -268,29 +366,44 @@ fn session_partition(topic_id: Uuid, p: &WantedPartition, sent: Option<(i64, i64
         last_fetched_epoch: p.last_fetched_epoch,
         sent_high_watermark,
         sent_log_start_offset,
+        sent_last_stable_offset,
     }
 }
 
-/// Records what the follower is told and, for an incremental answer, leaves out the
-/// partitions that have nothing new for it.
+/// Records what the fetcher is told and, for an incremental answer, leaves out the
+/// partitions that have nothing new for it. With `pending` (a consumer's session and whether
+/// it reads committed only), a partition that has records for the consumer but sent none
+/// (the response was full) stays marked changed, to be read at the next fetch although the
+/// consumer will not name it.
 fn only_news(
     session: &mut Session,
     responses: Vec<FetchableTopicResponse>,
     incremental: bool,
+    pending: Option<(&Changes, bool)>,
 ) -> Vec<FetchableTopicResponse> {
     let mut out = Vec::new();
     for mut topic in responses {
         let name = topic.topic.0.to_string();
         topic.partitions.retain(|pd| {
             let Some(sp) = session.partitions.get_mut(&(name.clone(), pd.partition_index)) else { return true };
+            if let Some((changes, committed)) = pending {
+                let readable = if committed { pd.last_stable_offset } else { pd.high_watermark };
+                let sent_nothing = pd.records.as_ref().is_none_or(|r| r.is_empty());
+                if pd.error_code == 0 && sent_nothing && sp.fetch_offset < readable {
+                    changes.mark(&name, pd.partition_index);
+                }
+            }
             let news = !incremental
                 || pd.error_code != 0
                 || pd.records.as_ref().is_some_and(|r| !r.is_empty())
                 || pd.diverging_epoch.epoch >= 0
+                || pd.preferred_read_replica.0 >= 0
                 || pd.high_watermark != sp.sent_high_watermark
+                || pd.last_stable_offset != sp.sent_last_stable_offset
                 || pd.log_start_offset != sp.sent_log_start_offset;
             if news {
                 sp.sent_high_watermark = pd.high_watermark;
+                sp.sent_last_stable_offset = pd.last_stable_offset;
                 sp.sent_log_start_offset = pd.log_start_offset;
             }
             news

@@ -118,6 +118,11 @@ pub struct RequestContext {
     /// Who the connection authenticated as: `User:ANONYMOUS` on PLAINTEXT, on SSL without a
     /// client certificate, and never otherwise past authentication.
     pub principal: Arc<crate::security::KafkaPrincipal>,
+    /// Whether the response goes to a socket as it is encoded (plaintext), so a Fetch may
+    /// leave large record sets in their files for the writer to send with sendfile.
+    pub sendfile: bool,
+    /// The file ranges behind a Fetch response's placeholders, for the response writer.
+    pub file_ranges: Arc<std::sync::Mutex<crate::log::zero_copy::FileRanges>>,
 }
 
 /// A `queued.max.requests` permit, and the request's place in the count of those handled.

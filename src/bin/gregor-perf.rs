@@ -58,6 +58,30 @@ enum Command {
     /// Produce at --throughput records/s and consume them in the same process; report the
     /// time from building each record's batch to receiving it in a fetch.
     EndToEnd(ProduceArgs),
+    /// One consumer long-polls every partition of a topic while records arrive on a few of
+    /// them; report the broker's CPU per fetch request (with or without a fetch session).
+    IdleFetch(IdleFetchArgs),
+}
+
+#[derive(Args, Clone)]
+struct IdleFetchArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Partitions of the topic (created on one broker if missing), all fetched by one consumer.
+    #[arg(long, default_value_t = 1000)]
+    partitions: i32,
+    /// How many of them receive records while the consumer fetches.
+    #[arg(long, default_value_t = 1)]
+    active: usize,
+    /// Records per second over the active partitions.
+    #[arg(long, default_value_t = 1000.0)]
+    throughput: f64,
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Fetch through an incremental fetch session (KIP-227), as the Java consumer does;
+    /// otherwise every fetch names every partition, as librdkafka's do.
+    #[arg(long)]
+    sessions: bool,
 }
 
 #[derive(Args, Clone)]
@@ -138,6 +162,7 @@ fn main() -> std::process::ExitCode {
             Command::Produce(a) => produce(a).await,
             Command::Consume(a) => consume(a).await,
             Command::EndToEnd(a) => end_to_end(a).await,
+            Command::IdleFetch(a) => idle_fetch(a).await,
         }
     });
     match result {
@@ -794,6 +819,119 @@ async fn consume(c: ConsumeArgs) -> Result<()> {
     // Bytes as stored (batches with their headers): within 1% of the payload from 1 KiB records.
     report.throughput(n, bytes.load(Ordering::Relaxed), secs, cpu);
     report.print(c.common.json);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// many partitions, few with data
+// ---------------------------------------------------------------------------------------------
+
+async fn idle_fetch(a: IdleFetchArgs) -> Result<()> {
+    let layout = layout(&a.common, Some((a.partitions, 1))).await?;
+    let [(addr, parts)] = layout.by_leader.iter().collect::<Vec<_>>()[..] else {
+        bail!("idle-fetch needs the topic's partitions on one broker");
+    };
+    let (addr, mut parts) = (addr.clone(), parts.clone());
+    parts.sort_unstable();
+    let active: Vec<i32> = parts.iter().copied().take(a.active.max(1)).collect();
+    let mut conn = Conn::open(&addr).await?;
+    let mut offsets = list_offsets(&mut conn, &a.common.topic, &parts, -1).await?;
+    let index: std::collections::HashMap<i32, usize> = parts.iter().enumerate().map(|(i, p)| (*p, i)).collect();
+    let c = ConsumeArgs {
+        common: a.common.clone(),
+        records: None,
+        fetch_max_bytes: 64 << 20,
+        partition_max_bytes: 1 << 20,
+        timeout_ms: 30_000,
+    };
+    // Session state: id 0 until the broker opens one; the epoch the next request carries.
+    let (mut session_id, mut epoch) = (0, if a.sessions { 0 } else { -1 });
+    let mut named: Vec<usize> = (0..parts.len()).collect();
+    let (mut fetches, mut records, mut measuring) = (0u64, 0u64, None);
+    let mut producer = None;
+    let mut deadline = Instant::now() + Duration::from_secs(a.seconds);
+    while Instant::now() < deadline {
+        let names: Vec<i32> = named.iter().map(|&i| parts[i]).collect();
+        let offs: Vec<i64> = named.iter().map(|&i| offsets[i]).collect();
+        let mut req = fetch_request(&a.common.topic, &names, &offs, &c, 500);
+        req.session_id = session_id;
+        req.session_epoch = epoch;
+        let r: FetchResponse = conn.call(FETCH_VERSION, &req).await?;
+        if r.error_code != 0 {
+            bail!("fetch: error {}", r.error_code);
+        }
+        if a.sessions {
+            if session_id == 0 {
+                if r.session_id == 0 {
+                    bail!("the broker opened no fetch session");
+                }
+                session_id = r.session_id;
+            }
+            epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+        }
+        named.clear();
+        for p in r.responses.iter().flat_map(|t| &t.partitions) {
+            if p.error_code != 0 {
+                bail!("fetch partition {}: error {}", p.partition_index, p.error_code);
+            }
+            let (Some(&i), Some(data)) = (index.get(&p.partition_index), &p.records) else { continue };
+            let (n, _, next) = walk_batches(data, offsets[i], None)?;
+            if next != offsets[i] {
+                offsets[i] = next;
+                // A session is told only the positions that moved; without one, all are named.
+                named.push(i);
+            }
+            records += n;
+        }
+        if !a.sessions || measuring.is_none() {
+            named = (0..parts.len()).collect();
+        }
+        if measuring.is_none() {
+            // The first (full) fetch is set-up, not measured. Records start arriving now.
+            let n = (a.throughput * a.seconds as f64).max(1.0) as u64;
+            let pa = Arc::new(ProduceArgs {
+                common: a.common.clone(),
+                records: n,
+                record_size: 100,
+                partitions: None,
+                replication_factor: 1,
+                acks: "1".into(),
+                batch_size: 108,
+                linger_ms: 0,
+                max_in_flight: 1,
+                throughput: a.throughput,
+                request_timeout_ms: 30_000,
+            });
+            let rate = Some(a.throughput);
+            producer = Some(tokio::spawn(produce_to(pa, addr.clone(), active.clone(), n, rate, Instant::now())));
+            deadline = Instant::now() + Duration::from_secs(a.seconds);
+            measuring = Some((Instant::now(), cpu_seconds(&a.common.broker_pid)));
+            (fetches, records) = (0, 0);
+            if a.sessions {
+                named.clear();
+            }
+            continue;
+        }
+        fetches += 1;
+    }
+    let Some((start, cpu0)) = measuring else { bail!("no fetch was answered") };
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu0.zip(cpu_seconds(&a.common.broker_pid)).map(|(x, y)| y - x);
+    if let Some(p) = producer {
+        p.abort();
+    }
+    let mut report = Report::new();
+    report.add("partitions", parts.len());
+    report.add("active", active.len());
+    report.add("sessions", a.sessions);
+    report.add("fetches", fetches);
+    report.add("fetches_per_s", fetches as f64 / secs);
+    report.add("records", records);
+    if let Some(c) = cpu {
+        report.add("broker_cpu_s", c);
+        report.add("broker_cpu_us_per_fetch", c / fetches.max(1) as f64 * 1e6);
+    }
+    report.print(a.common.json);
     Ok(())
 }
 

@@ -20,6 +20,7 @@ pub mod legacy;
 pub mod manager;
 pub mod partition_log;
 pub mod segment;
+pub mod zero_copy;
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -184,6 +185,8 @@ pub struct FileRange {
     pub file: Arc<File>,
     pub position: u64,
     pub len: usize,
+    /// The offset after the range's last batch.
+    pub end_offset: i64,
 }
 
 impl FileRange {

@@ -803,6 +803,7 @@ impl Log {
                 0
             };
             let mut range: Option<(u64, usize)> = None;
+            let mut end_offset = 0;
             let mut sc = seg.scanner(start_pos, cap);
             let mut done = false;
             while let Some((p, h)) = sc.next_header()? {
@@ -816,6 +817,7 @@ impl Log {
                     break;
                 }
                 took_any = true;
+                end_offset = h.next_offset();
                 range = Some(match range {
                     Some((s, l)) => (s, l + sz),
                     None => (p, sz),
@@ -827,7 +829,7 @@ impl Log {
                 }
             }
             if let Some((position, len)) = range {
-                out.push(FileRange { file: seg.log_file().clone(), position, len });
+                out.push(FileRange { file: seg.log_file().clone(), position, len, end_offset });
             }
             if done {
                 break 'segments;

@@ -1,18 +1,26 @@
-//! Fetch sessions for follower fetches (KIP-227), leader side. A follower's full fetch opens a
-//! session holding every partition it fetches and where; its next fetches name only the
-//! partitions whose position changed, and the answers only the partitions with something new
-//! (records, an error, a moved high watermark or log start). Followers of thousands of idle
-//! partitions then send and receive almost nothing each round. Consumers are answered without
-//! sessions, as a broker may choose.
+//! Fetch sessions (KIP-227), leader side, for followers and consumers alike. A full fetch
+//! (epoch 0) opens a session holding every partition it fetches and where; the next fetches
+//! name only the partitions whose position changed, and the answers only the partitions with
+//! something new (records, an error, a moved high watermark, last stable offset or log start).
+//! A fetcher of thousands of idle partitions then sends and receives almost nothing each round.
+//!
+//! The cache holds at most `max.incremental.fetch.session.cache.slots` sessions. When it is
+//! full, a newcomer displaces a session as Kafka's `FetchSessionCache` decides: the one unused
+//! longest if that is more than [`EVICTION`] ago; otherwise the least valuable (consumer before
+//! follower, then fewest partitions) among those it may displace, if the newcomer is worth at
+//! least as much. A follower may displace any consumer session and follower sessions older
+//! than [`EVICTION`]; a consumer only sessions older than that. With nothing to displace the
+//! fetch is answered without a session (id 0), and the client keeps sending full fetches.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-/// Sessions kept at most (Kafka's `max.incremental.fetch.session.cache.slots` default); each
-/// follower broker holds one per leader, so this is far more than a cluster uses.
-const MAX_SESSIONS: usize = 1000;
+/// How long a session is protected from displacement after it is created, and after which an
+/// unused one goes first (Kafka's `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`, not a config).
+pub const EVICTION: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone)]
 pub struct SessionPartition {
@@ -21,43 +29,102 @@ pub struct SessionPartition {
     pub max_bytes: i32,
     pub current_leader_epoch: i32,
     pub last_fetched_epoch: i32,
-    /// What the follower was last told, to leave unchanged partitions out of answers.
+    /// What the fetcher was last told, to leave unchanged partitions out of answers.
     pub sent_high_watermark: i64,
     pub sent_log_start_offset: i64,
+    pub sent_last_stable_offset: i64,
 }
 
 pub struct Session {
+    /// The follower's broker id, or -1 for a consumer.
     pub replica: i32,
     /// The epoch the next request must carry.
     pub epoch: i32,
     pub partitions: BTreeMap<(String, i32), SessionPartition>,
+    /// A consumer's incremental fetch reads only the partitions it names, those that changed
+    /// since, and those not watched. (A follower's reads every partition: each read is also
+    /// the follower's report of being caught up, which keeps it in the ISR.)
+    pub changes: Arc<Changes>,
+    /// Partitions without a replica here to watch when last looked at: read on every fetch
+    /// until one appears.
+    pub unwatched: BTreeSet<(String, i32)>,
 }
 
+/// The partitions of a session that changed (an append, a high-watermark move, a role change)
+/// since a fetch last took them, marked by the partitions' own wake-ups.
 #[derive(Default)]
+pub struct Changes {
+    changed: Mutex<BTreeSet<(String, i32)>>,
+    /// A parked incremental fetch waits here; a change while no fetch waits leaves a permit.
+    pub notify: tokio::sync::Notify,
+}
+
+impl Changes {
+    pub fn mark(&self, topic: &str, index: i32) {
+        self.changed.lock().unwrap_or_else(|p| p.into_inner()).insert((topic.to_string(), index));
+        self.notify.notify_one();
+    }
+
+    pub fn take(&self) -> BTreeSet<(String, i32)> {
+        std::mem::take(&mut *self.changed.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 pub struct FetchSessions {
+    slots: usize,
     inner: Mutex<Inner>,
+}
+
+struct Entry {
+    session: Arc<Mutex<Session>>,
+    /// A follower's session (Kafka's "privileged").
+    follower: bool,
+    /// Partitions, as of the last use.
+    size: usize,
+    created: Instant,
+    last_used: Instant,
 }
 
 #[derive(Default)]
 struct Inner {
     next_id: i32,
-    sessions: HashMap<i32, Arc<Mutex<Session>>>,
+    sessions: HashMap<i32, Entry>,
+}
+
+impl Default for FetchSessions {
+    fn default() -> FetchSessions {
+        FetchSessions::new(1000)
+    }
 }
 
 impl FetchSessions {
-    /// A new session for `replica`, replacing any it had: a follower has one fetcher per
-    /// leader, and a full request means it started over.
+    pub fn new(slots: usize) -> FetchSessions {
+        FetchSessions { slots, inner: Mutex::new(Inner::default()) }
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new session for `replica` (negative: a consumer), or None when the cache is full of
+    /// sessions this one may not displace. A follower's earlier session is replaced: it has
+    /// one fetcher per leader, and a full request means it started over.
     pub fn create(
         &self,
         replica: i32,
         partitions: BTreeMap<(String, i32), SessionPartition>,
-    ) -> (i32, Arc<Mutex<Session>>) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.sessions.retain(|_, s| s.lock().unwrap_or_else(|p| p.into_inner()).replica != replica);
-        if inner.sessions.len() >= MAX_SESSIONS {
-            // Only a misbehaving peer gets here; dropping the lot costs the others one full
-            // request each.
-            inner.sessions.clear();
+        now: Instant,
+    ) -> Option<(i32, Arc<Mutex<Session>>)> {
+        let mut inner = self.inner();
+        let follower = replica >= 0;
+        if follower {
+            inner
+                .sessions
+                .retain(|_, e| !e.follower || e.session.lock().unwrap_or_else(|p| p.into_inner()).replica != replica);
+        }
+        let size = partitions.len();
+        if inner.sessions.len() >= self.slots && !inner.evict_one(follower, size, now) {
+            return None;
         }
         let id = loop {
             inner.next_id = if inner.next_id == i32::MAX { 1 } else { inner.next_id + 1 };
@@ -65,16 +132,133 @@ impl FetchSessions {
                 break inner.next_id;
             }
         };
-        let session = Arc::new(Mutex::new(Session { replica, epoch: 1, partitions }));
-        inner.sessions.insert(id, session.clone());
-        (id, session)
+        let session = Arc::new(Mutex::new(Session {
+            replica,
+            epoch: 1,
+            partitions,
+            changes: Arc::default(),
+            unwatched: BTreeSet::new(),
+        }));
+        let entry = Entry { session: session.clone(), follower, size, created: now, last_used: now };
+        inner.sessions.insert(id, entry);
+        Some((id, session))
     }
 
-    pub fn get(&self, id: i32) -> Option<Arc<Mutex<Session>>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).sessions.get(&id).cloned()
+    /// The session, marked used now.
+    pub fn get(&self, id: i32, now: Instant) -> Option<Arc<Mutex<Session>>> {
+        let mut inner = self.inner();
+        let e = inner.sessions.get_mut(&id)?;
+        e.last_used = now;
+        Some(e.session.clone())
+    }
+
+    /// Records a session's partition count after an incremental fetch changed it.
+    pub fn resize(&self, id: i32, size: usize) {
+        if let Some(e) = self.inner().sessions.get_mut(&id) {
+            e.size = size;
+        }
     }
 
     pub fn remove(&self, id: i32) {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).sessions.remove(&id);
+        self.inner().sessions.remove(&id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner().sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Inner {
+    /// Makes room for a newcomer, by Kafka's rules (see the module comment). Only runs when
+    /// the cache is full, over at most its slot count.
+    fn evict_one(&mut self, follower: bool, size: usize, now: Instant) -> bool {
+        let stale = self
+            .sessions
+            .iter()
+            .min_by_key(|(id, e)| (e.last_used, **id))
+            .filter(|(_, e)| now.saturating_duration_since(e.last_used) > EVICTION)
+            .map(|(id, _)| *id);
+        if let Some(id) = stale {
+            self.sessions.remove(&id);
+            return true;
+        }
+        let old = |e: &Entry| now.saturating_duration_since(e.created) > EVICTION;
+        let victim = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| if follower { !e.follower || old(e) } else { old(e) })
+            .map(|(id, e)| ((e.follower, e.size, *id), *id))
+            .min();
+        match victim {
+            Some((key, id)) if (follower, size, 0) >= key => {
+                self.sessions.remove(&id);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(n: usize) -> BTreeMap<(String, i32), SessionPartition> {
+        (0..n)
+            .map(|i| {
+                let p = SessionPartition {
+                    topic_id: Uuid::nil(),
+                    fetch_offset: 0,
+                    max_bytes: 1,
+                    current_leader_epoch: -1,
+                    last_fetched_epoch: -1,
+                    sent_high_watermark: -1,
+                    sent_log_start_offset: -1,
+                    sent_last_stable_offset: -1,
+                };
+                (("t".to_string(), i as i32), p)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_full_cache_displaces_stale_then_less_valuable_sessions_only() {
+        let t0 = Instant::now();
+        let cache = FetchSessions::new(2);
+        let (small, _) = cache.create(-1, parts(1), t0).unwrap();
+        let (big, _) = cache.create(-1, parts(5), t0).unwrap();
+        // Young sessions are safe from consumers, however large the newcomer.
+        assert!(cache.create(-1, parts(100), t0 + Duration::from_secs(1)).is_none());
+        // A follower displaces the smallest consumer session at once.
+        let (f, _) = cache.create(1, parts(1), t0 + Duration::from_secs(1)).unwrap();
+        assert!(cache.get(small, t0).is_none() && cache.get(big, t0 + Duration::from_secs(2)).is_some());
+        // Past the protection, a consumer displaces a smaller consumer session, never a larger
+        // one, and a follower session only if it is worth less (never: consumers rank below).
+        let later = t0 + EVICTION + Duration::from_secs(3);
+        cache.get(f, later);
+        cache.get(big, later);
+        assert!(cache.create(-1, parts(4), later).is_none());
+        let (c, _) = cache.create(-1, parts(6), later).unwrap();
+        assert!(cache.get(big, later).is_none() && cache.get(f, later).is_some());
+        // Unused for longer than the protection: displaced by anyone.
+        let much_later = later + EVICTION + Duration::from_secs(1);
+        cache.get(f, much_later);
+        assert!(cache.create(-1, parts(0), much_later).is_some());
+        assert!(cache.get(c, much_later).is_none());
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn a_follower_has_one_session_and_no_slots_means_no_sessions() {
+        let now = Instant::now();
+        let cache = FetchSessions::new(10);
+        let (a, _) = cache.create(2, parts(3), now).unwrap();
+        let (b, _) = cache.create(2, parts(3), now).unwrap();
+        assert!(cache.get(a, now).is_none() && cache.get(b, now).is_some());
+        assert!(FetchSessions::new(0).create(2, parts(1), now).is_none());
     }
 }

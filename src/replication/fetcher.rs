@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
@@ -323,9 +323,17 @@ async fn exchange(
     if size < 0 || size as usize > broker.config.socket_request_max_bytes {
         anyhow::bail!("response of {size} bytes");
     }
-    let mut body = vec![0u8; size as usize];
-    stream.read_exact(&mut body).await?;
-    let mut body = Bytes::from(body);
+    // Read into spare capacity, not a zeroed buffer: zeroing a response of megabytes cost the
+    // follower about as much as receiving it.
+    let size = size as usize;
+    let mut body = BytesMut::with_capacity(size);
+    while body.len() < size {
+        let want = size - body.len();
+        if stream.read_buf(&mut (&mut body).limit(want)).await? == 0 {
+            anyhow::bail!("connection closed after {} of {size} response bytes", body.len());
+        }
+    }
+    let mut body = body.freeze();
     let rh = ResponseHeader::decode(&mut body, ApiKey::Fetch.response_header_version(FETCH_VERSION))?;
     if rh.correlation_id != correlation_id {
         anyhow::bail!("correlation id {} does not match {correlation_id}", rh.correlation_id);

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::leader_epoch::LeaderEpochCache;
-use crate::log::{AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
+use crate::log::{zero_copy, AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
 use crate::metrics::{IsrMetrics, TopicMetrics};
 use crate::txn::{snapshot, ProducerStateManager, SequenceCheck};
 
@@ -120,6 +120,9 @@ pub struct Partition {
     /// partition. Weak: a request that finished without a change leaves only a dead entry,
     /// pruned at the next registration.
     waiters: Mutex<Vec<Weak<Notify>>>,
+    /// Consumer fetch sessions holding this partition, told of every change for as long as
+    /// they live (unlike waiters, which are told once).
+    sessions: Mutex<Vec<Weak<super::fetch_session::Changes>>>,
 }
 
 /// What a metrics scrape reads of a partition's replica state.
@@ -181,6 +184,7 @@ impl Partition {
             isr_metrics,
             log_stats,
             waiters: Mutex::new(Vec::new()),
+            sessions: Mutex::new(Vec::new()),
         }
     }
 
@@ -197,13 +201,27 @@ impl Partition {
         }
     }
 
-    /// Wakes every request waiting on this partition.
+    /// Wakes every request waiting on this partition, and marks it changed in the fetch
+    /// sessions that hold it.
     pub fn wake(&self) {
         let waiters = std::mem::take(&mut *lock(&self.waiters));
         for w in waiters {
             if let Some(n) = w.upgrade() {
                 n.notify_one();
             }
+        }
+        let sessions = lock(&self.sessions);
+        for s in sessions.iter().filter_map(Weak::upgrade) {
+            s.mark(&self.topic, self.index);
+        }
+    }
+
+    /// Marks this partition in `changes` at each of its changes until the session is gone.
+    pub fn watch_changes(&self, changes: &Arc<super::fetch_session::Changes>) {
+        let mut s = lock(&self.sessions);
+        s.retain(|x| x.strong_count() > 0);
+        if !s.iter().any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(changes))) {
+            s.push(Arc::downgrade(changes));
         }
     }
 
@@ -683,12 +701,12 @@ impl Partition {
             return self.read_up_to(offset, max_bytes, self.high_watermark());
         }
         let lso = self.last_stable_offset();
-        let mut r = self.read_up_to(offset, max_bytes, lso);
+        let (mut r, end) = self.read_ranges_up_to(offset, max_bytes, lso);
         r.last_stable_offset = lso;
         if r.error_code == 0 {
             // The records returned end at the last batch's end; aborts that begin before
             // that and end at or after the fetch offset are the consumer's to skip.
-            let upper = last_batch_end(&r.records).unwrap_or(offset);
+            let upper = end.unwrap_or(offset);
             let aborted =
                 if upper > offset { lock(&self.producers).aborted_between(offset, upper) } else { Vec::new() };
             r.aborted = Some(aborted);
@@ -735,6 +753,12 @@ impl Partition {
     }
 
     fn read_up_to(&self, offset: i64, max_bytes: usize, limit: i64) -> FetchResult {
+        self.read_ranges_up_to(offset, max_bytes, limit).0
+    }
+
+    /// Also the offset after the last batch returned. Large record sets become placeholders
+    /// for their file ranges when a Fetch collects them for sendfile ([`zero_copy`]).
+    fn read_ranges_up_to(&self, offset: i64, max_bytes: usize, limit: i64) -> (FetchResult, Option<i64>) {
         let hw = self.high_watermark();
         let (ranges, start) = {
             let log = self.lock_log();
@@ -742,7 +766,7 @@ impl Partition {
             match log.read(offset, max_bytes, Some(limit)) {
                 Ok(r) => (r, start),
                 Err(e) => {
-                    return FetchResult {
+                    let r = FetchResult {
                         error_code: e.kafka_code(),
                         high_watermark: hw,
                         log_start_offset: start,
@@ -750,26 +774,35 @@ impl Partition {
                         diverging: None,
                         last_stable_offset: hw,
                         aborted: None,
-                    }
+                    };
+                    return (r, None);
                 }
             }
         };
-        let mut out = bytes::BytesMut::with_capacity(ranges.iter().map(|r| r.len).sum());
-        for r in &ranges {
-            if let Err(e) = FileRange::read_into_buf(r, &mut out) {
-                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "read failed");
-                return FetchResult::error(KAFKA_STORAGE_ERROR);
+        let end = ranges.last().map(|r| r.end_offset);
+        let records = match zero_copy::defer(&ranges) {
+            Some(placeholder) => placeholder,
+            None => {
+                let mut out = bytes::BytesMut::with_capacity(ranges.iter().map(|r| r.len).sum());
+                for r in &ranges {
+                    if let Err(e) = FileRange::read_into_buf(r, &mut out) {
+                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "read failed");
+                        return (FetchResult::error(KAFKA_STORAGE_ERROR), None);
+                    }
+                }
+                out.freeze()
             }
-        }
-        FetchResult {
+        };
+        let r = FetchResult {
             error_code: 0,
             high_watermark: hw,
             log_start_offset: start,
-            records: out.freeze(),
+            records,
             diverging: None,
             last_stable_offset: hw.min(self.first_unstable.load(Ordering::Acquire)),
             aborted: None,
-        }
+        };
+        (r, end)
     }
 
     /// A follower's fetch: records up to the log end, and the follower's progress, which
@@ -1050,21 +1083,6 @@ fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
         Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot rebuild producer state"),
     }
     state
-}
-
-/// The offset after the last whole batch in `records`.
-fn last_batch_end(records: &[u8]) -> Option<i64> {
-    let mut rest = records;
-    let mut end = None;
-    while let Some(h) = BatchHeader::parse(rest) {
-        end = Some(h.next_offset());
-        let size = h.total_size();
-        if size > rest.len() {
-            break;
-        }
-        rest = &rest[size..];
-    }
-    end
 }
 
 /// Walks the records of an uncompressed batch for the first with timestamp >= `ts` at an
