@@ -597,3 +597,51 @@ def test_leader_verifies_a_transactional_produce_with_a_remote_coordinator(clust
         wait_until(lambda: lso() == 3, WAIT, "the commit marker on the leader")
         # The transaction ended there: a new write of the same epoch must be verified again.
         assert produce(2, b"after-commit") == kt.INVALID_TXN_STATE
+
+
+def test_kafka_python_transactional_producer_and_read_committed_consumer(txn_broker):
+    """kafka-python (2.1+) has its own transactional producer and read_committed consumer:
+    a commit, an abort and a second commit, read back by it and by librdkafka."""
+    kp = pytest.importorskip("kafka")
+    bootstrap = txn_broker.bootstrap
+    topic = uniq("kp-txn")
+    create_topic(bootstrap, topic, partitions=2)
+    producer = kp.KafkaProducer(bootstrap_servers=bootstrap, transactional_id=uniq("kp-tx"))
+    batches = {"c1": True, "a": False, "c2": True}
+    try:
+        producer.init_transactions()
+        for name, commit in batches.items():
+            producer.begin_transaction()
+            for i in range(30):
+                producer.send(topic, value=f"{name}-{i}".encode(), partition=i % 2)
+            producer.flush()
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    finally:
+        producer.close()
+    committed = sorted(f"{n}-{i}" for n, c in batches.items() if c for i in range(30))
+    everything = sorted(f"{n}-{i}" for n in batches for i in range(30))
+
+    consumer = kp.KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    tps = [kp.TopicPartition(topic, p) for p in range(2)]
+    got = []
+    try:
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+
+        def caught_up():
+            for records in consumer.poll(timeout_ms=500).values():
+                got.extend(r.value.decode() for r in records)
+            return all(consumer.position(tp) >= ends[tp] for tp in tps)
+
+        # The end is the last stable offset, past the last commit marker: every committed record
+        # has been delivered once the position reaches it, and no aborted one may have been.
+        wait_until(caught_up, WAIT, "kafka-python read_committed consumer at the end")
+    finally:
+        consumer.close()
+    assert sorted(got) == committed
+    assert values_of(read_all(bootstrap, topic, 2, "read_uncommitted", len(everything))) == everything
