@@ -11,7 +11,7 @@
 //! workers; a connection to a dead or stopped broker therefore costs its caller one bounded
 //! wait, never a stuck task.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -121,7 +121,14 @@ pub struct InterBrokerClient {
     /// `request.timeout.ms`: how long a request to another broker may wait for its answer.
     pub request_timeout: Duration,
     max_response: usize,
+    /// Connections that finished a request, for the next one-request-at-a-time caller to the
+    /// same broker (transaction verification and markers), so a transaction does not pay a
+    /// TCP, TLS and SASL set-up per request.
+    idle: std::sync::Mutex<HashMap<(String, u16), Vec<BrokerConnection>>>,
 }
+
+/// Idle connections kept per broker: enough for the concurrent callers a coordinator has.
+const MAX_IDLE_PER_BROKER: usize = 4;
 
 impl InterBrokerClient {
     /// A client that speaks PLAINTEXT (a standalone broker, or a PLAINTEXT inter-broker
@@ -135,6 +142,33 @@ impl InterBrokerClient {
             setup_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_response: 100 * 1024 * 1024,
+            idle: Default::default(),
+        }
+    }
+
+    /// An idle connection to `host:port` left by [`InterBrokerClient::give_back`], if any that
+    /// is not near the end of its SASL session. The other broker may have closed it since
+    /// (idle timeout, restart): a caller whose request fails on it connects afresh.
+    pub fn take_idle(&self, host: &str, port: u16) -> Option<BrokerConnection> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = idle.get_mut(&(host.to_string(), port))?;
+        while let Some(c) = conns.pop() {
+            if !c.session_expiring() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection whose last request was answered in full for reuse.
+    pub fn give_back(&self, host: &str, port: u16, conn: BrokerConnection) {
+        if conn.session_expiring() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = idle.entry((host.to_string(), port)).or_default();
+        if conns.len() < MAX_IDLE_PER_BROKER {
+            conns.push(conn);
         }
     }
 

@@ -177,11 +177,9 @@ impl Broker {
         let max = self.config.socket_request_max_bytes;
         // The inter-broker listener's protocol (TLS, SASL), as every broker-to-broker request.
         let connector = &self.security.inter_broker;
-        let call = async move {
-            let mut stream = connector.connect(&host, port, &client_id).await?;
-            let key = kafka_protocol::messages::ApiKey::AddPartitionsToTxn;
-            round_trip::<_, _, AddPartitionsToTxnResponse>(&mut stream, &client_id, key, 4, &req, max).await
-        };
+        let key = kafka_protocol::messages::ApiKey::AddPartitionsToTxn;
+        let call =
+            pooled_round_trip::<_, AddPartitionsToTxnResponse>(connector, &host, port, &client_id, key, 4, &req, max);
         let resp = match tokio::time::timeout(self.security.inter_broker.request_timeout, call).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
@@ -532,19 +530,20 @@ impl Broker {
         let max = self.config.socket_request_max_bytes;
         // The inter-broker listener's protocol (TLS, SASL), as every broker-to-broker request.
         let connector = &self.security.inter_broker;
-        let resp = tokio::time::timeout(MARKER_REQUEST_TIMEOUT, async move {
-            let mut stream = connector.connect(&host, port, &client_id).await?;
-            let key = kafka_protocol::messages::ApiKey::WriteTxnMarkers;
-            round_trip::<_, _, WriteTxnMarkersResponse>(
-                &mut stream,
+        let key = kafka_protocol::messages::ApiKey::WriteTxnMarkers;
+        let resp = tokio::time::timeout(
+            MARKER_REQUEST_TIMEOUT,
+            pooled_round_trip::<_, WriteTxnMarkersResponse>(
+                connector,
+                &host,
+                port,
                 &client_id,
                 key,
                 WRITE_TXN_MARKERS_VERSION,
                 &req,
                 max,
-            )
-            .await
-        })
+            ),
+        )
         .await??;
         let mut out = Vec::new();
         for m in resp.markers {
@@ -657,6 +656,37 @@ impl Broker {
             }
         });
     }
+}
+
+/// One request on an idle connection to the broker if there is one, else on a new one. A
+/// failure on a reused connection is taken for one the other side closed while it was idle,
+/// and the request goes once more on a fresh connection: both requests sent this way may
+/// arrive twice (a verify-only question, a marker a leader writes again harmlessly).
+#[allow(clippy::too_many_arguments)]
+async fn pooled_round_trip<Req, Resp>(
+    connector: &crate::security::client::InterBrokerClient,
+    host: &str,
+    port: u16,
+    client_id: &str,
+    api_key: kafka_protocol::messages::ApiKey,
+    version: i16,
+    req: &Req,
+    max: usize,
+) -> anyhow::Result<Resp>
+where
+    Req: Encodable + HeaderVersion,
+    Resp: Decodable + HeaderVersion,
+{
+    if let Some(mut stream) = connector.take_idle(host, port) {
+        if let Ok(resp) = round_trip(&mut stream, client_id, api_key, version, req, max).await {
+            connector.give_back(host, port, stream);
+            return Ok(resp);
+        }
+    }
+    let mut stream = connector.connect(host, port, client_id).await?;
+    let resp = round_trip(&mut stream, client_id, api_key, version, req, max).await?;
+    connector.give_back(host, port, stream);
+    Ok(resp)
 }
 
 async fn round_trip<S, Req, Resp>(
