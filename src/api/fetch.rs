@@ -179,6 +179,13 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             tokio::time::sleep(throttle).await;
             r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
             r.responses = throttled_answer(&wanted);
+            // Nothing was read: the session's next fetch must still read what this one would
+            // have (every partition of a session this request opened).
+            if let Some((c, keys)) = &changes {
+                for (topic, index) in keys {
+                    c.mark(topic, *index);
+                }
+            }
             return r;
         }
     }
@@ -212,8 +219,11 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 ctx.broker.metrics.park_fetch()
             });
             let woken = tokio::time::timeout(deadline - now, c.notify.notified()).await.is_ok();
-            keys.extend(c.take());
-            let g = s.lock().unwrap_or_else(|p| p.into_inner());
+            let marked = c.take();
+            let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+            // A partition hosted again since (a new replica object) is watched from now on.
+            watch_session_partitions(ctx, &mut g, &marked);
+            keys.extend(marked);
             wanted = session_wanted(&g, Some(keys));
             drop(g);
             if !woken {

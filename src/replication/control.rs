@@ -125,6 +125,9 @@ impl Broker {
                     }
                 } else {
                     let was_leader = part.is_leader();
+                    // Verified transactional writes matter only to a leader; a later term
+                    // here verifies again.
+                    self.txns.forget_partition(&(topic.topic_name.to_string(), p.partition_index));
                     if part.become_follower(p.leader, p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.topic_name, partition = p.partition_index, leader = p.leader, epoch = p.leader_epoch, "following");
                     }
@@ -178,6 +181,7 @@ impl Broker {
                     continue;
                 }
                 self.fetchers.unfollow(&tp);
+                self.txns.forget_partition(&(topic.topic_name.to_string(), p.partition_index));
                 let mut error_code = 0;
                 if p.delete_partition {
                     tracing::info!(topic = %topic.topic_name, partition = p.partition_index, "StopReplica: deleting local log");

@@ -1035,7 +1035,15 @@ fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
     let limit = guard.first_damaged_txn_index().map_or(leo, |d| d.min(leo));
     let (mut state, from) = match snapshot::load_newest(&dir, limit) {
         Some((offset, entries)) => (ProducerStateManager::from_snapshot(&entries), offset),
-        None => (ProducerStateManager::default(), guard.log_start_offset()),
+        // No usable snapshot (a log written before snapshots existed, or all damaged): the
+        // newest two segments, as Kafka rebuilds then, rather than a whole log that may be
+        // terabytes; below a damaged `.txnindex` so it is rebuilt. The snapshot written after
+        // this rescan makes the next start cheap.
+        None => {
+            let bases = guard.segment_base_offsets();
+            let recent = bases.len().checked_sub(2).and_then(|i| bases.get(i)).copied().unwrap_or(i64::MIN);
+            (ProducerStateManager::default(), recent.min(limit).max(guard.log_start_offset()))
+        }
     };
     let mut found = Vec::new();
     match guard.producer_batches_from(from) {

@@ -124,11 +124,18 @@ pub struct InterBrokerClient {
     /// Connections that finished a request, for the next one-request-at-a-time caller to the
     /// same broker (transaction verification and markers), so a transaction does not pay a
     /// TCP, TLS and SASL set-up per request.
-    idle: std::sync::Mutex<HashMap<(String, u16), Vec<BrokerConnection>>>,
+    idle: std::sync::Mutex<HashMap<(String, u16), Vec<IdleConnection>>>,
 }
+
+/// A connection and when its last request finished.
+type IdleConnection = (Instant, BrokerConnection);
 
 /// Idle connections kept per broker: enough for the concurrent callers a coordinator has.
 const MAX_IDLE_PER_BROKER: usize = 4;
+/// A connection idle longer is not reused: a broker whose host vanished without closing it
+/// (power loss, a network partition) would hold the next request until its timeout, where a
+/// fresh connection fails within the set-up timeout.
+const MAX_IDLE: Duration = Duration::from_secs(10);
 
 impl InterBrokerClient {
     /// A client that speaks PLAINTEXT (a standalone broker, or a PLAINTEXT inter-broker
@@ -152,8 +159,8 @@ impl InterBrokerClient {
     pub fn take_idle(&self, host: &str, port: u16) -> Option<BrokerConnection> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let conns = idle.get_mut(&(host.to_string(), port))?;
-        while let Some(c) = conns.pop() {
-            if !c.session_expiring() {
+        while let Some((since, c)) = conns.pop() {
+            if since.elapsed() < MAX_IDLE && !c.session_expiring() {
                 return Some(c);
             }
         }
@@ -167,8 +174,9 @@ impl InterBrokerClient {
         }
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let conns = idle.entry((host.to_string(), port)).or_default();
+        conns.retain(|(since, _)| since.elapsed() < MAX_IDLE);
         if conns.len() < MAX_IDLE_PER_BROKER {
-            conns.push(conn);
+            conns.push((Instant::now(), conn));
         }
     }
 

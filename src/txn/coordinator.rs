@@ -141,13 +141,23 @@ impl TransactionCoordinator {
         if m.epoch != epoch {
             return all(PRODUCER_FENCED);
         }
-        if m.pending || matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+        if matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
             return all(CONCURRENT_TRANSACTIONS);
         }
         tps.iter()
             .map(|tp| {
-                let ok = m.state == TxnState::Ongoing && m.partitions.contains(tp);
-                (tp.clone(), if ok { NONE } else { INVALID_TXN_STATE })
+                let code = if m.state == TxnState::Ongoing && m.partitions.contains(tp) {
+                    // Already added and written: a pending write (more partitions being
+                    // added, the producer adding while batches are in flight) does not
+                    // change that.
+                    NONE
+                } else if m.pending {
+                    // Possibly being added right now: ask again shortly.
+                    CONCURRENT_TRANSACTIONS
+                } else {
+                    INVALID_TXN_STATE
+                };
+                (tp.clone(), code)
             })
             .collect()
     }
@@ -476,6 +486,13 @@ mod tests {
             c.verify_only("t", 5, 0, &[a0.clone(), a1.clone()]),
             vec![(a0.clone(), NONE), (a1.clone(), INVALID_TXN_STATE)]
         );
+        // Adding a1 does not hold up writes to a0, already in the transaction.
+        let add = c.prepare_add_partitions("t", 5, m.epoch, std::slice::from_ref(&a1), 11).unwrap().unwrap();
+        assert_eq!(
+            c.verify_only("t", 5, 0, &[a0.clone(), a1.clone()]),
+            vec![(a0.clone(), NONE), (a1.clone(), CONCURRENT_TRANSACTIONS)]
+        );
+        c.complete_write("t", Some(add));
         assert_eq!(c.verify_only("t", 5, 1, std::slice::from_ref(&a0)), vec![(a0.clone(), PRODUCER_FENCED)]);
         assert_eq!(
             c.verify_only("t", 6, 0, std::slice::from_ref(&a0)),

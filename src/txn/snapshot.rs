@@ -137,7 +137,9 @@ fn remove(path: &Path) {
 }
 
 /// Writes the snapshot for `offset` (through a temporary file, so a crash leaves either the
-/// whole file or a `.tmp` that the next start removes), then keeps only the newest few.
+/// whole file or a `.tmp` that the next start removes), then keeps only the newest few. Not
+/// fsynced, to keep a roll's latency: after a power loss a snapshot may be renamed but empty,
+/// which its CRC exposes, and the rebuild falls back to an older one or a rescan.
 pub fn write(dir: &Path, offset: i64, bytes: &[u8]) -> io::Result<()> {
     let path = snapshot_path(dir, offset);
     let mut tmp = path.clone().into_os_string();
