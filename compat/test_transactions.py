@@ -25,6 +25,7 @@ from gregor_fixtures import _failed, _register  # noqa: E402
 from gregor_harness import WaitAborted, wait_until  # noqa: E402
 
 WAIT = 60
+NOT_ENOUGH_REPLICAS = 19
 
 
 def uniq(prefix: str) -> str:
@@ -567,11 +568,18 @@ def test_leader_verifies_a_transactional_produce_with_a_remote_coordinator(clust
         ids = wait_until(init, WAIT, "InitProducerId")
         pid, epoch = ids["producer_id"], ids["producer_epoch"]
 
-        def produce(seq, value):
+        def produce_once(seq, value):
             batch = kp.build_batch([kp.Record(value=value)], producer_id=pid, producer_epoch=epoch,
                                    base_sequence=seq, transactional=True)
             r = lc.call(kp.PRODUCE, 9, kp.produce_request(9, {topic: {part: batch}}, transactional_id=txn_id))
             return kp.decode_produce(r, 9)["responses"][0]["partitions"][0]["error_code"]
+
+        def produce(seq, value):
+            # NOT_ENOUGH_REPLICAS is the leader's "cannot verify now" (say, it has not yet
+            # learnt where the coordinator is): retried, as a producer retries it.
+            code = wait_until(lambda: (c := produce_once(seq, value)) != NOT_ENOUGH_REPLICAS and (c,),
+                              WAIT, "a verified or refused produce")
+            return code[0]
 
         def verify_only(parts):
             r = cc.call(kt.ADD_PARTITIONS_TO_TXN, 4,

@@ -65,6 +65,11 @@ pub struct TransactionCoordinator {
     /// partition's marker for the producer, so each partition costs one round trip per
     /// transaction rather than one per produce.
     verified: Mutex<HashMap<(String, i32), HashMap<i64, i16>>>,
+    /// Per partition, how often its confirmations were forgotten (a marker, a leadership
+    /// change). A confirmation asked for before a marker and answered after it would let a
+    /// late write land behind the marker, with no marker left to end it: it is kept only if
+    /// this count did not move while it was asked. Locked before `verified`.
+    forgotten: Mutex<HashMap<(String, i32), u64>>,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -85,6 +90,7 @@ impl TransactionCoordinator {
             loading: Mutex::new(HashSet::new()),
             epochs: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
+            forgotten: Mutex::new(HashMap::new()),
         }
     }
 
@@ -167,12 +173,31 @@ impl TransactionCoordinator {
         guard(&self.verified).get(tp).and_then(|m| m.get(&pid)).is_some_and(|&e| e == epoch)
     }
 
-    pub fn mark_verified(&self, tp: &(String, i32), pid: i64, epoch: i16) {
+    /// Taken before asking the coordinator, and handed to [`Self::mark_verified`].
+    pub fn verification_round(&self, tp: &(String, i32)) -> u64 {
+        guard(&self.forgotten).get(tp).copied().unwrap_or(0)
+    }
+
+    /// Keeps a confirmation asked for in `round`; false if the partition's confirmations were
+    /// forgotten since (the answer may predate a marker).
+    pub fn mark_verified(&self, tp: &(String, i32), pid: i64, epoch: i16, round: u64) -> bool {
+        let forgotten = guard(&self.forgotten);
+        if forgotten.get(tp).copied().unwrap_or(0) != round {
+            return false;
+        }
         guard(&self.verified).entry(tp.clone()).or_default().insert(pid, epoch);
+        true
+    }
+
+    fn next_round(forgotten: &mut HashMap<(String, i32), u64>, tp: &(String, i32)) {
+        let n = forgotten.entry(tp.clone()).or_default();
+        *n = n.wrapping_add(1);
     }
 
     /// The transaction ended on `tp` (its marker is written): the next one verifies again.
     pub fn forget_verified(&self, tp: &(String, i32), pid: i64) {
+        let mut forgotten = guard(&self.forgotten);
+        Self::next_round(&mut forgotten, tp);
         let mut v = guard(&self.verified);
         if let Some(m) = v.get_mut(tp) {
             m.remove(&pid);
@@ -185,6 +210,8 @@ impl TransactionCoordinator {
     /// This broker became `tp`'s leader: what it confirmed in an earlier term may predate a
     /// marker written by another leader meanwhile.
     pub fn forget_partition(&self, tp: &(String, i32)) {
+        let mut forgotten = guard(&self.forgotten);
+        Self::next_round(&mut forgotten, tp);
         guard(&self.verified).remove(tp);
     }
 
@@ -504,13 +531,18 @@ mod tests {
     fn a_verified_partition_is_forgotten_at_its_marker_or_a_new_leadership() {
         let c = coordinator();
         let tp = ("a".to_string(), 0);
-        c.mark_verified(&tp, 5, 0);
+        assert!(c.mark_verified(&tp, 5, 0, c.verification_round(&tp)));
         assert!(c.is_verified(&tp, 5, 0));
         assert!(!c.is_verified(&tp, 5, 1), "another epoch is another producer");
         c.forget_verified(&tp, 5);
         assert!(!c.is_verified(&tp, 5, 0));
-        c.mark_verified(&tp, 5, 0);
+        assert!(c.mark_verified(&tp, 5, 0, c.verification_round(&tp)));
         c.forget_partition(&tp);
+        assert!(!c.is_verified(&tp, 5, 0));
+        // An answer to a question asked before a marker is not kept after it.
+        let asked = c.verification_round(&tp);
+        c.forget_verified(&tp, 5);
+        assert!(!c.mark_verified(&tp, 5, 0, asked));
         assert!(!c.is_verified(&tp, 5, 0));
     }
 

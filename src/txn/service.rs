@@ -111,7 +111,9 @@ impl Broker {
             return Ok(());
         }
         match remote.get(tp).copied() {
-            Some(NONE) => Ok(()),
+            // Confirmed by this request, and no marker since (it would have forgotten it).
+            Some(NONE) if self.txns.is_verified(tp, pid, epoch) => Ok(()),
+            Some(NONE) => Err(NOT_ENOUGH_REPLICAS),
             Some(code) => Err(code),
             // Not asked (the coordinator moved here or away between the two looks): retriable.
             None => Err(NOT_ENOUGH_REPLICAS),
@@ -152,6 +154,8 @@ impl Broker {
         let Some(b) = leader.and_then(|l| snapshot.brokers.iter().find(|b| b.id == l)) else {
             return all(NOT_ENOUGH_REPLICAS);
         };
+        let rounds: HashMap<(String, i32), u64> =
+            tps.iter().map(|tp| (tp.clone(), self.txns.verification_round(tp))).collect();
         let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
         for (t, p) in tps {
             match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
@@ -212,9 +216,14 @@ impl Broker {
                         | CONCURRENT_TRANSACTIONS => NOT_ENOUGH_REPLICAS,
                         c => c,
                     };
-                    if code == NONE {
-                        self.txns.mark_verified(&tp, pid, epoch);
-                    }
+                    // A marker written here while the question was out may have ended
+                    // the transaction the answer speaks of: ask again.
+                    let code = match rounds.get(&tp) {
+                        Some(&round) if code == NONE && !self.txns.mark_verified(&tp, pid, epoch, round) => {
+                            NOT_ENOUGH_REPLICAS
+                        }
+                        _ => code,
+                    };
                     out.insert(tp, code);
                 }
             }
