@@ -509,16 +509,11 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
                     .map(|(p, o)| {
                         let mut pr = OffsetFetchResponsePartitions::default();
                         pr.partition_index = p;
-                        if unstable.contains(&(topic.clone(), p)) {
-                            pr.committed_offset = -1;
-                            pr.committed_leader_epoch = -1;
-                            pr.metadata = Some(s(""));
-                            pr.error_code = UNSTABLE_OFFSET_COMMIT;
-                            return pr;
-                        }
-                        pr.committed_offset = o.as_ref().map(|o| o.offset).unwrap_or(-1);
-                        pr.committed_leader_epoch = o.as_ref().map(|o| o.leader_epoch).unwrap_or(-1);
-                        pr.metadata = Some(s(o.map(|o| o.metadata).unwrap_or_default()));
+                        let answer = FetchedOffset::new(unstable.contains(&(topic.clone(), p)), o);
+                        pr.committed_offset = answer.offset;
+                        pr.committed_leader_epoch = answer.leader_epoch;
+                        pr.metadata = Some(s(answer.metadata));
+                        pr.error_code = answer.error_code;
                         pr
                     })
                     .collect();
@@ -596,16 +591,11 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
             .map(|(p, o)| {
                 let mut pr = OffsetFetchResponsePartition::default();
                 pr.partition_index = p;
-                if unstable.contains(&(topic.clone(), p)) {
-                    pr.committed_offset = -1;
-                    pr.committed_leader_epoch = -1;
-                    pr.metadata = Some(s(""));
-                    pr.error_code = UNSTABLE_OFFSET_COMMIT;
-                    return pr;
-                }
-                pr.committed_offset = o.as_ref().map(|o| o.offset).unwrap_or(-1);
-                pr.committed_leader_epoch = o.as_ref().map(|o| o.leader_epoch).unwrap_or(-1);
-                pr.metadata = Some(s(o.map(|o| o.metadata).unwrap_or_default()));
+                let answer = FetchedOffset::new(unstable.contains(&(topic.clone(), p)), o);
+                pr.committed_offset = answer.offset;
+                pr.committed_leader_epoch = answer.leader_epoch;
+                pr.metadata = Some(s(answer.metadata));
+                pr.error_code = answer.error_code;
                 pr
             })
             .collect();
@@ -613,6 +603,33 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
         r.topics.push(tr);
     }
     r
+}
+
+/// One partition's OffsetFetch answer, the same in the per-group (v8+) and older layouts.
+struct FetchedOffset {
+    offset: i64,
+    leader_epoch: i32,
+    metadata: String,
+    error_code: i16,
+}
+
+impl FetchedOffset {
+    fn new(unstable: bool, committed: Option<CommittedOffset>) -> FetchedOffset {
+        if unstable {
+            return FetchedOffset {
+                offset: -1,
+                leader_epoch: -1,
+                metadata: String::new(),
+                error_code: UNSTABLE_OFFSET_COMMIT,
+            };
+        }
+        match committed {
+            Some(o) => {
+                FetchedOffset { offset: o.offset, leader_epoch: o.leader_epoch, metadata: o.metadata, error_code: 0 }
+            }
+            None => FetchedOffset { offset: -1, leader_epoch: -1, metadata: String::new(), error_code: 0 },
+        }
+    }
 }
 
 /// With require_stable (v7+), a partition an open transaction holds an offset for is

@@ -156,18 +156,15 @@ impl Broker {
         };
         let rounds: HashMap<(String, i32), u64> =
             tps.iter().map(|tp| (tp.clone(), self.txns.verification_round(tp))).collect();
-        let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
-        for (t, p) in tps {
-            match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
-                Some(x) => x.partitions.push(*p),
-                None => {
-                    let mut x = AddPartitionsToTxnTopic::default();
-                    x.name = TopicName(StrBytes::from_string(t.clone()));
-                    x.partitions = vec![*p];
-                    topics.push(x);
-                }
-            }
-        }
+        let topics = by_topic(tps)
+            .into_iter()
+            .map(|(name, partitions)| {
+                let mut x = AddPartitionsToTxnTopic::default();
+                x.name = name;
+                x.partitions = partitions;
+                x
+            })
+            .collect();
         let mut txn = AddPartitionsToTxnTransaction::default();
         txn.transactional_id = TransactionalId(StrBytes::from_string(id.to_string()));
         txn.producer_id = ProducerId(pid);
@@ -514,18 +511,15 @@ impl Broker {
     ) -> anyhow::Result<Vec<MarkerResult>> {
         let snapshot = self.cache.snapshot();
         let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or_else(|| anyhow::anyhow!("unknown broker"))?;
-        let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
-        for (t, p) in tps {
-            match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
-                Some(x) => x.partition_indexes.push(*p),
-                None => {
-                    let mut x = WritableTxnMarkerTopic::default();
-                    x.name = TopicName(StrBytes::from_string(t.clone()));
-                    x.partition_indexes = vec![*p];
-                    topics.push(x);
-                }
-            }
-        }
+        let topics = by_topic(tps)
+            .into_iter()
+            .map(|(name, partition_indexes)| {
+                let mut x = WritableTxnMarkerTopic::default();
+                x.name = name;
+                x.partition_indexes = partition_indexes;
+                x
+            })
+            .collect();
         let mut marker = WritableTxnMarker::default();
         marker.producer_id = ProducerId(prepared.producer_id);
         marker.producer_epoch = prepared.epoch;
@@ -665,6 +659,19 @@ impl Broker {
             }
         });
     }
+}
+
+/// Partitions grouped by topic, topics in first-seen order, as requests to other brokers
+/// list them.
+fn by_topic(tps: &[(String, i32)]) -> Vec<(TopicName, Vec<i32>)> {
+    let mut out: Vec<(TopicName, Vec<i32>)> = Vec::new();
+    for (t, p) in tps {
+        match out.iter_mut().find(|(name, _)| name.0.as_str() == t) {
+            Some((_, parts)) => parts.push(*p),
+            None => out.push((TopicName(StrBytes::from_string(t.clone())), vec![*p])),
+        }
+    }
+    out
 }
 
 /// One request on an idle connection to the broker if there is one, else on a new one. A
