@@ -450,8 +450,20 @@ def test_exactly_once_across_coordinator_and_leader_kills(cluster_factory):
     # is named so that its __consumer_offsets partition is led by a broker not killed first.
     txn_producer(bootstrap, txn_id)
     probe = Consumer({"bootstrap.servers": bootstrap, "group.id": uniq("probe")})
+
+    def offsets_topic_served():
+        # Only a means to create __consumer_offsets: while its leaders are being elected the
+        # client may be told COORDINATOR_NOT_AVAILABLE, which it does not retry by itself.
+        try:
+            probe.committed([TopicPartition(src, 0)], timeout=10)
+            return True
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.COORDINATOR_NOT_AVAILABLE:
+                raise
+            return False
+
     try:
-        probe.committed([TopicPartition(src, 0)], timeout=WAIT)
+        wait_until(offsets_topic_served, WAIT, "a committed-offsets lookup to be served")
     finally:
         probe.close()
     c.wait_topic_online("__transaction_state", 50)

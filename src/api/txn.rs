@@ -309,7 +309,7 @@ async fn write_txn_offsets(
     offsets: Vec<PendingTxnOffset>,
 ) -> i16 {
     let broker = &ctx.broker;
-    let Some(p) = broker.offsets_partition(group) else { return codes::COORDINATOR_NOT_AVAILABLE };
+    let Some(p) = broker.offsets_partition(group) else { return codes::NOT_COORDINATOR };
     let Some(partition) = broker.replicas.partition(OFFSETS_TOPIC, p) else { return codes::NOT_COORDINATOR };
     let records: Vec<(Bytes, Bytes)> = offsets
         .iter()

@@ -144,7 +144,10 @@ impl Broker {
     /// Whether this broker coordinates `group` (leads its `__consumer_offsets` partition):
     /// NOT_COORDINATOR sends the client back to FindCoordinator after leadership moved.
     pub fn check_coordinator(&self, group: &str) -> Result<(), i16> {
-        let p = self.offsets_partition(group).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        // A broker that has not yet learnt of `__consumer_offsets` (it was just created
+        // elsewhere) leads none of it: NOT_COORDINATOR, which clients answer by asking
+        // FindCoordinator again, where COORDINATOR_NOT_AVAILABLE fails librdkafka's committed().
+        let p = self.offsets_partition(group).ok_or(NOT_COORDINATOR)?;
         match self.replicas.partition(OFFSETS_TOPIC, p) {
             Some(_) if self.is_loading_offsets(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
             Some(_) => Ok(()),

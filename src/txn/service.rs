@@ -52,7 +52,8 @@ impl Broker {
 
     /// Whether this broker coordinates `id`; its partition if so.
     pub fn check_txn_coordinator(&self, id: &str) -> Result<i32, i16> {
-        let p = self.txn_partition_for(id).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        // As for groups: not knowing the topic yet means not leading any of it.
+        let p = self.txn_partition_for(id).ok_or(NOT_COORDINATOR)?;
         match self.replicas.partition(TRANSACTION_STATE_TOPIC, p) {
             Some(_) if self.txns.is_loading(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
             Some(_) if self.txns.coordinator_epoch(p).is_none() => Err(COORDINATOR_LOAD_IN_PROGRESS),
