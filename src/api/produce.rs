@@ -88,21 +88,22 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                     (Some(_), None) => ErrorCode::CorruptMessage.code(),
                     // Below min.insync.replicas an acks=all write is refused before it is written.
                     (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => NOT_ENOUGH_REPLICAS,
-                    (Some(p), Some(records)) => match up_convert(ctx, records) {
+                    (Some(p), Some(records)) => match up_convert(ctx, records).and_then(|r| {
+                        let verified = if transactional {
+                            txn_verified(ctx, &txn_id, &p, (&name, pd.index), &r, &remote)?
+                        } else {
+                            None
+                        };
+                        Ok((r, verified))
+                    }) {
                         Err(code) => code,
-                        Ok(records)
-                            if transactional
-                                && !txn_verified(ctx, &txn_id, (&name, pd.index), &records, &remote, &mut out) =>
-                        {
-                            out.error_code
-                        }
-                        Ok(records)
+                        Ok((records, _))
                             if compacted && refuse_keyless(ctx, &name, pd.index, &records, max_bytes, &mut out) =>
                         {
                             out.error_code
                         }
-                        Ok(records) => {
-                            let result = p.append(records, max_bytes);
+                        Ok((records, verified_at)) => {
+                            let result = p.append_verified(records, max_bytes, verified_at);
                             out.base_offset = result.base_offset;
                             out.log_start_offset = result.log_start_offset;
                             out.log_append_time_ms = result.log_append_time;
@@ -157,27 +158,24 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
 }
 
 /// A transactional produce must belong to an ongoing transaction that added the partition.
-/// Returns false (the code set in `out`) when it does not.
+/// Ok: the producer's marker count on the partition before the check, for the append to
+/// hold the write to (None for a write that is not transactional).
 fn txn_verified(
     ctx: &RequestContext,
     txn_id: &str,
-    (topic, partition): (&str, i32),
+    partition: &Partition,
+    (topic, index): (&str, i32),
     records: &[u8],
     remote: &HashMap<(String, i32), i16>,
-    out: &mut PartitionProduceResponse,
-) -> bool {
-    let Some(h) = crate::log::BatchHeader::parse(records) else { return true };
+) -> Result<Option<u64>, i16> {
+    let Some(h) = crate::log::BatchHeader::parse(records) else { return Ok(None) };
     if !h.is_transactional() {
-        return true;
+        return Ok(None);
     }
-    let tp = (topic.to_string(), partition);
-    match ctx.broker.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote) {
-        Ok(()) => true,
-        Err(code) => {
-            out.error_code = code;
-            false
-        }
-    }
+    let markers = partition.txn_markers_of(h.producer_id);
+    let tp = (topic.to_string(), index);
+    ctx.broker.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote)?;
+    Ok(Some(markers))
 }
 
 /// Before any append: the transactional batches for partitions this broker leads whose

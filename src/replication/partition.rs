@@ -25,6 +25,7 @@ const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const INVALID_RECORD: i16 = 87;
+const INVALID_TXN_STATE: i16 = 48;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -374,6 +375,26 @@ impl Partition {
 
     /// Appends a producer's batches as leader.
     pub fn append(&self, records: Bytes, max_message_bytes: u32) -> ProduceResult {
+        self.append_verified(records, max_message_bytes, None)
+    }
+
+    /// [`Self::txn_markers_of`] for a producer, read before its transactional write was
+    /// verified (KIP-890): the write is refused if a marker for it was written since, unless
+    /// its transaction here is still open. Otherwise a zombie's write verified just before
+    /// the marker that ends its transaction could land behind that marker, opening a
+    /// transaction no coordinator will ever end.
+    pub fn txn_markers_of(&self, producer_id: i64) -> u64 {
+        lock(&self.producers).markers_of(producer_id)
+    }
+
+    /// [`Self::append`] of a transactional write verified when the producer's marker count
+    /// here was `markers_at_verification` (None: nothing to hold it to).
+    pub fn append_verified(
+        &self,
+        records: Bytes,
+        max_message_bytes: u32,
+        markers_at_verification: Option<u64>,
+    ) -> ProduceResult {
         let fail = |code: i16| ProduceResult {
             error_code: code,
             base_offset: -1,
@@ -408,6 +429,18 @@ impl Partition {
                 }
                 SequenceCheck::Duplicate { .. } => return fail(DUPLICATE_SEQUENCE_NUMBER),
                 SequenceCheck::Reject(code) => return fail(code),
+            }
+        }
+        if let Some(markers) = markers_at_verification {
+            // Under the producers lock, which a marker write takes too: the marker is either
+            // counted here or written after this append (and then ends it).
+            let ended_since = headers.iter().any(|h| {
+                h.is_transactional()
+                    && !producers.in_transaction(h.producer_id)
+                    && producers.markers_of(h.producer_id) != markers
+            });
+            if ended_since {
+                return fail(INVALID_TXN_STATE);
             }
         }
         let mut log = self.lock_log();
@@ -1217,6 +1250,28 @@ mod tests {
         let recs: Vec<SimpleRecord<'_>> =
             (0..n).map(|_| SimpleRecord { timestamp, key: None, value: Some(b"t"), headers: vec![] }).collect();
         Bytes::from(encode_batch(&opts, &recs))
+    }
+
+    #[test]
+    fn a_write_verified_before_its_transactions_marker_is_refused_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = small_segment_partition(dir.path(), true);
+        // First transaction: verified, written, then ended by its marker.
+        let before = p.txn_markers_of(9);
+        assert_eq!(p.append_verified(txn_batch(9, 0, 2), 1 << 20, Some(before)).error_code, 0);
+        assert_eq!(p.write_marker(9, 0, true, 1).0, 0);
+        // A late write of that transaction, verified before the marker: refused, so it cannot
+        // open a transaction behind the marker that nothing would end.
+        let r = p.append_verified(txn_batch(9, 2, 1), 1 << 20, Some(before));
+        assert_eq!(r.error_code, INVALID_TXN_STATE);
+        assert_eq!(p.last_stable_offset(), p.high_watermark());
+        // The next transaction, verified after the marker, is written; so is its second
+        // write, even after another producer's marker.
+        let now = p.txn_markers_of(9);
+        assert_eq!(p.append_verified(txn_batch(9, 2, 1), 1 << 20, Some(now)).error_code, 0);
+        assert_eq!(p.write_marker(4, 0, false, 1).0, 0);
+        assert_eq!(p.append_verified(txn_batch(9, 3, 1), 1 << 20, Some(now)).error_code, 0);
+        assert!(p.last_stable_offset() < p.high_watermark(), "its transaction is open");
     }
 
     fn snapshots(dir: &std::path::Path) -> Vec<i64> {

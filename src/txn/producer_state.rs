@@ -25,6 +25,9 @@ struct ProducerEntry {
     batches: VecDeque<BatchRecord>,
     /// The max timestamp of its last batch (DescribeProducers' `last_timestamp`).
     last_timestamp: i64,
+    /// Markers written for it here since this broker loaded the partition (memory only: the
+    /// windows it guards are those of requests in flight).
+    markers: u64,
 }
 
 /// One producer with state here, as DescribeProducers reports it.
@@ -125,6 +128,12 @@ impl ProducerStateManager {
         self.ongoing.contains_key(&producer_id)
     }
 
+    /// How many markers this partition has taken for `producer_id`: a transactional append
+    /// verified before a marker that is not yet written must not land after it.
+    pub fn markers_of(&self, producer_id: i64) -> u64 {
+        self.producers.get(&producer_id).map_or(0, |e| e.markers)
+    }
+
     /// The epoch this partition knows for `producer_id` (a marker older than it is refused).
     pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
         self.producers.get(&producer_id).map(|e| e.epoch)
@@ -143,6 +152,7 @@ impl ProducerStateManager {
         high_watermark: i64,
     ) -> Option<AbortedTxn> {
         let entry = self.producers.entry(producer_id).or_default();
+        entry.markers = entry.markers.wrapping_add(1);
         if epoch > entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
