@@ -105,3 +105,21 @@ def test_a_partition_left_out_of_a_full_response_comes_in_the_next_incremental_o
         assert sid != 0 and answered(full) == {0: (1, [b"x" * 2000]), 1: (1, [])}, full
         inc = fetch(c, {topic: {0: 1}}, session_id=sid, session_epoch=1)
         assert answered(inc) == {1: (1, [b"y" * 2000])}
+
+
+def test_records_deleted_below_a_consumer_come_as_a_new_log_start_offset(broker):
+    """DeleteRecords moves the log start of a partition the consumer is caught up on: the next
+    incremental answer names it with the new log start offset, as Kafka's does."""
+    with kp.Conn(broker.host, broker.port) as c:
+        topic = new_topic(c, partitions=2)
+        produce(c, topic, 0, b"a", b"b", b"c")
+        full = fetch(c, {topic: {0: 3, 1: 0}}, session_epoch=0)
+        sid = full["session_id"]
+        assert sid != 0 and fetch(c, {}, session_id=sid, session_epoch=1)["responses"] == []
+
+        r = kp.decode_delete_records(c.call(kp.DELETE_RECORDS, 2, kp.delete_records_request(2, {topic: {0: 2}})), 2)
+        assert r["topics"][0]["partitions"][0]["error_code"] == 0, r
+
+        inc = fetch(c, {}, session_id=sid, session_epoch=2)
+        parts = [p for t in inc["responses"] for p in t["partitions"]]
+        assert [(p["partition_index"], p["log_start_offset"]) for p in parts] == [(0, 2)], inc

@@ -423,7 +423,13 @@ impl Broker {
             loop {
                 tick.tick().await;
                 let b2 = b.clone();
-                let _ = tokio::task::spawn_blocking(move || b2.replicas.logs().run_retention(now_ms())).await;
+                let moved = tokio::task::spawn_blocking(move || b2.replicas.logs().run_retention(now_ms())).await;
+                // Fetch sessions report the new log start offsets in their next answers.
+                for (topic, index) in moved.unwrap_or_default() {
+                    if let Some(p) = b.replicas.partition(&topic, index) {
+                        p.wake();
+                    }
+                }
             }
         });
         let b = self.clone();

@@ -625,13 +625,18 @@ impl LogManager {
         out
     }
 
-    /// Applies retention to every log; errors are logged per log.
-    pub fn run_retention(&self, now_ms: i64) {
+    /// Applies retention to every log; errors are logged per log. Returns the logs whose
+    /// start moved.
+    pub fn run_retention(&self, now_ms: i64) -> Vec<Key> {
+        let mut moved = Vec::new();
         for (k, l) in self.all() {
-            if let Err(e) = lock_log(&l).enforce_retention(now_ms) {
-                tracing::error!(topic = %k.0, partition = k.1, error = %e, "retention failed");
+            match lock_log(&l).enforce_retention(now_ms) {
+                Ok(0) => {}
+                Ok(_) => moved.push(k),
+                Err(e) => tracing::error!(topic = %k.0, partition = k.1, error = %e, "retention failed"),
             }
         }
+        moved
     }
 
     /// Applies flush.messages / flush.ms to every log; errors are logged.

@@ -1001,7 +1001,10 @@ impl Partition {
     }
 
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
-        self.lock_log().delete_records_before(offset)
+        let start = self.lock_log().delete_records_before(offset)?;
+        // Fetch sessions report a new log start offset in their next incremental answer.
+        self.wake();
+        Ok(start)
     }
 
     /// Applies flush.messages / flush.ms; errors are logged, the data stays in the page cache.
