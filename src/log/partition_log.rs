@@ -126,6 +126,7 @@ pub struct LogStats {
     log_start_offset: AtomicI64,
     log_end_offset: AtomicI64,
     segments: AtomicU64,
+    active_segment_base: AtomicI64,
 }
 
 impl LogStats {
@@ -140,6 +141,10 @@ impl LogStats {
     }
     pub fn segments(&self) -> u64 {
         self.segments.load(Ordering::Relaxed)
+    }
+    /// The base offset of the segment appends go to.
+    pub fn active_segment_base(&self) -> i64 {
+        self.active_segment_base.load(Ordering::Relaxed)
     }
 }
 
@@ -364,6 +369,7 @@ impl Log {
         s.log_start_offset.store(self.log_start_offset, Ordering::Relaxed);
         s.log_end_offset.store(self.log_end_offset, Ordering::Relaxed);
         s.segments.store(self.segments.len() as u64, Ordering::Relaxed);
+        s.active_segment_base.store(self.segments.keys().next_back().copied().unwrap_or(0), Ordering::Relaxed);
     }
 
     fn refresh_end_offset(&mut self) {
@@ -1174,6 +1180,17 @@ impl Log {
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms();
         Ok(())
+    }
+
+    /// Whether appending `len` bytes holding `records` records at `now_ms` could do more than
+    /// write to the page cache: roll the segment (fsync, new files, a producer snapshot) or
+    /// fsync for flush.messages or flush.ms. Errs towards yes.
+    pub fn append_may_block(&self, len: usize, records: u64, now_ms: i64) -> bool {
+        let Some(active) = self.segments.values().next_back() else { return true };
+        let by_count = self.unflushed_messages.saturating_add(records) >= self.config.flush_interval_messages;
+        let by_time = self.config.flush_interval_ms != u64::MAX
+            && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms.min(i64::MAX as u64) as i64;
+        by_count || by_time || active.may_roll(&self.config, len, now_ms)
     }
 
     /// Flushes when flush.messages or flush.ms says so. Returns whether it did.
