@@ -1857,6 +1857,30 @@ mod tests {
     }
 
     #[test]
+    fn an_append_may_block_when_a_roll_or_an_fsync_is_due() {
+        let d = tempfile::tempdir().unwrap();
+        let one = simple_batch(1, 100, 0).len();
+        let now = now_ms();
+        let c = LogConfig { segment_bytes: (one * 2) as u64, segment_ms: 60_000, ..cfg() };
+        let mut log = open(d.path(), c);
+        assert!(!log.append_may_block(one, 1, now), "an empty segment takes any batch");
+        log.append(&mut simple_batch(1, 100, now), 0).unwrap();
+        assert!(!log.append_may_block(one, 1, now));
+        assert!(log.append_may_block(one, 1, now + 60_001), "the segment is older than segment.ms");
+        log.append(&mut simple_batch(1, 100, now), 0).unwrap();
+        assert!(log.append_may_block(one, 1, now), "the segment is full: the next append rolls");
+
+        let d = tempfile::tempdir().unwrap();
+        let mut log = open(d.path(), LogConfig { flush_interval_messages: 3, ..cfg() });
+        log.append(&mut simple_batch(1, 100, now), 0).unwrap();
+        assert!(!log.append_may_block(one, 1, now));
+        assert!(log.append_may_block(one, 2, now), "the third message is due an fsync");
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path(), LogConfig { flush_interval_ms: 1000, ..cfg() });
+        assert!(log.append_may_block(one, 1, now + 1000), "flush.ms has passed");
+    }
+
+    #[test]
     fn published_stats_follow_every_change() {
         let d = tempfile::tempdir().unwrap();
         let one = simple_batch(1, 100, 0).len() as u64;
@@ -1868,6 +1892,7 @@ mod tests {
             assert_eq!(stats.log_start_offset(), log.log_start_offset());
             assert_eq!(stats.log_end_offset(), log.log_end_offset());
             assert_eq!(stats.segments(), log.segment_count() as u64);
+            assert_eq!(Some(stats.active_segment_base()), log.segments.keys().next_back().copied());
         };
         agree(&log);
         for _ in 0..7 {
