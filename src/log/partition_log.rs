@@ -1877,7 +1877,7 @@ mod tests {
         assert!(log.append_may_block(one, 2, now), "the third message is due an fsync");
         let d = tempfile::tempdir().unwrap();
         let log = open(d.path(), LogConfig { flush_interval_ms: 1000, ..cfg() });
-        assert!(log.append_may_block(one, 1, now + 1000), "flush.ms has passed");
+        assert!(log.append_may_block(one, 1, now_ms() + 1000), "flush.ms has passed");
     }
 
     #[test]
