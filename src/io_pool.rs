@@ -23,13 +23,15 @@ pub enum IoPoolError {
 pub struct IoPool {
     permits: Arc<Semaphore>,
     threads: usize,
+    /// Jobs started (the broker's `gregor_io_pool_jobs_total`).
+    jobs: prometheus::IntCounter,
 }
 
 impl IoPool {
-    /// A pool running at most `threads` jobs at once (at least one).
-    pub fn new(threads: usize) -> IoPool {
+    /// A pool running at most `threads` jobs at once (at least one), counting them in `jobs`.
+    pub fn new(threads: usize, jobs: prometheus::IntCounter) -> IoPool {
         let threads = threads.clamp(1, Semaphore::MAX_PERMITS);
-        IoPool { permits: Arc::new(Semaphore::new(threads)), threads }
+        IoPool { permits: Arc::new(Semaphore::new(threads)), threads, jobs }
     }
 
     pub fn threads(&self) -> usize {
@@ -41,6 +43,7 @@ impl IoPool {
     pub async fn run<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> Result<T, IoPoolError> {
         let permit =
             self.permits.clone().acquire_owned().await.map_err(|e| IoPoolError::Failed(format!("pool closed: {e}")))?;
+        self.jobs.inc();
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
@@ -57,10 +60,14 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Barrier;
 
+    fn counter() -> prometheus::IntCounter {
+        prometheus::IntCounter::new("jobs", "jobs").unwrap()
+    }
+
     /// Runs `jobs` jobs on a pool of `threads`; the most that ran at once. The first `threads`
     /// jobs wait for each other, so they can only finish if that many run together.
     async fn most_at_once(threads: usize, jobs: usize) -> usize {
-        let pool = Arc::new(IoPool::new(threads));
+        let pool = Arc::new(IoPool::new(threads, counter()));
         let running = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let together = Arc::new(Barrier::new(threads));
@@ -97,9 +104,10 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_panicking_job_is_an_error_and_gives_its_permit_back() {
-        let pool = IoPool::new(1);
+        let pool = IoPool::new(1, counter());
         let r: Result<(), _> = pool.run(|| panic!("boom")).await;
         assert!(r.is_err());
         assert_eq!(pool.run(|| 7).await.unwrap(), 7);
+        assert_eq!(pool.jobs.get(), 2);
     }
 }
