@@ -152,10 +152,12 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         };
         let mut results: std::vec::IntoIter<(ProduceResult, Arc<Partition>)> = results.into_iter();
         for a in appends {
+            // Taken first, so that results and answers stay paired whatever is skipped.
+            let result = results.next();
             let Some(out) = responses.get_mut(a.topic).and_then(|t| t.partition_responses.get_mut(a.slot)) else {
                 continue;
             };
-            let Some((result, p)) = results.next() else {
+            let Some((result, p)) = result else {
                 // The job died: whether its writes happened is unknown, so none is acknowledged.
                 out.error_code = ErrorCode::UnknownServerError.code();
                 continue;
