@@ -98,6 +98,9 @@ def test_server_properties_value_reaches_the_broker(broker_factory):
     ("override", "auto.create.topics.enable", "maybe"),
     ("override", "log.retention.hours", "1.5x"),
     ("override", "transaction.partition.verification.enable", "sometimes"),
+    # The I/O pool needs a thread at least.
+    ("override", "num.io.threads", "0"),
+    ("properties", "num.io.threads", "-2"),
     ("properties", "num.partitions", "lots"),
     ("toml", "num.partitions", '"many"'),
 ])

@@ -60,6 +60,8 @@ pub struct Broker {
     pub metrics: BrokerMetrics,
     /// `queued.max.requests`: one permit per request being decoded and handled.
     pub request_slots: Arc<tokio::sync::Semaphore>,
+    /// `num.io.threads`: where produce appends and fetch reads touch the disk.
+    pub io: crate::io_pool::IoPool,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
@@ -181,6 +183,7 @@ impl Broker {
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let broker = Arc::new(Broker {
             replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
+            io: crate::io_pool::IoPool::new(config.num_io_threads, metrics.io_jobs.clone()),
             metrics,
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),

@@ -299,6 +299,9 @@ pub struct BrokerConfig {
     /// `queued.max.requests`: requests being decoded and handled at once over all connections;
     /// a request parked in a purgatory (long-poll fetch, acks=all produce) gives its slot back.
     pub queued_max_requests: usize,
+    /// `num.io.threads`: appends, fsyncs, segment rolls and the record reads of fetches run on
+    /// at most this many threads at once, never on the async network workers.
+    pub num_io_threads: usize,
     /// How `__consumer_offsets` is created.
     pub offsets_topic: InternalTopicConfig,
     /// `gregor.offsets.zookeeper.mirror.interval.ms`: how often committed offsets are copied
@@ -688,6 +691,7 @@ impl BrokerConfig {
             listener_max_connection_creation_rate,
             queued_max_request_bytes: request_bytes_pool(get("queued.max.request.bytes"))?,
             queued_max_requests: positive("queued.max.requests", get("queued.max.requests"))?,
+            num_io_threads: at_least("num.io.threads", get("num.io.threads"), 1)? as usize,
             max_decoded_bytes_per_request: positive(
                 "gregor.max.decoded.bytes.per.request",
                 get("gregor.max.decoded.bytes.per.request"),
@@ -1772,6 +1776,12 @@ mod tests {
         assert!(err.contains("listeners"), "{err}");
         assert!(load(&[("auto.create.topics.enable", "yes")]).is_err());
         assert!(load(&[("log.segment.bytes", "0")]).is_err());
+        for bad in ["0", "-1"] {
+            let err = load(&[("num.io.threads", bad)]).unwrap_err().to_string();
+            assert!(err.contains("num.io.threads") && err.contains("at least 1"), "{err}");
+        }
+        assert_eq!(load(&[]).unwrap().num_io_threads, 8);
+        assert_eq!(load(&[("num.io.threads", "1")]).unwrap().num_io_threads, 1);
     }
 
     #[test]

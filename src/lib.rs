@@ -12,6 +12,7 @@ pub mod config;
 pub mod controller;
 pub mod dynamic_config;
 pub mod group;
+pub mod io_pool;
 pub mod log;
 pub mod metadata;
 pub mod metrics;

@@ -25,7 +25,7 @@ use super::RequestContext;
 use crate::client_quota::CONSUMER_BYTE_RATE;
 use crate::log::zero_copy;
 use crate::replication::fetch_session::{Changes, Session, SessionPartition};
-use crate::replication::{quota, FetchResult};
+use crate::replication::{quota, FetchResult, Partition};
 use crate::security::authorizer::{Operation, ResourceType};
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
@@ -200,13 +200,12 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     // Woken only by the partitions this fetch reads: each read with `watch` registers it.
     let waiter = Arc::new(Notify::new());
     let mut watch = None;
-    let params = ReadParams { max_bytes, version, replica, rack, committed };
     // Fetch v4+ only: older versions convert the records, which needs their bytes.
     let sendfile = ctx.sendfile && version >= 4;
-    let mut wanted = wanted;
+    let params = Arc::new(ReadParams { max_bytes, version, replica, rack: rack.to_string(), committed, sendfile });
+    let mut wanted = Arc::new(wanted);
     let (responses, files) = loop {
-        let ((responses, total, any_error), files) =
-            zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, watch));
+        let ((responses, total, any_error), files) = read(ctx, &wanted, &params, watch).await;
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break (responses, files);
@@ -220,14 +219,15 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             });
             let woken = tokio::time::timeout(deadline - now, c.notify.notified()).await.is_ok();
             let marked = c.take();
-            let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
-            // A partition hosted again since (a new replica object) is watched from now on.
-            watch_session_partitions(ctx, &mut g, &marked);
-            keys.extend(marked);
-            wanted = session_wanted(&g, Some(keys));
-            drop(g);
+            {
+                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                // A partition hosted again since (a new replica object) is watched from now on.
+                watch_session_partitions(ctx, &mut g, &marked);
+                keys.extend(marked);
+                wanted = Arc::new(session_wanted(&g, Some(keys)));
+            }
             if !woken {
-                let ((responses, _, _), files) = zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, None));
+                let ((responses, _, _), files) = read(ctx, &wanted, &params, None).await;
                 break (responses, files);
             }
             continue;
@@ -245,7 +245,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            let ((responses, _, _), files) = zero_copy::collect(sendfile, || read_all(ctx, &wanted, params, None));
+            let ((responses, _, _), files) = read(ctx, &wanted, &params, None).await;
             break (responses, files);
         }
     };
@@ -426,24 +426,86 @@ fn only_news(
 }
 
 /// What a Fetch asks of every partition it reads.
-#[derive(Clone, Copy)]
-struct ReadParams<'a> {
+struct ReadParams {
     max_bytes: usize,
     version: i16,
     /// The follower's broker id, or negative for a consumer.
     replica: i32,
-    rack: &'a str,
+    rack: String,
     /// read_committed: records up to the last stable offset only.
     committed: bool,
+    /// Large record sets may stay in their files, for the response writer to sendfile.
+    sendfile: bool,
+}
+
+type ReadOutcome = ((Vec<FetchableTopicResponse>, usize, bool), zero_copy::FileRanges);
+
+/// Reads the wanted partitions once. When some partition is read from below its active
+/// segment, where pages are the likeliest to have left the page cache, the whole read (index
+/// lookups, header scans, preads) is one hop to the I/O pool. Reads of the active segment,
+/// just written, and fetches that find nothing new stay on the network worker: a hop costs
+/// two thread switches, more than such a read. The sendfile placeholders are collected on
+/// the thread that reads (they are thread-local).
+async fn read(
+    ctx: &RequestContext,
+    wanted: &Arc<Vec<Wanted>>,
+    params: &Arc<ReadParams>,
+    watch: Option<&Arc<Notify>>,
+) -> ReadOutcome {
+    let partitions = resolve(ctx, wanted, params);
+    let reads_cold = wanted.iter().flat_map(|w| &w.partitions).zip(&partitions).any(|(wp, p)| {
+        // The published log bounds: a look that never waits for the log's lock, which an
+        // append holds while it writes.
+        p.as_ref().is_some_and(|p| {
+            let stats = p.log_stats();
+            wp.offset < stats.active_segment_base().min(stats.log_end_offset()) && wp.offset >= stats.log_start_offset()
+        })
+    });
+    if !reads_cold {
+        return zero_copy::collect(params.sendfile, || read_all(ctx, wanted, &partitions, params, watch));
+    }
+    let (c, w, p, watch) = (ctx.clone(), wanted.clone(), params.clone(), watch.cloned());
+    let job = move || zero_copy::collect(p.sendfile, || read_all(&c, &w, &partitions, &p, watch.as_ref()));
+    match ctx.broker.io.run(job).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            tracing::error!(error = %e, "fetch read failed");
+            let mut responses = throttled_answer(wanted);
+            for pd in responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                pd.error_code = ErrorCode::UnknownServerError.code();
+            }
+            ((responses, 0, true), zero_copy::FileRanges::default())
+        }
+    }
+}
+
+/// The replica each wanted partition is read from, in order (None: not here, or no topic).
+fn resolve(ctx: &RequestContext, wanted: &[Wanted], params: &ReadParams) -> Vec<Option<Arc<Partition>>> {
+    let replicas = &ctx.broker.replicas;
+    // A consumer with Fetch v11+ may read from a follower (KIP-392).
+    let any_replica = params.replica < 0 && params.version >= 11;
+    wanted
+        .iter()
+        .flat_map(|w| {
+            w.partitions.iter().map(move |wp| match (w.name.is_empty(), any_replica) {
+                (true, _) => None,
+                (false, true) => replicas.hosted(&w.name, wp.index),
+                (false, false) => replicas.partition(&w.name, wp.index),
+            })
+        })
+        .collect()
 }
 
 fn read_all(
     ctx: &RequestContext,
     wanted: &[Wanted],
-    params: ReadParams<'_>,
+    partitions: &[Option<Arc<Partition>>],
+    params: &ReadParams,
     watch: Option<&Arc<Notify>>,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
-    let ReadParams { max_bytes, version, replica, rack, committed } = params;
+    let (max_bytes, version, replica, committed) = (params.max_bytes, params.version, params.replica, params.committed);
+    let rack = params.rack.as_str();
+    let mut partitions = partitions.iter();
     let broker = &ctx.broker;
     let mut remaining = max_bytes;
     let mut total = 0usize;
@@ -477,12 +539,7 @@ fn read_all(
             pd.last_stable_offset = -1;
             pd.log_start_offset = -1;
             pd.preferred_read_replica = BrokerId(-1);
-            // A consumer with Fetch v11+ may read from a follower (KIP-392).
-            let partition = match (w.name.is_empty(), replica < 0 && version >= 11) {
-                (true, _) => None,
-                (false, true) => broker.replicas.hosted(&w.name, wp.index),
-                (false, false) => broker.replicas.partition(&w.name, wp.index),
-            };
+            let partition = partitions.next().cloned().flatten();
             if !may_read {
                 pd.error_code = ErrorCode::TopicAuthorizationFailed.code();
                 any_error = true;

@@ -10,17 +10,25 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
+use bytes::Bytes;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Notify;
 
 use super::error::ErrorCode;
 use super::RequestContext;
-use crate::replication::Partition;
+use crate::replication::{Partition, ProduceResult};
 use crate::security::authorizer::{Operation, ResourceType};
 
 const NOT_ENOUGH_REPLICAS: i16 = 19;
 const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 const REQUEST_TIMED_OUT: i16 = 7;
+
+/// Where the answer of an append that passed validation goes.
+struct Append {
+    topic: usize,
+    slot: usize,
+    min_isr: usize,
+}
 
 /// A write that must reach the whole ISR before it is acknowledged.
 struct Pending {
@@ -39,6 +47,11 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     let txn_id: String = req.transactional_id.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
     let remote = if transactional { verify_remote(ctx, &txn_id, &req).await } else { HashMap::new() };
     let mut pending = Vec::new();
+    // Partitions whose batches passed validation, appended together after the loop: where each
+    // answer goes, and the append itself.
+    let mut appends = Vec::new();
+    let mut writes: Vec<(Arc<Partition>, Bytes, u32, Option<u64>)> = Vec::new();
+    let mut may_block = false;
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let effective = broker.effective_config();
     let produced: usize = req
@@ -103,20 +116,10 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                             out.error_code
                         }
                         Ok((records, verified_at)) => {
-                            let result = p.append_verified(records, max_bytes, verified_at);
-                            out.base_offset = result.base_offset;
-                            out.log_start_offset = result.log_start_offset;
-                            out.log_append_time_ms = result.log_append_time;
-                            if result.error_code == 0 && acks == -1 && p.high_watermark() <= result.last_offset {
-                                pending.push(Pending {
-                                    topic: ti,
-                                    slot: partitions.len(),
-                                    partition: p,
-                                    last_offset: result.last_offset,
-                                    min_isr,
-                                });
-                            }
-                            result.error_code
+                            appends.push(Append { topic: ti, slot: partitions.len(), min_isr });
+                            may_block = may_block || p.append_may_block(&records);
+                            writes.push((p, records, max_bytes, verified_at));
+                            0
                         }
                     },
                 }
@@ -128,6 +131,55 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         tr.name = topic.name;
         tr.partition_responses = partitions;
         responses.push(tr);
+    }
+    if !writes.is_empty() {
+        let append_all = move || {
+            writes
+                .into_iter()
+                .map(|(p, records, max_bytes, verified_at)| (p.append_verified(records, max_bytes, verified_at), p))
+                .collect::<Vec<_>>()
+        };
+        // When one of them may roll a segment or fsync, all of the request's appends go to the
+        // I/O pool in one hop, so no network worker waits on the disk. Otherwise they are
+        // page-cache writes, done here: a hop costs two thread switches, several times the
+        // write of a small request.
+        let results = if !may_block {
+            append_all()
+        } else {
+            match broker.io.run(append_all).await {
+                Ok(results) => results,
+                Err(e) => {
+                    tracing::error!(error = %e, "produce appends failed");
+                    Vec::new()
+                }
+            }
+        };
+        let mut results: std::vec::IntoIter<(ProduceResult, Arc<Partition>)> = results.into_iter();
+        for a in appends {
+            // Taken first, so that results and answers stay paired whatever is skipped.
+            let result = results.next();
+            let Some(out) = responses.get_mut(a.topic).and_then(|t| t.partition_responses.get_mut(a.slot)) else {
+                continue;
+            };
+            let Some((result, p)) = result else {
+                // The job died: whether its writes happened is unknown, so none is acknowledged.
+                out.error_code = ErrorCode::UnknownServerError.code();
+                continue;
+            };
+            out.base_offset = result.base_offset;
+            out.log_start_offset = result.log_start_offset;
+            out.log_append_time_ms = result.log_append_time;
+            out.error_code = result.error_code;
+            if result.error_code == 0 && acks == -1 && p.high_watermark() <= result.last_offset {
+                pending.push(Pending {
+                    topic: a.topic,
+                    slot: a.slot,
+                    partition: p,
+                    last_offset: result.last_offset,
+                    min_isr: a.min_isr,
+                });
+            }
+        }
     }
     if !pending.is_empty() {
         ctx.park();

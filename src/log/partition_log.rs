@@ -126,6 +126,7 @@ pub struct LogStats {
     log_start_offset: AtomicI64,
     log_end_offset: AtomicI64,
     segments: AtomicU64,
+    active_segment_base: AtomicI64,
 }
 
 impl LogStats {
@@ -140,6 +141,10 @@ impl LogStats {
     }
     pub fn segments(&self) -> u64 {
         self.segments.load(Ordering::Relaxed)
+    }
+    /// The base offset of the segment appends go to.
+    pub fn active_segment_base(&self) -> i64 {
+        self.active_segment_base.load(Ordering::Relaxed)
     }
 }
 
@@ -364,6 +369,7 @@ impl Log {
         s.log_start_offset.store(self.log_start_offset, Ordering::Relaxed);
         s.log_end_offset.store(self.log_end_offset, Ordering::Relaxed);
         s.segments.store(self.segments.len() as u64, Ordering::Relaxed);
+        s.active_segment_base.store(self.segments.keys().next_back().copied().unwrap_or(0), Ordering::Relaxed);
     }
 
     fn refresh_end_offset(&mut self) {
@@ -1176,6 +1182,17 @@ impl Log {
         Ok(())
     }
 
+    /// Whether appending `len` bytes holding `records` records at `now_ms` could do more than
+    /// write to the page cache: roll the segment (fsync, new files, a producer snapshot) or
+    /// fsync for flush.messages or flush.ms. Errs towards yes.
+    pub fn append_may_block(&self, len: usize, records: u64, now_ms: i64) -> bool {
+        let Some(active) = self.segments.values().next_back() else { return true };
+        let by_count = self.unflushed_messages.saturating_add(records) >= self.config.flush_interval_messages;
+        let by_time = self.config.flush_interval_ms != u64::MAX
+            && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms.min(i64::MAX as u64) as i64;
+        by_count || by_time || active.may_roll(&self.config, len, now_ms)
+    }
+
     /// Flushes when flush.messages or flush.ms says so. Returns whether it did.
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<bool, LogError> {
         let by_count = self.unflushed_messages > 0 && self.unflushed_messages >= self.config.flush_interval_messages;
@@ -1840,6 +1857,30 @@ mod tests {
     }
 
     #[test]
+    fn an_append_may_block_when_a_roll_or_an_fsync_is_due() {
+        let d = tempfile::tempdir().unwrap();
+        let one = simple_batch(1, 100, 0).len();
+        let now = now_ms();
+        let c = LogConfig { segment_bytes: (one * 2) as u64, segment_ms: 60_000, ..cfg() };
+        let mut log = open(d.path(), c);
+        assert!(!log.append_may_block(one, 1, now), "an empty segment takes any batch");
+        log.append(&mut simple_batch(1, 100, now), 0).unwrap();
+        assert!(!log.append_may_block(one, 1, now));
+        assert!(log.append_may_block(one, 1, now + 60_001), "the segment is older than segment.ms");
+        log.append(&mut simple_batch(1, 100, now), 0).unwrap();
+        assert!(log.append_may_block(one, 1, now), "the segment is full: the next append rolls");
+
+        let d = tempfile::tempdir().unwrap();
+        let mut log = open(d.path(), LogConfig { flush_interval_messages: 3, ..cfg() });
+        log.append(&mut simple_batch(1, 100, now), 0).unwrap();
+        assert!(!log.append_may_block(one, 1, now));
+        assert!(log.append_may_block(one, 2, now), "the third message is due an fsync");
+        let d = tempfile::tempdir().unwrap();
+        let log = open(d.path(), LogConfig { flush_interval_ms: 1000, ..cfg() });
+        assert!(log.append_may_block(one, 1, now_ms() + 1000), "flush.ms has passed");
+    }
+
+    #[test]
     fn published_stats_follow_every_change() {
         let d = tempfile::tempdir().unwrap();
         let one = simple_batch(1, 100, 0).len() as u64;
@@ -1851,6 +1892,7 @@ mod tests {
             assert_eq!(stats.log_start_offset(), log.log_start_offset());
             assert_eq!(stats.log_end_offset(), log.log_end_offset());
             assert_eq!(stats.segments(), log.segment_count() as u64);
+            assert_eq!(Some(stats.active_segment_base()), log.segments.keys().next_back().copied());
         };
         agree(&log);
         for _ in 0..7 {

@@ -503,6 +503,17 @@ impl LogSegment {
         full || aged || index_full || overflow
     }
 
+    /// Whether an append of `len` bytes at about `now_ms` could roll this segment: a look that
+    /// needs no batch header, erring towards yes (a producer's timestamps near now, no offset
+    /// overflow, as [`Self::should_roll`] decides them).
+    pub fn may_roll(&self, config: &LogConfig, len: usize, now_ms: i64) -> bool {
+        let non_empty = self.size > 0;
+        let full = non_empty && self.size + len as u64 > config.segment_bytes.min(i32::MAX as u64);
+        let since = self.rolling_base_timestamp.unwrap_or(self.created_ms);
+        let aged = non_empty && now_ms.saturating_sub(since) > config.max_segment_ms();
+        full || aged || self.offset_index.is_full() || self.time_index.is_full()
+    }
+
     /// First batch whose last offset is >= `offset`, as (position, header).
     pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
         let (_, pos) = self.offset_index.lookup(offset);

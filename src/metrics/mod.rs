@@ -68,6 +68,8 @@ pub struct BrokerMetrics {
     produce_purgatory: IntGauge,
     fetch_purgatory: IntGauge,
     handling: IntGauge,
+    /// Handed to the I/O pool, which counts the jobs it runs.
+    pub io_jobs: IntCounter,
     connections: IntGaugeVec,
     connections_created: IntCounterVec,
     spares: Spares,
@@ -117,6 +119,10 @@ impl BrokerMetrics {
                 "Requests being decoded and handled, at most queued.max.requests (gregor handles a request as it \
                  is read, so this is Kafka's queue and its handler threads in one); parked requests are not counted",
             )?,
+            io_jobs: IntCounter::new(
+                "gregor_io_pool_jobs_total",
+                "Requests whose appends or record reads ran on the I/O pool (num.io.threads), one job each",
+            )?,
             connections: IntGaugeVec::new(
                 Opts::new("kafka_server_socket_server_metrics_connection_count", "Open client connections"),
                 &["listener"],
@@ -165,6 +171,7 @@ impl BrokerMetrics {
         families.extend(self.conversions.fetch.collect());
         families.extend(self.purgatory.collect());
         families.extend(self.handling.collect());
+        families.extend(self.io_jobs.collect());
         families.extend(self.connections.collect());
         families.extend(self.connections_created.collect());
         families.extend(state.families());

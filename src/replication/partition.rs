@@ -373,6 +373,27 @@ impl Partition {
         candidate > old
     }
 
+    /// Whether appending `records` could block on the disk beyond a page-cache write (a
+    /// segment roll or an fsync due, or the log busy with another write): such appends are
+    /// run off the network workers.
+    pub fn append_may_block(&self, records: &[u8]) -> bool {
+        let mut count = 0u64;
+        let mut rest = records;
+        while let Some(h) = BatchHeader::parse(rest) {
+            count = count.saturating_add(h.records_count.max(0) as u64);
+            let size = h.total_size().clamp(1, rest.len());
+            rest = &rest[size..];
+        }
+        // A log busy with another write (perhaps a roll's fsync) is not waited for here: the
+        // append goes to the pool and waits there.
+        let log = match self.log.try_lock() {
+            Ok(log) => log,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return true,
+        };
+        log.append_may_block(records.len(), count.max(1), crate::log::now_ms())
+    }
+
     /// Appends a producer's batches as leader.
     pub fn append(&self, records: Bytes, max_message_bytes: u32) -> ProduceResult {
         self.append_verified(records, max_message_bytes, None)
