@@ -564,20 +564,19 @@ impl Partition {
 
     /// Appends batches fetched from the leader, keeping their offsets and epochs.
     pub fn append_as_follower(&self, records: &[u8], leader_high_watermark: i64) -> Result<(), LogError> {
-        let mut buf = records.to_vec();
         let mut producers = lock(&self.producers);
         let mut log = self.lock_log();
         let mut snap = None;
-        if !buf.is_empty() {
-            let info = log.append_as_follower(&mut buf)?;
+        if !records.is_empty() {
+            let info = log.append_as_follower(records)?;
             snap = snapshot_at_roll(&mut log, &producers, info.first_offset);
         }
         let leo = log.log_end_offset();
         drop(log);
         self.write_snapshot(snap);
-        self.metrics.record_follower_append(buf.len() as u64);
+        self.metrics.record_follower_append(records.len() as u64);
         let mut epochs = lock(&self.epochs);
-        let mut rest = &buf[..];
+        let mut rest = records;
         let mut aborted = Vec::new();
         while let Some(h) = BatchHeader::parse(rest) {
             epochs.assign(h.partition_leader_epoch, h.base_offset);
