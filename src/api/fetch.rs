@@ -560,8 +560,10 @@ fn read_all(
                     any_error = true;
                 }
                 Some(p) => {
-                    if let Some(w) = watch {
-                        p.watch(w);
+                    match watch {
+                        Some(w) if replica >= 0 => p.watch_log_end(w),
+                        Some(w) => p.watch(w),
+                        None => {}
                     }
                     let limit = (wp.max_bytes.max(0) as usize).min(remaining);
                     let result = if limit == 0 && total > 0 {

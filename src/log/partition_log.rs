@@ -656,7 +656,7 @@ impl Log {
 
     /// Follower append: batches keep their offsets, which must start at or
     /// after the log end and increase.
-    pub fn append_as_follower(&mut self, records: &mut [u8]) -> Result<AppendInfo, LogError> {
+    pub fn append_as_follower(&mut self, records: &[u8]) -> Result<AppendInfo, LogError> {
         self.check_live()?;
         let headers = batch::validate_replicated_batches(records)?;
         let mut expected = self.log_end_offset;
@@ -1911,7 +1911,7 @@ mod tests {
         agree(&log);
         let mut follower = simple_batch(2, 100, 0);
         follower[0..8].copy_from_slice(&40i64.to_be_bytes());
-        log.append_as_follower(&mut follower).unwrap();
+        log.append_as_follower(&follower).unwrap();
         agree(&log);
         drop(log);
         // Reopened: counted from what is on disk.
@@ -2016,18 +2016,18 @@ mod tests {
     fn follower_append_keeps_offsets() {
         let d = tempfile::tempdir().unwrap();
         let mut log = open(d.path(), cfg());
-        let mut b = encode_batch(
+        let b = encode_batch(
             &BatchOptions { base_offset: 5, partition_leader_epoch: 3, ..BatchOptions::default() },
             &[SimpleRecord::default(), SimpleRecord::default()],
         );
-        let info = log.append_as_follower(&mut b).unwrap();
+        let info = log.append_as_follower(&b).unwrap();
         assert_eq!((info.first_offset, info.last_offset), (5, 6));
         assert_eq!(log.log_end_offset(), 7);
         // like Kafka, a segment's first batch may start above its base
         assert_eq!(log.segment_base_offsets(), vec![0]);
         assert_eq!(bases(&read_headers(&log, 0, 1 << 20, None)), vec![5]);
-        let mut again = b.clone();
-        assert_eq!(log.append_as_follower(&mut again).unwrap_err().kafka_code(), 87);
+        let again = b.clone();
+        assert_eq!(log.append_as_follower(&again).unwrap_err().kafka_code(), 87);
         let hs = read_headers(&log, 5, 1 << 20, None);
         assert_eq!(hs[0].partition_leader_epoch, 3);
         // a leader append continues from there

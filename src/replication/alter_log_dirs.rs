@@ -118,12 +118,12 @@ fn copy_between(current: &Mutex<Log>, future: &Mutex<Log>, key: &Key, max_bytes:
         skip += size;
         rest = &rest[size..];
     }
-    let mut batches = buf.split_off(skip);
+    let batches = buf.split_off(skip);
     if batches.is_empty() {
         return Ok(Step::Copied(0));
     }
     let n = batches.len();
-    lock(future).append_as_follower(&mut batches)?;
+    lock(future).append_as_follower(&batches)?;
     Ok(Step::Copied(n))
 }
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
@@ -31,6 +31,12 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 /// a leader that refuses this broker's credentials is not asked five times a second.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 const OFFSET_OUT_OF_RANGE: i16 = 1;
+/// Spare room for the first read of a response: the size prefix and a small answer (an
+/// empty long poll, a few records) arrive in one read.
+const RX_FIRST_READ: usize = 64 * 1024;
+/// A response with more than this still to come is waited for whole (SO_RCVLOWAT) rather
+/// than read as it trickles in: one loopback segment.
+const LOW_WATER_FROM: usize = 64 * 1024;
 
 struct Fetcher {
     partitions: Arc<Mutex<BTreeSet<TopicPartition>>>,
@@ -130,6 +136,7 @@ async fn run(
     let mut session = FollowerSession::default();
     let mut correlation_id = 0i32;
     let mut connect_failures = 0u32;
+    let mut rx = BytesMut::new();
     loop {
         let wanted: Vec<TopicPartition> =
             partitions.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
@@ -161,7 +168,7 @@ async fn run(
         correlation_id = correlation_id.wrapping_add(1);
         let wait = Duration::from_millis(broker.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
         let answer = tokio::select! {
-            a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, request)) => a,
+            a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, request, &mut rx)) => a,
             _ = restart.notified() => {
                 // The leader would hold this fetch for its long poll; a new connection asks
                 // for the new partitions too (the old one is dropped mid-answer).
@@ -304,6 +311,7 @@ async fn exchange(
     broker: &Broker,
     correlation_id: i32,
     request: &FetchRequest,
+    rx: &mut BytesMut,
 ) -> anyhow::Result<FetchResponse> {
     let mut header = RequestHeader::default();
     header.request_api_key = ApiKey::Fetch as i16;
@@ -319,26 +327,68 @@ async fn exchange(
     stream.write_all(&buf).await?;
     // TLS holds written bytes in its session buffer until flushed.
     stream.flush().await?;
-    let size = stream.read_i32().await?;
-    if size < 0 || size as usize > broker.config.socket_request_max_bytes {
-        anyhow::bail!("response of {size} bytes");
-    }
-    // Read into spare capacity, not a zeroed buffer: zeroing a response of megabytes cost the
-    // follower about as much as receiving it.
-    let size = size as usize;
-    let mut body = BytesMut::with_capacity(size);
-    while body.len() < size {
-        let want = size - body.len();
-        if stream.read_buf(&mut (&mut body).limit(want)).await? == 0 {
-            anyhow::bail!("connection closed after {} of {size} response bytes", body.len());
-        }
-    }
-    let mut body = body.freeze();
+    let mut body = read_response(stream, broker, rx).await?;
     let rh = ResponseHeader::decode(&mut body, ApiKey::Fetch.response_header_version(FETCH_VERSION))?;
     if rh.correlation_id != correlation_id {
         anyhow::bail!("correlation id {} does not match {correlation_id}", rh.correlation_id);
     }
     FetchResponse::decode(&mut body, FETCH_VERSION)
+}
+
+/// Reads one response frame into `rx` and returns its body (without the size prefix).
+///
+/// `rx` is the fetcher's own buffer, kept from one fetch to the next: the body's records are
+/// slices of it until applied, after which the allocation is free to take the next response.
+/// A fresh buffer per response of megabytes cost a page fault per 4 KiB on every fetch, plus
+/// the allocator returning the pages, which together cost the follower about as much as
+/// writing the records to its log. The size prefix and a small body come in one read.
+async fn read_response(stream: &mut BrokerConnection, broker: &Broker, rx: &mut BytesMut) -> anyhow::Result<Bytes> {
+    rx.clear();
+    rx.reserve(RX_FIRST_READ);
+    while rx.len() < 4 {
+        if stream.read_buf(rx).await? == 0 {
+            anyhow::bail!("connection closed before a response");
+        }
+    }
+    let size = i32::from_be_bytes([rx[0], rx[1], rx[2], rx[3]]);
+    if size < 0 || size as usize > broker.config.socket_request_max_bytes {
+        anyhow::bail!("response of {size} bytes");
+    }
+    let total = 4 + size as usize;
+    if rx.len() > total {
+        // One request is in flight at a time: nothing may follow its answer.
+        anyhow::bail!("{} bytes after a response of {size} bytes", rx.len() - total);
+    }
+    rx.reserve(total - rx.len());
+    // The low-water mark must never exceed the bytes still to come, or the last wake-up never
+    // happens: it follows every partial read down.
+    let mut low_water = 0usize;
+    while rx.len() < total {
+        let want = total - rx.len();
+        if (want > LOW_WATER_FROM || low_water > 0) && low_water != want {
+            if stream.set_recv_low_water(want) {
+                low_water = want;
+            } else if low_water > 0 {
+                anyhow::bail!("cannot lower the receive low-water mark");
+            }
+        }
+        if stream.read_buf(&mut (&mut *rx).limit(want)).await? == 0 {
+            anyhow::bail!("connection closed after {} of {size} response bytes", rx.len() - 4);
+        }
+    }
+    if low_water > 1 && !stream.set_recv_low_water(1) {
+        anyhow::bail!("cannot reset the receive low-water mark");
+    }
+    let mut frame = rx.split_to(total).freeze();
+    let asked =
+        broker.config.replica_fetch_response_max_bytes as usize + broker.config.replica_fetch_max_bytes as usize;
+    if total > asked {
+        // An answer larger than this follower asks for (one oversized batch): not worth
+        // keeping the allocation for.
+        *rx = BytesMut::new();
+    }
+    frame.advance(4);
+    Ok(frame)
 }
 
 /// A partition this follower copies under `follower.replication.throttled.rate`: listed for

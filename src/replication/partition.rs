@@ -121,6 +121,12 @@ pub struct Partition {
     /// partition. Weak: a request that finished without a change leaves only a dead entry,
     /// pruned at the next registration.
     waiters: Mutex<Vec<Weak<Notify>>>,
+    /// Followers' fetches parked at the log end: as `waiters`, but not woken when only the
+    /// high watermark moves, which answers nothing a follower waits for (Kafka's DelayedFetch
+    /// for a follower counts bytes past its fetch offset). Each follower's fetch moves the
+    /// high watermark, so otherwise every one would wake the other followers' fetches to
+    /// read nothing and park again.
+    end_waiters: Mutex<Vec<Weak<Notify>>>,
     /// Consumer fetch sessions holding this partition, told of every change for as long as
     /// they live (unlike waiters, which are told once).
     sessions: Mutex<Vec<Weak<super::fetch_session::Changes>>>,
@@ -132,6 +138,26 @@ pub struct ReplicaCounts {
     pub leader: bool,
     pub replicas: usize,
     pub isr: usize,
+}
+
+/// Adds `waiter` to `list` once. A request re-registers after each wake-up of another
+/// partition it waits on; requests gone without a wake-up leave no growing list.
+fn register(list: &Mutex<Vec<Weak<Notify>>>, waiter: &Arc<Notify>) {
+    let mut w = lock(list);
+    w.retain(|x| x.strong_count() > 0);
+    if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(waiter))) {
+        w.push(Arc::downgrade(waiter));
+    }
+}
+
+/// Wakes and forgets every waiter in `list` (each registers again if it still waits).
+fn notify_all(list: &Mutex<Vec<Weak<Notify>>>) {
+    let waiters = std::mem::take(&mut *lock(list));
+    for w in waiters {
+        if let Some(n) = w.upgrade() {
+            n.notify_one();
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -185,6 +211,7 @@ impl Partition {
             isr_metrics,
             log_stats,
             waiters: Mutex::new(Vec::new()),
+            end_waiters: Mutex::new(Vec::new()),
             sessions: Mutex::new(Vec::new()),
         }
     }
@@ -193,24 +220,25 @@ impl Partition {
     /// the change after that registers again. Register before checking the condition waited
     /// for: a change in between leaves a permit in `waiter`, so its next wait returns at once.
     pub fn watch(&self, waiter: &Arc<Notify>) {
-        let mut w = lock(&self.waiters);
-        // A request re-registers after each wake-up of another partition it waits on; it
-        // is listed once, and requests gone without a wake-up leave no growing list.
-        w.retain(|x| x.strong_count() > 0);
-        if !w.iter().any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(waiter))) {
-            w.push(Arc::downgrade(waiter));
-        }
+        register(&self.waiters, waiter);
+    }
+
+    /// [`Partition::watch`] for a follower's fetch, which waits for records past the log end
+    /// and so is not woken by a move of the high watermark alone.
+    pub fn watch_log_end(&self, waiter: &Arc<Notify>) {
+        register(&self.end_waiters, waiter);
     }
 
     /// Wakes every request waiting on this partition, and marks it changed in the fetch
     /// sessions that hold it.
     pub fn wake(&self) {
-        let waiters = std::mem::take(&mut *lock(&self.waiters));
-        for w in waiters {
-            if let Some(n) = w.upgrade() {
-                n.notify_one();
-            }
-        }
+        notify_all(&self.end_waiters);
+        self.wake_high_watermark_waiters();
+    }
+
+    /// Wakes the requests a move of the high watermark can answer: all but followers' fetches.
+    fn wake_high_watermark_waiters(&self) {
+        notify_all(&self.waiters);
         let sessions = lock(&self.sessions);
         for s in sessions.iter().filter_map(Weak::upgrade) {
             s.mark(&self.topic, self.index);
@@ -350,7 +378,7 @@ impl Partition {
     pub fn maybe_advance_high_watermark(&self) -> bool {
         let moved = self.advance_high_watermark();
         if moved {
-            self.wake();
+            self.wake_high_watermark_waiters();
         }
         moved
     }
@@ -618,20 +646,19 @@ impl Partition {
 
     /// Appends batches fetched from the leader, keeping their offsets and epochs.
     pub fn append_as_follower(&self, records: &[u8], leader_high_watermark: i64) -> Result<(), LogError> {
-        let mut buf = records.to_vec();
         let mut producers = lock(&self.producers);
         let mut log = self.lock_log();
         let mut snap = None;
-        if !buf.is_empty() {
-            let info = log.append_as_follower(&mut buf)?;
+        if !records.is_empty() {
+            let info = log.append_as_follower(records)?;
             snap = snapshot_at_roll(&mut log, &producers, info.first_offset);
         }
         let leo = log.log_end_offset();
         drop(log);
         self.write_snapshot(snap);
-        self.metrics.record_follower_append(buf.len() as u64);
+        self.metrics.record_follower_append(records.len() as u64);
         let mut epochs = lock(&self.epochs);
-        let mut rest = &buf[..];
+        let mut rest = records;
         let mut aborted = Vec::new();
         while let Some(h) = BatchHeader::parse(rest) {
             epochs.assign(h.partition_leader_epoch, h.base_offset);
@@ -1540,6 +1567,28 @@ mod tests {
         // A waiter that went away leaves nothing behind to wake.
         c.watch(&Arc::new(Notify::new()));
         c.become_follower(2, 1, &[1, 2], &[1, 2]);
+    }
+
+    #[test]
+    fn a_followers_fetch_is_woken_by_records_and_role_changes_not_by_the_high_watermark() {
+        let d = tempfile::tempdir().unwrap();
+        let p = partition(d.path());
+        p.become_leader(0, &[1, 2, 3], &[1, 2, 3]);
+        append(&p, 3);
+        let (follower, producer) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        p.watch_log_end(&follower);
+        p.watch(&producer);
+        // Follower 2 caught up; follower 3 too: the high watermark moves to 3.
+        p.follower_fetch(2, 3, -1, 0, 1 << 20);
+        p.follower_fetch(3, 3, -1, 0, 1 << 20);
+        assert_eq!(p.high_watermark(), 3);
+        assert!(woken(&producer), "acks=all waits for the high watermark");
+        assert!(!woken(&follower), "a follower parked at the log end has nothing new to read");
+        append(&p, 1);
+        assert!(woken(&follower), "records past the log end answer it");
+        p.watch_log_end(&follower);
+        p.become_follower(2, 1, &[1, 2, 3], &[1, 2, 3]);
+        assert!(woken(&follower), "so does the end of this broker's leadership");
     }
 
     #[test]
