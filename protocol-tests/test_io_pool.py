@@ -3,22 +3,14 @@ or is due an fsync, and a read from below the active segment, run there, one job
 (counted in gregor_io_pool_jobs_total), and what goes through it is what the network workers'
 path writes and reads. A fetch that finds nothing new does not go there. (A value below 1 is
 refused at start: test_config.)"""
-import urllib.request
 import uuid
 
 import kproto as kp
 from gregor_harness import free_port
 from test_apis import wait_leader
+from test_request_limits import metric
 
 JOBS = "gregor_io_pool_jobs_total"
-
-
-def metric(port: int, series: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(series + " "):
-                return float(line.split()[1])
-    return 0.0
 
 
 def fetch(c: kp.Conn, topic: str, offset: int) -> dict:
