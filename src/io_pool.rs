@@ -1,7 +1,8 @@
 //! The I/O pool, sized by `num.io.threads` (Kafka's request handler pool): where requests do
 //! their disk work, so that the async network workers, which serve every connection, never
-//! wait on a disk. A Produce's appends (and the segment rolls and fsyncs they bring) and a
-//! Fetch's record reads go here, one hop per request rather than one per partition.
+//! wait on a disk. A Produce's appends come here when one of them may roll a segment or fsync
+//! (plain page-cache writes stay inline: a hop costs more than they do), a Fetch's reads when
+//! one starts below the active segment; one hop per request rather than one per partition.
 //!
 //! It is tokio's blocking pool behind a semaphore of `num.io.threads` permits: at most that
 //! many jobs run at once, and the others wait for a permit without holding a thread. A job
