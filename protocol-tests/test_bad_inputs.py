@@ -1,5 +1,6 @@
 """Malformed / hostile input. After each one the broker must still serve a fresh
 connection, and data produced before must be unchanged."""
+import re
 import socket
 import struct
 import time
@@ -428,3 +429,42 @@ def test_num_partitions_above_the_bound_is_refused_at_start(broker_factory):
     msg = str(e.value)
     assert 'invalid value "60000" for configuration num.partitions' in msg, msg
     assert "gregor.max.partitions.per.topic (50000)" in msg, msg
+
+
+def closing_lines(broker, since):
+    text = broker.log_path.read_bytes()[since:].decode(errors="replace")
+    return [line for line in text.splitlines() if "closing connection" in line]
+
+
+def test_a_client_refused_in_a_loop_gets_one_log_line_per_interval(broker_factory):
+    """A client that reconnects after each refusal (Kafka 3.9's tools sending a version the
+    broker does not serve) gets one log line per gregor.connection.log.interval.ms, then one
+    line that counts the ones left out, not one line per attempt."""
+    b = broker_factory({"gregor.connection.log.interval.ms": "3000"})
+    since = b.log_path.stat().st_size
+    attempts = 300
+    t0 = time.monotonic()
+    for i in range(attempts):
+        s = raw_conn(b)
+        s.sendall(kp.encode_request(kp.FETCH, 99, i, b"\x00" * 16, flexible=False))
+        assert kp.wait_closed(s), f"connection {i} not closed after Fetch v99"
+        s.close()
+    spent = time.monotonic() - t0
+    lines = closing_lines(b, since)
+    # One line per interval begun while the attempts ran, whatever the machine's speed.
+    assert 1 <= len(lines) <= 1 + int(spent / 3.0) + 1, f"{len(lines)} lines for {attempts} attempts in {spent:.1f}s"
+    assert "unsupported version 99" in lines[0]
+    # The next refusal after the interval names how many were left out since the last line.
+    deadline = time.monotonic() + 30
+    while True:
+        s = raw_conn(b)
+        s.sendall(kp.encode_request(kp.FETCH, 99, 1, b"\x00" * 16, flexible=False))
+        assert kp.wait_closed(s)
+        s.close()
+        lines = closing_lines(b, since)
+        counts = [int(m) for line in lines for m in re.findall(r"suppressed=(\d+)", line)]
+        if sum(counts) > 0:
+            break
+        assert time.monotonic() < deadline, f"no line counted the suppressed ones: {lines}"
+        time.sleep(0.2)
+    assert sum(counts) + len(lines) >= attempts, f"lines {len(lines)}, counted {counts}"

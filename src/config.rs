@@ -104,6 +104,9 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // topic comes near these.
     ("gregor.max.partitions.per.topic", "50000"),
     ("gregor.max.partitions.per.request", "100000"),
+    // A client that reconnects in a loop after each refusal would otherwise write one log
+    // line per attempt, thousands a second; Kafka has no such key.
+    ("gregor.connection.log.interval.ms", "60000"),
     // Memory the arrays and tagged fields of one decoded request may take. A follower fetching
     // 20,000 partitions needs about 2 MB of it, a Metadata request naming 100,000 topics under
     // 10 MB; a frame of empty elements would otherwise decode into forty times its size.
@@ -250,6 +253,9 @@ pub struct BrokerConfig {
     /// `gregor.max.partitions.per.request`: the most partitions one CreateTopics or
     /// CreatePartitions request may bring into being.
     pub max_partitions_per_request: i64,
+    /// `gregor.connection.log.interval.ms`: per client address, at most one line about a
+    /// refused or closed connection in this interval; the rest are counted in the next one.
+    pub connection_log_interval: std::time::Duration,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
@@ -629,6 +635,10 @@ impl BrokerConfig {
                 "gregor.max.partitions.per.request",
                 get("gregor.max.partitions.per.request"),
             )?,
+            connection_log_interval: std::time::Duration::from_millis(positive::<u64>(
+                "gregor.connection.log.interval.ms",
+                get("gregor.connection.log.interval.ms"),
+            )?),
             default_replication_factor: positive::<i16>(
                 "default.replication.factor",
                 get("default.replication.factor"),

@@ -19,6 +19,10 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+mod closing_log;
+
+use closing_log::{closing_line, ClosingLog};
+
 use crate::api::{self, RequestContext};
 use crate::broker::Broker;
 use crate::log::zero_copy::FileRanges;
@@ -74,6 +78,8 @@ pub struct ConnectionQuotas {
     listener_rates: HashMap<String, Mutex<TokenBucket>>,
     /// `queued.max.request.bytes`, shared by every connection.
     pub memory: RequestMemoryPool,
+    /// Lines about refused and closed connections, bounded per client address.
+    closings: ClosingLog,
 }
 
 /// `max.connections`, `max.connections.per.ip` and its overrides.
@@ -153,6 +159,7 @@ impl ConnectionQuotas {
                 .map(|(l, &r)| (l.clone(), TokenBucket::new(r)))
                 .collect(),
             memory: RequestMemoryPool::new(config.queued_max_request_bytes),
+            closings: ClosingLog::new(config.connection_log_interval),
         })
     }
 
@@ -322,8 +329,10 @@ pub async fn serve_listener(
                 tracker.spawn(conn.start(stream, shutdown.clone()).instrument(span));
             }
             Err(e) => {
-                // Typically EMFILE: back off briefly instead of spinning on accept.
-                tracing::warn!(error = %e, "accept failed");
+                // Typically EMFILE: back off briefly instead of spinning on accept. No client
+                // to name: the failures share the unspecified address's interval.
+                let nobody = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+                closing_line!(quotas.closings, nobody, warn, error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
@@ -352,11 +361,12 @@ impl Connection {
         let tls = match tokio::time::timeout(idle, acceptor.accept(stream)).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                tracing::info!(error = %e, "TLS handshake failed; closing");
+                closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, error = %e, "TLS handshake failed; closing");
                 return;
             }
             Err(_) => {
-                tracing::info!("no TLS handshake within connections.max.idle.ms; closing");
+                let why = "no TLS handshake within connections.max.idle.ms; closing";
+                closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, "{why}");
                 return;
             }
         };
@@ -440,13 +450,13 @@ impl Connection {
                         break;
                     }
                     if let Some(why) = self.path.closing() {
-                        tracing::info!("{why}; closing");
+                        closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, "{why}; closing");
                         break;
                     }
                 }
                 Ok(None) => {}
                 Err(FrameError::Authentication(why)) => {
-                    tracing::info!("{why}; closing");
+                    closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, "{why}; closing");
                     break;
                 }
                 Err(FrameError::Closed) => break,
@@ -455,7 +465,7 @@ impl Connection {
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "closing connection");
+                    closing_line!(self.admitted.quotas.closings, self.admitted.ip, warn, error = %e, "closing connection");
                     break;
                 }
             }
