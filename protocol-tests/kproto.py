@@ -51,7 +51,7 @@ EXPECTED_RANGES = {
 
 # versions these encoders know (a superset of the expected ranges)
 ENCODER_RANGES = {
-    API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (0, 11), FETCH: (0, 16),
+    API_VERSIONS: (0, 4), METADATA: (0, 12), PRODUCE: (0, 11), FETCH: (0, 17),
     LIST_OFFSETS: (0, 8), CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3),
     DESCRIBE_CONFIGS: (0, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     INIT_PRODUCER_ID: (0, 4), DELETE_RECORDS: (0, 2),
@@ -768,7 +768,8 @@ def fetch_request(version: int, topics: Dict[Any, Dict[int, int]], max_wait_ms: 
         if version >= 5:
             w.i64(-1)  # log_start_offset (follower only)
         w.i32(partition_max_bytes)
-        w.tags()
+        # v17: the fetching replica's log directory id (tag 0), as Kafka's own replicas send it
+        w.tags({0: bytes(range(16))} if version >= 17 else None)
 
     def topic(w, item):
         name, parts = item

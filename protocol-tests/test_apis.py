@@ -498,3 +498,21 @@ def test_create_partitions_cannot_shrink(broker):
         r = c.call(kp.CREATE_PARTITIONS, 3, kp.create_partitions_request(3, [(name, 2)]))
         [t] = kp.decode_create_partitions(r, 3)["results"]
         assert t["error_code"] == 37, t  # INVALID_PARTITIONS
+
+
+def test_fetch_v17_as_the_first_request_of_a_connection(broker):
+    """Kafka 3.9's tools (the replica verification tool among them) send Fetch at 3.9's highest
+    version, 17, without asking ApiVersions first: it is served like v16, its follower-only
+    directory id (a tagged field) accepted, and the connection stays open for more."""
+    with kp.Conn(broker.host, broker.port) as c:
+        name = new_topic(c)
+        assert kp.produce(c, name, 0, kp.build_batch(sample_records(2)))["error_code"] == 0
+        tid = kp.topic_id(c, name)
+    with kp.Conn(broker.host, broker.port) as c:
+        for _ in range(2):
+            resp = kp.decode_fetch(c.call(kp.FETCH, 17, kp.fetch_request(17, {tid: {0: 0}}, max_wait_ms=0)), 17)
+            assert resp["error_code"] == 0, resp
+            [t] = resp["responses"]
+            [p] = t["partitions"]
+            assert (p["error_code"], p["high_watermark"]) == (0, 2), p
+            assert [r.offset for b in kp.decode_batches(p["records"]) for r in b.records] == [0, 1]

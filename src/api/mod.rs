@@ -30,7 +30,8 @@ use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME
 /// `kafka-protocol` crate decodes the newer ones, `legacy` the older (checked by a test).
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 0, 11),
-    (ApiKey::Fetch, 0, 16),
+    // v17 adds only a follower's directory id (KIP-853, a tagged field): served as v16.
+    (ApiKey::Fetch, 0, 17),
     (ApiKey::ListOffsets, 0, 8),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
