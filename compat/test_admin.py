@@ -243,6 +243,31 @@ def test_manual_assignments_create_topics_and_partitions(cluster):
                "Metadata to show the added partitions' assignment")
 
 
+def test_delete_topic_without_a_replica_on_the_controller_is_answered_when_done(cluster):
+    """DeleteTopics is answered once the topic is gone, also by a controller that holds none of
+    its replicas (it used to sit out the request's whole timeout there: 10 s of 10, 30 s of 30),
+    so clients that delete and re-create a topic do not time out."""
+    c = cluster
+    controller = c.wait_controller()
+    other = next(i for i in c.live_ids() if i != controller)
+    a = c.admin(controller)
+    timeout = 120
+    for rf_one in (True, False):
+        topic = uniq("gone")
+        assignment = [[other]] if rf_one else [sorted(c.live_ids())]
+        a.create_topics([NewTopic(topic, 1, replica_assignment=assignment)])[topic].result(WAIT)
+        c.wait_topic_online(topic, 1)
+        t0 = time.monotonic()
+        a.delete_topics([topic], operation_timeout=timeout, request_timeout=timeout + 10)[topic].result(timeout + 20)
+        took = time.monotonic() - t0
+        # Far below the timeout: the answer follows the deletion, not the deadline.
+        assert took < timeout / 4, f"DeleteTopics (rf {len(assignment[0])}) answered after {took:.1f} s"
+        assert not c.exists(f"/brokers/topics/{topic}")
+        # The name can be used again at once.
+        a.create_topics([NewTopic(topic, 1, replica_assignment=assignment)])[topic].result(WAIT)
+        c.wait_topic_online(topic, 1)
+
+
 # ---------------------------------------------------------------------------
 # 3. ElectLeaders, DescribeLogDirs
 # ---------------------------------------------------------------------------

@@ -31,10 +31,14 @@ use super::RequestContext;
 use crate::controller::election::ElectionType;
 use crate::security::authorizer::{Operation, ResourceType};
 
-/// How often a waiting ElectLeaders looks whether the brokers have been told of its leaders.
-const ELECTION_POLL: Duration = Duration::from_millis(20);
-
 type Outcome = ((String, i32), Result<(i32, i32), ApiError>);
+
+/// Whether an elected leader is not yet in this broker's image.
+fn not_yet_seen(snapshot: &crate::metadata::cache::ClusterSnapshot, ((t, p), res): &Outcome) -> bool {
+    let Ok((leader, epoch)) = res else { return false };
+    let now = snapshot.topics.get(t).and_then(|t| t.partitions.iter().find(|x| x.index == *p));
+    now.is_none_or(|x| !(x.leader == *leader && x.leader_epoch >= *epoch))
+}
 
 /// Decides and writes the elections (blocking: ZooKeeper reads and writes).
 fn run_elections(ctx: &RequestContext, req: &ElectLeadersRequest) -> Result<Vec<Outcome>, ErrorCode> {
@@ -102,22 +106,20 @@ pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> Re
     // As Kafka's DelayedElectLeader: answer once this broker's image shows each new leader
     // (the controller's pass has told the brokers), or at the timeout with REQUEST_TIMED_OUT.
     loop {
+        let changed = ctx.broker.cache.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
         let snapshot = ctx.broker.cache.snapshot();
-        let pending = |((t, p), res): &Outcome| {
-            let Ok((leader, epoch)) = res else { return false };
-            let now = snapshot.topics.get(t).and_then(|t| t.partitions.iter().find(|x| x.index == *p));
-            now.is_none_or(|x| !(x.leader == *leader && x.leader_epoch >= *epoch))
-        };
-        if !outcomes.iter().any(pending) {
+        if !outcomes.iter().any(|o| not_yet_seen(&snapshot, o)) {
             break;
         }
-        if Instant::now() >= deadline {
-            for o in outcomes.iter_mut().filter(|o| pending(o)) {
+        if tokio::time::timeout_at(deadline.into(), changed).await.is_err() {
+            let snapshot = ctx.broker.cache.snapshot();
+            for o in outcomes.iter_mut().filter(|o| not_yet_seen(&snapshot, o)) {
                 o.1 = Err(ApiError::new(ErrorCode::RequestTimedOut, "Timed out waiting for the leader election"));
             }
             break;
         }
-        tokio::time::sleep(ELECTION_POLL).await;
     }
     for ((topic, partition), res) in outcomes {
         let mut pr = PartitionResult::default();

@@ -192,22 +192,23 @@ fn delete_topics_now(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
 }
 
 async fn wait_for_deletions(broker: &crate::broker::Broker, r: &mut DeleteTopicsResponse, timeout_ms: i32) {
-    // In ZooKeeper mode the controller deletes on its next pass; answer once it has (or at
-    // the request's timeout, with REQUEST_TIMED_OUT, as Kafka does).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+    // In ZooKeeper mode the controller deletes on its next pass; answer once this broker's
+    // image no longer has the topic (or at the request's timeout, with REQUEST_TIMED_OUT, as
+    // Kafka does). The image, not the replicas: a broker holding none of the topic's replicas
+    // sees no change of its own.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
     for out in r.responses.iter_mut().filter(|o| o.error_code == 0) {
         let Some(name) = out.name.as_ref().map(|n| n.0.to_string()) else { continue };
         loop {
-            let changed = broker.replicas.changed();
+            let changed = broker.cache.changed();
             tokio::pin!(changed);
             changed.as_mut().enable();
             if broker.cache.topic(&name).is_none() {
                 break;
             }
-            let now = std::time::Instant::now();
-            if now >= deadline || tokio::time::timeout(deadline - now, changed).await.is_err() {
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 if broker.cache.topic(&name).is_some() {
-                    out.error_code = 7;
+                    out.error_code = ErrorCode::RequestTimedOut.code();
                 }
                 break;
             }

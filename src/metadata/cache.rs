@@ -1,6 +1,8 @@
 //! This broker's view of the cluster: brokers, topics, partition leaders. Readers take a
 //! snapshot (`Arc`) so a Metadata response is built from one consistent state even while the
-//! controller changes it.
+//! controller changes it. Every published change wakes the waiters of [`MetadataCache::changed`]:
+//! admin requests that answer once the cluster reaches a state wait on it, whatever replicas
+//! this broker holds.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -90,6 +92,7 @@ impl ClusterSnapshot {
 #[derive(Default)]
 pub struct MetadataCache {
     inner: RwLock<Arc<ClusterSnapshot>>,
+    changed: tokio::sync::Notify,
 }
 
 impl MetadataCache {
@@ -103,6 +106,14 @@ impl MetadataCache {
         let mut next = (**guard).clone();
         f(&mut next);
         *guard = Arc::new(next);
+        drop(guard);
+        self.changed.notify_waiters();
+    }
+
+    /// A future that completes at the next published change. Create it (and `enable` it)
+    /// *before* checking the condition, so a change between the check and the wait is seen.
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<TopicInfo>> {
