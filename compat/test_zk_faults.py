@@ -184,6 +184,65 @@ def test_stalled_broker_is_fenced_and_rejoins(cluster):
     assert c.brokers[victim].alive()
 
 
+def test_expired_coordinator_is_back_at_once_though_its_group_moved(cluster):
+    """A group coordinator stalled past its session loses the group to another broker, which
+    then holds the group's /consumers/<group> znodes in its own session. Back, the stalled
+    broker must not wait for those znodes (it used to, on its expired session, for minutes):
+    its new session is in use within the session timeout plus 5 s, the znodes stay with the
+    group's new coordinator, and a new idempotent producer bootstrapped from it is acknowledged on
+    every partition."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    c = cluster
+    topic, group = f"zkmove-{uuid.uuid4().hex[:8]}", f"zkmove-g-{uuid.uuid4().hex[:8]}"
+    create_topic(c, topic, 4, 3)
+    wait_full_isr(c, topic, [1, 2, 3])
+    consumer = Consumer({"bootstrap.servers": c.bootstrap(), "group.id": group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    consumer.subscribe([topic])
+    ids = f"/consumers/{group}/ids"
+    try:
+        wait_until(lambda: consumer.poll(0.2) is None and len(consumer.assignment()) == 4
+                   and c.exists(ids) and len(c.kz.get_children(ids)) == 1, 60, "the member in ZooKeeper")
+        admin = AdminClient({"bootstrap.servers": c.bootstrap()})
+        victim = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+        member = f"{ids}/{c.kz.get_children(ids)[0]}"
+        before = c.kz.exists(member).ephemeralOwner
+        sigstop(c.brokers[victim])
+        try:
+            wait_until(lambda: victim not in c.registered_ids(), c.failover_timeout,
+                       f"broker {victim}'s session to expire", interval=0.2)
+
+            def moved():
+                consumer.poll(0.1)
+                for child in (c.kz.get_children(ids) if c.exists(ids) else []):
+                    stat = c.kz.exists(f"{ids}/{child}")
+                    if stat is not None and stat.ephemeralOwner not in (0, before):
+                        return True
+                return False
+            wait_until(moved, 90, "the group's membership written by its new coordinator", interval=0)
+            moved_to = {child: c.kz.exists(f"{ids}/{child}").ephemeralOwner for child in c.kz.get_children(ids)
+                        if c.kz.exists(f"{ids}/{child}").ephemeralOwner not in (0, before)}
+        finally:
+            sigcont(c.brokers[victim])
+        resumed = time.monotonic()
+        log = c.brokers[victim].log_path
+        wait_until(lambda: "session re-established" in log.read_text(errors="replace"), SESSION_MS / 1000 + 5,
+                   f"broker {victim} to use a new ZooKeeper session", interval=0.1)
+        back = time.monotonic() - resumed
+        now = {child: c.kz.exists(f"{ids}/{child}").ephemeralOwner for child in moved_to}
+        assert now == moved_to, "the stalled broker took the moved group's znodes back"
+        p = Producer({"bootstrap.servers": c.brokers[victim].bootstrap, "enable.idempotence": True, "acks": "all"})
+        acked = []
+        for part in range(4):
+            p.produce(topic, value=b"after", partition=part,
+                      on_delivery=lambda err, msg: acked.append(msg.partition()) if err is None else None)
+        assert p.flush(10) == 0 and sorted(acked) == [0, 1, 2, 3], f"acknowledged: {acked} ({back:.1f} s after resume)"
+    finally:
+        consumer.close()
+
+
 def watches_by_session(zk) -> dict:
     """{session id: [watched paths]} from ZooKeeper's `wchc`."""
     from gregor_harness import zk_four_letter

@@ -633,6 +633,7 @@ async fn supervise(
         };
         tracing::warn!(state = ?ended, "ZooKeeper session ended; opening a new one (serving on meanwhile)");
         sessions.send_replace(SessionEvent { generation, live: false });
+        let ended_session = client.session_id().0;
         client = loop {
             let next = match open_session(&spec, None).await {
                 Ok(c) => c,
@@ -642,7 +643,7 @@ async fn supervise(
                     continue;
                 }
             };
-            match restore(&next, &ephemerals, &watches).await {
+            match restore(&next, &ephemerals, &watches, ended_session, spec.session_timeout).await {
                 Ok(()) => break next,
                 Err(e) => {
                     tracing::warn!(error = %e, "new ZooKeeper session failed while restoring; retrying");
@@ -658,19 +659,31 @@ async fn supervise(
     }
 }
 
-/// Watches and ephemeral znodes in a new session. A node still held by the ended session is
-/// waited for (the server removes it when it expires that session).
+/// Watches and ephemeral znodes in a new session, the broker's registration first. Each node
+/// is restored on its own:
+/// - held by the ended session: the server removes it when it expires that session, so it is
+///   waited for, at most one session timeout (the session is over already: it goes at once,
+///   or not at all, and then it is left);
+/// - held by another live session: that session's owner has it now (a group coordinated by
+///   another broker since), so it is dropped from this
+///   broker's set rather than waited for; waiting on it kept brokers on an expired session
+///   for minutes.
 async fn restore(
     client: &zk::Client,
     ephemerals: &Mutex<BTreeMap<String, String>>,
     watches: &Watches,
+    ended_session: i64,
+    session_timeout: Duration,
 ) -> Result<(), StoreError> {
     start_watches(client, watches, WATCHED, None).await?;
-    let owned: Vec<(String, String)> =
+    let mut owned: Vec<(String, String)> =
         ephemerals.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    owned.sort_by_key(|(path, _)| restore_rank(path));
     let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
     let parent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let mine = client.session_id().0;
     for (path, data) in owned {
+        let give_up = tokio::time::Instant::now() + session_timeout;
         loop {
             match client.create(&path, data.as_bytes(), &options).await {
                 Ok(_) => break,
@@ -680,8 +693,18 @@ async fn restore(
                     }
                 }
                 Err(zk::Error::NodeExists) => match client.check_stat(&path).await? {
-                    Some(stat) if stat.ephemeral_owner == client.session_id().0 => break,
-                    Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Some(stat) if stat.ephemeral_owner == mine => break,
+                    Some(stat) if stat.ephemeral_owner == ended_session && tokio::time::Instant::now() < give_up => {
+                        tokio::time::sleep(Duration::from_millis(200)).await
+                    }
+                    Some(stat) => {
+                        tracing::info!(%path, owner = stat.ephemeral_owner, "ephemeral znode held by another session; left to it");
+                        let mut set = ephemerals.lock().unwrap_or_else(|p| p.into_inner());
+                        if set.get(&path) == Some(&data) {
+                            set.remove(&path);
+                        }
+                        break;
+                    }
                     None => {}
                 },
                 Err(e) => return Err(e.into()),
@@ -689,4 +712,10 @@ async fn restore(
         }
     }
     Ok(())
+}
+
+/// The order ephemeral znodes are restored in: the broker's registration (what makes it live
+/// to the controller) before the group mirror's nodes.
+fn restore_rank(path: &str) -> u8 {
+    u8::from(!path.starts_with("/brokers/ids/"))
 }
