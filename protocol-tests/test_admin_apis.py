@@ -496,7 +496,7 @@ def test_dynamic_cleaner_threads_and_keys_gregor_cannot_apply_live(broker_factor
     from test_connection_limits import wait_for
     b = broker_factory()
     with kp.Conn(b.host, b.port) as c:
-        assert _cleaner_threads(b) == 1
+        wait_for(lambda: _cleaner_threads(b) == 1, 10, "the cleaner thread")
         assert _alter_broker(c, "", {"log.cleaner.threads": "2", "log.cleaner.backoff.ms": "500"})[0] == 0
         wait_for(lambda: _cleaner_threads(b) == 2, 10, "a second cleaner thread")
         assert _synonyms(c, "0", "log.cleaner.threads")[:2] == ("2", 3)
@@ -505,13 +505,71 @@ def test_dynamic_cleaner_threads_and_keys_gregor_cannot_apply_live(broker_factor
         assert code == ka.INVALID_REQUEST and "log.cleaner.threads" in msg, (code, msg)
         assert _cleaner_threads(b) == 2
         # dynamic in Kafka, not applied live by gregor: refused, naming the key, never stored
-        for key, value in [("num.io.threads", "4"), ("num.replica.fetchers", "2"),
+        for key, value in [("num.network.threads", "4"), ("num.replica.fetchers", "2"),
                            ("listener.name.plaintext.ssl.keystore.location", "/k.pem")]:
             code, msg = _alter_broker(c, "0", {key: value})
             assert code == ka.INVALID_REQUEST and key in msg, (key, code, msg)
-        assert broker_view(c, "0", ["num.io.threads"])["num.io.threads"][1:] == (5, True)
+        assert broker_view(c, "0", ["num.network.threads"])["num.network.threads"][1:] == (5, True)
         assert _alter_broker(c, "", {})[0] == 0
         wait_for(lambda: _cleaner_threads(b) == 1, 10, "the cleaner back to one thread")
+
+
+# The SASL keys of Kafka 3.9's DynamicListenerConfig.ReconfigurableConfigs, but sasl.jaas.config
+# (a password), with a value of the type Kafka's ConfigDef gives each.
+DYNAMIC_SASL = {
+    "sasl.mechanism.inter.broker.protocol": "PLAIN",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+    "sasl.kerberos.service.name": "kafka",
+    "sasl.kerberos.kinit.cmd": "/usr/local/bin/kinit",
+    "sasl.kerberos.ticket.renew.window.factor": "0.9",
+    "sasl.kerberos.ticket.renew.jitter": "0.1",
+    "sasl.kerberos.min.time.before.relogin": "120000",
+    "sasl.kerberos.principal.to.local.rules": "RULE:[1:$1](.*)s/@.*//,DEFAULT",
+    "sasl.login.refresh.window.factor": "0.6",
+    "sasl.login.refresh.window.jitter": "0.2",
+    "sasl.login.refresh.min.period.seconds": "30",
+    "sasl.login.refresh.buffer.seconds": "120",
+}
+
+
+def test_dynamic_sasl_keys_are_taken_per_broker_and_described_back(broker):
+    """As Kafka 3.9 in ZooKeeper mode: each SASL key of its dynamic listener set is taken for one
+    broker and described back as DYNAMIC_BROKER_CONFIG; the cluster-wide entity refuses them
+    (broker id must be specified), a value of the wrong type is refused naming the key, and
+    sasl.jaas.config, a password, is refused for want of a password encoder secret."""
+    ver = broker.api_versions[kp.INCREMENTAL_ALTER_CONFIGS][1]
+    keys = list(DYNAMIC_SASL)
+    with kp.Conn(broker.host, broker.port) as c:
+        def incremental(name, ops):
+            r = c.call(kp.INCREMENTAL_ALTER_CONFIGS, ver, kp.incremental_alter_configs_request(
+                ver, [(kp.RESOURCE_BROKER, name, ops)]))
+            [res] = kp.decode_incremental_alter_configs(r, ver)["responses"]
+            return res["error_code"], res["error_message"] or None
+
+        assert incremental("0", [(k, 0, v) for k, v in DYNAMIC_SASL.items()]) == (0, None)
+        assert broker_view(c, "0", keys) == {k: (v, 2, False) for k, v in DYNAMIC_SASL.items()}
+        key = "sasl.kerberos.min.time.before.relogin"
+        assert _synonyms(c, "0", key) == ("120000", 2, [(key, "120000", 2)])
+
+        for name, configs, words in [
+            ("", {key: "60000"}, ["broker id must be specified", key]),
+            ("0", {key: "soon"}, [key, "LONG"]),
+            ("0", {"sasl.login.refresh.window.factor": "2.0"}, ["sasl.login.refresh.window.factor", "1.0"]),
+            ("0", {"sasl.login.refresh.buffer.seconds": "4000"}, ["sasl.login.refresh.buffer.seconds"]),
+            ("0", {"sasl.jaas.config": "x required;"}, ["Password encoder secret not configured"]),
+        ]:
+            code, msg = incremental(name, [(k, 0, v) for k, v in configs.items()])
+            assert code == ka.INVALID_REQUEST and all(w in msg for w in words), (configs, code, msg)
+        assert broker_view(c, "0", keys) == {k: (v, 2, False) for k, v in DYNAMIC_SASL.items()}
+        assert broker_view(c, "", keys) == {}
+
+        # deleted, a key falls back (these are unset statically: no longer listed)
+        assert incremental("0", [(key, 1, None)]) == (0, None)
+        assert key not in broker_view(c, "0", keys)
+        # AlterConfigs replaces the entity
+        assert _alter_broker(c, "0", {"sasl.kerberos.service.name": "other"})[0] == 0
+        assert broker_view(c, "0", keys) == {"sasl.kerberos.service.name": ("other", 2, False)}
+        assert _alter_broker(c, "0", {})[0] == 0
 
 
 def test_log_dir_moves_under_steady_producers_lose_no_acknowledged_record(broker_factory, tmp_path):

@@ -334,9 +334,78 @@ pub struct BrokerConfig {
 /// The broker keys that can be changed at run time through `/config/brokers/<id>` and
 /// `/config/brokers/<default>` (a subset of Kafka's `DynamicBrokerConfig`): the defaults of
 /// the topic-level configs, the replication throttles, the connection limits (Kafka's
-/// SocketServer set) and the cleaner's (LogCleaner's set).
+/// SocketServer set), the cleaner's (LogCleaner's set), the I/O pool's size (Kafka's
+/// DynamicThreadPool) and the SASL keys of Kafka's DynamicListenerConfig set.
 pub fn is_dynamic_broker_config(key: &str) -> bool {
-    TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key) || LIVE_BROKER_KEYS.contains(&key)
+    TOPIC_CONFIGS.iter().any(|(_, broker_key)| *broker_key == key)
+        || LIVE_BROKER_KEYS.contains(&key)
+        || PER_BROKER_SASL_KEYS.contains(&key)
+}
+
+/// The SASL keys of Kafka 3.9's DynamicListenerConfig.ReconfigurableConfigs. Kafka takes them
+/// for one broker only (`/config/brokers/<id>`), never cluster-wide, and, as its channel
+/// builders reconfigure only their TLS, a running listener keeps the SASL settings it was
+/// built with. gregor implements neither Kerberos nor OAUTHBEARER's login refresh, so the
+/// `sasl.kerberos.*` and `sasl.login.refresh.*` values are kept and described, used by nothing.
+pub const PER_BROKER_SASL_KEYS: &[&str] = &[
+    "sasl.mechanism.inter.broker.protocol",
+    "sasl.jaas.config",
+    "sasl.enabled.mechanisms",
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds",
+];
+
+/// Whether Kafka refuses `key` in the cluster-wide entity (DynamicBrokerConfig's
+/// PerBrokerConfigs, of those gregor takes).
+pub fn is_per_broker_only(key: &str) -> bool {
+    PER_BROKER_SASL_KEYS.contains(&key)
+}
+
+/// Kafka's type check (validateConfigTypes) of a SASL key's dynamic value: its ConfigDef
+/// type, and the ranges of the `sasl.login.refresh.*` keys.
+fn check_sasl_value(key: &str, value: &str) -> Result<(), ConfigError> {
+    let v = value.trim();
+    let double = |min: f64, max: f64| -> Result<(), ConfigError> {
+        let n: f64 = v.parse().map_err(|_| invalid(key, value, "Not a number of type DOUBLE"))?;
+        if n < min {
+            return Err(invalid(key, value, format!("Value must be at least {min:?}")));
+        }
+        if n > max {
+            return Err(invalid(key, value, format!("Value must be no more than {max:?}")));
+        }
+        Ok(())
+    };
+    let short = |max: i16| -> Result<(), ConfigError> {
+        let n: i16 = v.parse().map_err(|_| invalid(key, value, "Not a number of type SHORT"))?;
+        if n < 0 {
+            return Err(invalid(key, value, "Value must be at least 0"));
+        }
+        if n > max {
+            return Err(invalid(key, value, format!("Value must be no more than {max}")));
+        }
+        Ok(())
+    };
+    match key {
+        "sasl.kerberos.ticket.renew.window.factor" | "sasl.kerberos.ticket.renew.jitter" => {
+            double(f64::NEG_INFINITY, f64::INFINITY)
+        }
+        "sasl.kerberos.min.time.before.relogin" => {
+            v.parse::<i64>().map(|_| ()).map_err(|_| invalid(key, value, "Not a number of type LONG"))
+        }
+        "sasl.login.refresh.window.factor" => double(0.5, 1.0),
+        "sasl.login.refresh.window.jitter" => double(0.0, 0.25),
+        "sasl.login.refresh.min.period.seconds" => short(900),
+        "sasl.login.refresh.buffer.seconds" => short(3600),
+        _ => Ok(()),
+    }
 }
 
 /// Dynamic broker keys beyond the topic defaults, each applied live by the component using it.
@@ -354,14 +423,14 @@ const LIVE_BROKER_KEYS: &[&str] = &[
     "log.cleaner.io.buffer.load.factor",
     "log.cleaner.io.max.bytes.per.second",
     "log.cleaner.backoff.ms",
+    "num.io.threads",
 ];
 
 /// Keys Kafka 3.9 updates dynamically (DynamicBrokerConfig's reconfigurable sets) that gregor
 /// cannot apply without a restart: refused rather than stored and ignored. Keys of Kafka's
-/// listener, SSL and SASL sets are refused by their prefix as well (see
+/// listener and SSL sets are refused by their prefix as well (see
 /// [`is_dynamic_in_kafka_only`]).
 const KAFKA_ONLY_DYNAMIC_KEYS: &[&str] = &[
-    "num.io.threads",
     "num.replica.fetchers",
     "num.recovery.threads.per.data.dir",
     "background.threads",
@@ -373,8 +442,6 @@ const KAFKA_ONLY_DYNAMIC_KEYS: &[&str] = &[
     "principal.builder.class",
     "producer.id.expiration.ms",
     "transaction.partition.verification.enable",
-    "sasl.mechanism.inter.broker.protocol",
-    "sasl.enabled.mechanisms",
     "ssl.client.auth",
 ];
 
@@ -387,9 +454,6 @@ pub fn is_dynamic_in_kafka_only(key: &str) -> bool {
     KAFKA_ONLY_DYNAMIC_KEYS.contains(&key)
         || key.starts_with("listener.name.")
         || key.starts_with("ssl.")
-        || key.starts_with("sasl.kerberos.")
-        || key.starts_with("sasl.login.refresh.")
-        || key == "sasl.jaas.config"
         || key.starts_with("remote.log.")
 }
 
@@ -399,6 +463,9 @@ impl BrokerConfig {
     pub fn with_dynamic(&self, dynamic: &BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
         if let Some(key) = dynamic.keys().find(|k| !is_dynamic_broker_config(k)) {
             return Err(invalid(key, &dynamic[key], "cannot be updated dynamically"));
+        }
+        for (k, v) in dynamic.iter().filter(|(k, _)| is_per_broker_only(k)) {
+            check_sasl_value(k, v)?;
         }
         let mut map = self.given.clone();
         map.extend(dynamic.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -1509,10 +1576,20 @@ mod tests {
 
     #[test]
     fn keys_kafka_updates_dynamically_but_gregor_cannot_are_told_apart() {
-        for k in ["num.io.threads", "listeners", "listener.name.plaintext.ssl.keystore.location", "metric.reporters"] {
+        for k in
+            ["num.replica.fetchers", "listeners", "listener.name.plaintext.ssl.keystore.location", "metric.reporters"]
+        {
             assert!(is_dynamic_in_kafka_only(k) && !is_dynamic_broker_config(k), "{k}");
         }
-        for k in ["max.connections.per.ip", "log.cleaner.threads", "log.retention.ms", "message.max.bytes"] {
+        for k in [
+            "max.connections.per.ip",
+            "log.cleaner.threads",
+            "log.retention.ms",
+            "message.max.bytes",
+            "num.io.threads",
+            "sasl.kerberos.min.time.before.relogin",
+            "sasl.enabled.mechanisms",
+        ] {
             assert!(is_dynamic_broker_config(k) && !is_dynamic_in_kafka_only(k), "{k}");
         }
         assert!(!is_dynamic_in_kafka_only("broker.id") && !is_dynamic_broker_config("broker.id"));

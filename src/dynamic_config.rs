@@ -5,8 +5,10 @@
 //! Precedence, as Kafka's: this broker's dynamic value, then the cluster default, then the
 //! static value, then the default. A writer stores the entity's znode and announces it under
 //! `/config/changes`; every broker watches `/config`, re-reads both entities and re-applies
-//! the topic defaults to its open logs, the connection limits to its listeners and the
-//! `log.cleaner.*` values to its cleaner (the replication throttles are read where used). The effective configuration is swapped whole, so a
+//! the topic defaults to its open logs, the connection limits to its listeners, the
+//! `log.cleaner.*` values to its cleaner and `num.io.threads` to the I/O pool (the
+//! replication throttles are read where used; the SASL keys are kept and described, see
+//! [`crate::config::PER_BROKER_SASL_KEYS`]). The effective configuration is swapped whole, so a
 //! reader never sees half of a change.
 
 use std::collections::BTreeMap;
@@ -95,8 +97,17 @@ impl Broker {
         let read = |entity: &str| -> Result<BTreeMap<String, String>, StoreError> {
             Ok(self.store.try_get(&entity_path(entity))?.map(|d| zk_data::parse_topic_config(&d)).unwrap_or_default())
         };
-        let mut values =
-            DynamicValues { cluster: read(DEFAULT_ENTITY)?, broker: read(&self.config.broker_id.to_string())? };
+        let mut cluster = read(DEFAULT_ENTITY)?;
+        // A per-broker-only key in the cluster-wide entity (another tool may have written it
+        // there) would apply to every broker: it is left out, the rest of the entity kept.
+        cluster.retain(|k, _| {
+            let own = crate::config::is_per_broker_only(k);
+            if own {
+                tracing::warn!(key = %k, "per-broker config in the cluster-wide entity; ignored");
+            }
+            !own
+        });
+        let mut values = DynamicValues { cluster, broker: read(&self.config.broker_id.to_string())? };
         let effective = match self.config.with_dynamic(&values.merged()) {
             Ok(c) => c,
             Err(e) => {
@@ -120,6 +131,7 @@ impl Broker {
             if let Some(c) = self.cleaner.get() {
                 c.reconfigure(effective.cleaner.clone());
             }
+            self.io.resize(effective.num_io_threads);
             let snapshot = self.cache.snapshot();
             for p in self.replicas.all_partitions() {
                 let overrides = snapshot.topics.get(&p.topic).map(|t| t.configs.clone()).unwrap_or_default();

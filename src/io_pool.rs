@@ -9,10 +9,15 @@
 //! keeps its permit until it ends, even if the request that started it is dropped meanwhile,
 //! so the bound holds for work already on its way to the disk. (Dedicated threads fed by a
 //! channel cost the same hop; tokio's pool needs no threads of its own while idle.)
+//!
+//! `num.io.threads` is a dynamic config: [`IoPool::resize`] grows the pool at once, and
+//! shrinks it as jobs in flight give their permits back (a permit owed to a shrink is
+//! forgotten instead of returned), so no job is cut short or made to wait by a resize.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IoPoolError {
@@ -23,20 +28,81 @@ pub enum IoPoolError {
 
 pub struct IoPool {
     permits: Arc<Semaphore>,
-    threads: usize,
+    /// The size asked for; the permits in circulation are this plus `owed`.
+    threads: AtomicUsize,
+    /// Permits a shrink could not take at once because jobs held them: each is forgotten when
+    /// a job gives it back.
+    owed: Arc<AtomicUsize>,
+    /// One resize at a time, so that two cannot both count the same permits.
+    resizing: Mutex<()>,
     /// Jobs started (the broker's `gregor_io_pool_jobs_total`).
     jobs: prometheus::IntCounter,
+    /// The size asked for (the broker's `gregor_io_pool_threads`).
+    size: prometheus::IntGauge,
+}
+
+/// A running job's permit: back to the pool when the job ends, unless a shrink is owed it.
+struct Lease {
+    permit: Option<OwnedSemaphorePermit>,
+    owed: Arc<AtomicUsize>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            if self.owed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                permit.forget();
+            }
+        }
+    }
 }
 
 impl IoPool {
-    /// A pool running at most `threads` jobs at once (at least one), counting them in `jobs`.
-    pub fn new(threads: usize, jobs: prometheus::IntCounter) -> IoPool {
+    /// A pool running at most `threads` jobs at once (at least one), counting them in `jobs`
+    /// and showing its size in `size`.
+    pub fn new(threads: usize, jobs: prometheus::IntCounter, size: prometheus::IntGauge) -> IoPool {
         let threads = threads.clamp(1, Semaphore::MAX_PERMITS);
-        IoPool { permits: Arc::new(Semaphore::new(threads)), threads, jobs }
+        size.set(threads as i64);
+        IoPool {
+            permits: Arc::new(Semaphore::new(threads)),
+            threads: AtomicUsize::new(threads),
+            owed: Arc::new(AtomicUsize::new(0)),
+            resizing: Mutex::new(()),
+            jobs,
+            size,
+        }
     }
 
     pub fn threads(&self) -> usize {
-        self.threads
+        self.threads.load(Ordering::SeqCst)
+    }
+
+    /// Makes the pool run at most `threads` jobs at once (at least one). Growing frees the new
+    /// permits at once; shrinking takes the free ones and owes the rest, so the jobs running
+    /// finish undisturbed and no new one starts until the running ones are under the new size.
+    pub fn resize(&self, threads: usize) {
+        let threads = threads.clamp(1, Semaphore::MAX_PERMITS);
+        let _one = self.resizing.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.threads.swap(threads, Ordering::SeqCst);
+        if threads > now {
+            let mut more = threads - now;
+            // Cancel what an earlier shrink still owes before adding permits.
+            if let Ok(owed) = self.owed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n - n.min(more))) {
+                more -= owed.min(more);
+            }
+            self.permits.add_permits(more);
+        } else if threads < now {
+            let fewer = now - threads;
+            let taken = self.permits.forget_permits(fewer);
+            // A job ending between these two lines returns its permit to the pool rather than
+            // paying the debt; the debt is then paid by the next one to end, so the count
+            // in circulation stays right.
+            self.owed.fetch_add(fewer - taken, Ordering::SeqCst);
+        }
+        self.size.set(threads as i64);
+        if threads != now {
+            tracing::info!(from = now, to = threads, "resized the I/O pool (num.io.threads)");
+        }
     }
 
     /// Runs `job` on the pool once a permit is free; its result. The caller's span goes along,
@@ -44,10 +110,11 @@ impl IoPool {
     pub async fn run<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> Result<T, IoPoolError> {
         let permit =
             self.permits.clone().acquire_owned().await.map_err(|e| IoPoolError::Failed(format!("pool closed: {e}")))?;
+        let lease = Lease { permit: Some(permit), owed: self.owed.clone() };
         self.jobs.inc();
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
-            let _permit = permit;
+            let _lease = lease;
             span.in_scope(job)
         })
         .await
@@ -65,10 +132,17 @@ mod tests {
         prometheus::IntCounter::new("jobs", "jobs").unwrap()
     }
 
+    fn gauge() -> prometheus::IntGauge {
+        prometheus::IntGauge::new("size", "size").unwrap()
+    }
+
     /// Runs `jobs` jobs on a pool of `threads`; the most that ran at once. The first `threads`
     /// jobs wait for each other, so they can only finish if that many run together.
     async fn most_at_once(threads: usize, jobs: usize) -> usize {
-        let pool = Arc::new(IoPool::new(threads, counter()));
+        most_at_once_on(Arc::new(IoPool::new(threads, counter(), gauge())), threads, jobs).await
+    }
+
+    async fn most_at_once_on(pool: Arc<IoPool>, threads: usize, jobs: usize) -> usize {
         let running = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let together = Arc::new(Barrier::new(threads));
@@ -105,10 +179,96 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_panicking_job_is_an_error_and_gives_its_permit_back() {
-        let pool = IoPool::new(1, counter());
+        let pool = IoPool::new(1, counter(), gauge());
         let r: Result<(), _> = pool.run(|| panic!("boom")).await;
         assert!(r.is_err());
         assert_eq!(pool.run(|| 7).await.unwrap(), 7);
         assert_eq!(pool.jobs.get(), 2);
+    }
+
+    /// `n` jobs that hold their permits until told to end: (their handles, the senders that
+    /// end them), once all `n` are running.
+    async fn held_jobs(
+        pool: &Arc<IoPool>,
+        n: usize,
+    ) -> (Vec<tokio::task::JoinHandle<()>>, Vec<std::sync::mpsc::Sender<()>>) {
+        let running = Arc::new(AtomicUsize::new(0));
+        let (mut handles, mut ends) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            ends.push(tx);
+            let (pool, running) = (pool.clone(), running.clone());
+            handles.push(tokio::spawn(async move {
+                pool.run(move || {
+                    running.fetch_add(1, Ordering::SeqCst);
+                    let _ = rx.recv();
+                })
+                .await
+                .unwrap()
+            }));
+        }
+        while running.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        (handles, ends)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn growing_lets_more_jobs_run_together_at_once() {
+        let pool = Arc::new(IoPool::new(1, counter(), gauge()));
+        pool.resize(3);
+        assert_eq!((pool.threads(), pool.size.get()), (3, 3));
+        assert_eq!(most_at_once_on(pool.clone(), 3, 12).await, 3);
+        assert_eq!(pool.permits.available_permits(), 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shrinking_lets_running_jobs_finish_and_starts_none_until_under_the_new_size() {
+        let pool = Arc::new(IoPool::new(4, counter(), gauge()));
+        let (mut handles, ends) = held_jobs(&pool, 4).await;
+        pool.resize(2);
+        assert_eq!((pool.threads(), pool.size.get()), (2, 2));
+        assert_eq!(pool.owed.load(Ordering::SeqCst), 2, "no permit was free, so the shrink owes both");
+
+        let fifth_ran = Arc::new(AtomicUsize::new(0));
+        let f = fifth_ran.clone();
+        let p = pool.clone();
+        let fifth = tokio::spawn(async move { p.run(move || f.fetch_add(1, Ordering::SeqCst)).await.unwrap() });
+
+        // The first two to end pay the debt: their permits vanish and the fifth job still waits.
+        for (i, end) in ends.iter().enumerate().take(2) {
+            end.send(()).unwrap();
+            handles.remove(0).await.unwrap();
+            assert_eq!(pool.owed.load(Ordering::SeqCst), 1 - i);
+            assert_eq!(pool.permits.available_permits(), 0);
+        }
+        assert_eq!(fifth_ran.load(Ordering::SeqCst), 0);
+        // Two still run: the third to end lets the fifth start.
+        ends[2].send(()).unwrap();
+        handles.remove(0).await.unwrap();
+        fifth.await.unwrap();
+        assert_eq!(fifth_ran.load(Ordering::SeqCst), 1);
+        ends[3].send(()).unwrap();
+        handles.remove(0).await.unwrap();
+        assert_eq!(pool.permits.available_permits(), 2);
+        assert_eq!(most_at_once_on(pool.clone(), 2, 10).await, 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn growing_cancels_what_a_shrink_still_owes_before_adding_permits() {
+        let pool = Arc::new(IoPool::new(4, counter(), gauge()));
+        let (handles, ends) = held_jobs(&pool, 4).await;
+        pool.resize(2);
+        pool.resize(3);
+        assert_eq!((pool.owed.load(Ordering::SeqCst), pool.permits.available_permits()), (1, 0));
+        pool.resize(5);
+        assert_eq!((pool.owed.load(Ordering::SeqCst), pool.permits.available_permits()), (0, 1));
+        pool.resize(0);
+        assert_eq!(pool.threads(), 1, "a pool keeps one thread at least");
+        for (end, h) in ends.into_iter().zip(handles) {
+            end.send(()).unwrap();
+            h.await.unwrap();
+        }
+        assert_eq!((pool.owed.load(Ordering::SeqCst), pool.permits.available_permits()), (0, 1));
     }
 }

@@ -14,7 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::error::{ApiError, ErrorCode};
 use super::RequestContext;
 use crate::broker::Broker;
-use crate::config::{is_dynamic_broker_config, is_dynamic_in_kafka_only, TOPIC_CONFIGS};
+use crate::config::{is_dynamic_broker_config, is_dynamic_in_kafka_only, is_per_broker_only, TOPIC_CONFIGS};
 use crate::dynamic_config::{DynamicValues, DEFAULT_ENTITY};
 use crate::security::authorizer::{Operation, ResourceType};
 
@@ -363,6 +363,20 @@ fn store_broker_entity(
     if !fixed.is_empty() {
         return Err(invalid(format!("Cannot update these configs dynamically: {fixed:?}")));
     }
+    if entity == DEFAULT_ENTITY {
+        let own: Vec<&str> = configs.keys().map(String::as_str).filter(|k| is_per_broker_only(k)).collect();
+        if !own.is_empty() {
+            return Err(invalid(format!(
+                "Cannot update these configs at default cluster level, broker id must be specified: {own:?}"
+            )));
+        }
+    }
+    // Kafka (ZooKeeper mode) stores a password config only encrypted with
+    // `password.encoder.secret`; gregor has no such encoder, so it answers as Kafka does
+    // without one rather than keep a secret in clear in ZooKeeper.
+    if configs.keys().any(|k| is_sensitive(k)) {
+        return Err(invalid("Password encoder secret not configured".to_string()));
+    }
     // Checked on its own (another entity may hide a bad value here) and merged with what
     // the other entity holds now, which is what will be in force.
     broker.config.with_dynamic(&configs).map_err(|e| invalid(e.to_string()))?;
@@ -375,17 +389,38 @@ fn store_broker_entity(
     let mut merged = values.cluster.clone();
     merged.extend(values.broker);
     let next = broker.config.with_dynamic(&merged).map_err(|e| invalid(e.to_string()))?;
+    let current = broker.effective_config();
     // Kafka's LogCleaner.validateReconfiguration: the thread count moves by at most a factor of two.
-    let (now, then) = (broker.effective_config().cleaner.threads, next.cleaner.threads);
+    let (now, then) = (current.cleaner.threads, next.cleaner.threads);
     if then < now / 2 || then > now * 2 {
         return Err(invalid(format!(
             "log.cleaner.threads can change from {now} to between half and double that, not {then}"
         )));
     }
+    thread_count_change("num.io.threads", current.num_io_threads, next.num_io_threads).map_err(invalid)?;
     if validate_only {
         return Ok(());
     }
     broker.store_broker_configs(entity, &configs).map_err(ApiError::from)
+}
+
+/// Kafka's DynamicThreadPool.validateReconfiguration, with its messages: a pool's thread count
+/// may change to between half and double the one in force.
+fn thread_count_change(key: &str, now: usize, then: usize) -> Result<(), String> {
+    if then == now {
+        return Ok(());
+    }
+    let failed = format!("Dynamic thread count update validation failed for {key}={then}");
+    if then == 0 {
+        return Err(format!("{failed}, value should be at least 1"));
+    }
+    if then < now / 2 {
+        return Err(format!("{failed}, value should be at least half the current value {now}"));
+    }
+    if then > now.saturating_mul(2) {
+        return Err(format!("{failed}, value should not be greater than double the current value {now}"));
+    }
+    Ok(())
 }
 
 fn current_broker_entity(ctx: &RequestContext, entity: &str) -> Result<BTreeMap<String, String>, ApiError> {

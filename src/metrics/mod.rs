@@ -70,6 +70,8 @@ pub struct BrokerMetrics {
     handling: IntGauge,
     /// Handed to the I/O pool, which counts the jobs it runs.
     pub io_jobs: IntCounter,
+    /// Handed to the I/O pool, which shows its size there as `num.io.threads` changes.
+    pub io_threads: IntGauge,
     connections: IntGaugeVec,
     connections_created: IntCounterVec,
     spares: Spares,
@@ -123,6 +125,10 @@ impl BrokerMetrics {
                 "gregor_io_pool_jobs_total",
                 "Requests whose appends or record reads ran on the I/O pool (num.io.threads), one job each",
             )?,
+            io_threads: IntGauge::new(
+                "gregor_io_pool_threads",
+                "Jobs the I/O pool runs at once at most: num.io.threads as now in force, dynamic value included",
+            )?,
             connections: IntGaugeVec::new(
                 Opts::new("kafka_server_socket_server_metrics_connection_count", "Open client connections"),
                 &["listener"],
@@ -172,6 +178,7 @@ impl BrokerMetrics {
         families.extend(self.purgatory.collect());
         families.extend(self.handling.collect());
         families.extend(self.io_jobs.collect());
+        families.extend(self.io_threads.collect());
         families.extend(self.connections.collect());
         families.extend(self.connections_created.collect());
         families.extend(state.families());
