@@ -535,18 +535,24 @@ def test_api_versions_features_are_those_of_a_zookeeper_mode_kafka(broker):
 def test_feature_znode_is_created_by_the_controller_and_its_version_is_the_epoch(zookeeper, request):
     from cluster_harness import Cluster
     from gregor_fixtures import _failed, _register
-    cluster = Cluster(zookeeper, 1, on_new_broker=lambda b: _register(request, b))
+    cluster = Cluster(zookeeper, 2, on_new_broker=lambda b: _register(request, b))
     try:
         cluster.start()
-        b = cluster.brokers[1]
         wait_until(lambda: cluster.exists("/feature"), 30, "/feature to be created")
         assert cluster.get_json("/feature") == {"features": {}, "version": 2, "status": 1}
-        with kp.Conn(b.host, b.port) as c:
-            wait_until(lambda: _features_of(c)["epoch"] == 0, 30, "the epoch of the new /feature")
+        conns = [kp.Conn(b.host, b.port) for b in cluster.brokers.values()]
+        try:
+            # The controller and the other broker, which learns of the node from its watch.
+            for c in conns:
+                wait_until(lambda: _features_of(c)["epoch"] == 0, 30, "the epoch of the new /feature")
             # Rewritten (by an operator, or a controller upgrading its JSON): every broker
             # follows the znode's version, as Kafka's FinalizedFeatureChangeListener does.
             cluster.kz.set("/feature", b'{"features":{},"version":2,"status":1}')
-            wait_until(lambda: _features_of(c)["epoch"] == 1, 30, "the epoch to follow /feature")
-            assert _features_of(c) == {"supported": {}, "epoch": 1, "finalized": {}}
+            for c in conns:
+                wait_until(lambda: _features_of(c)["epoch"] == 1, 30, "the epoch to follow /feature")
+                assert _features_of(c) == {"supported": {}, "epoch": 1, "finalized": {}}
+        finally:
+            for c in conns:
+                c.close()
     finally:
         cluster.cleanup(keep=_failed(request))
