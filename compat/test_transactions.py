@@ -619,6 +619,76 @@ def test_leader_verifies_a_transactional_produce_with_a_remote_coordinator(clust
         assert produce(2, b"after-commit") == kt.INVALID_TXN_STATE
 
 
+def test_every_replica_describes_its_producers_with_their_coordinator_epoch(cluster_factory):
+    """DescribeProducers (what `kafka-transactions find-hanging --broker-id` sends) is answered
+    by every replica of a partition, followers too, from the producer state it keeps as it
+    appends replicated batches; a transactional producer is reported with the coordinator
+    epoch of its last marker, and a restarted replica still knows it (the `.snapshot`)."""
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto as kp
+    import kproto_admin as ka
+
+    c = cluster_factory(3, overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    })
+    bootstrap = c.bootstrap()
+    topic = uniq("producers")
+    create_topic(bootstrap, topic, partitions=1, rf=3)
+    state = c.wait_topic_online(topic, 1)[0]
+    leader = state["leader"]
+    followers = [i for i in c.zk_assignment(topic)[0] if i != leader]
+    assert len(followers) == 2
+
+    p = txn_producer(bootstrap, uniq("tx"))
+    produce_txn(p, topic, [f"v{i}" for i in range(5)], partition=0)
+
+    def producers_on(broker_id):
+        b = c.brokers[broker_id]
+        with kp.Conn(b.host, b.port) as conn:
+            r = ka.decode_describe_producers(conn.call(ka.DESCRIBE_PRODUCERS, 0,
+                                             ka.describe_producers_request(0, {topic: [0]})), 0)
+        return r["partitions"][(topic, 0)]
+
+    def committed_on(broker_id):
+        # A follower has the producer once it has fetched the batch and the COMMIT marker.
+        code, prods = producers_on(broker_id)
+        assert code == 0, f"broker {broker_id} answered error {code}"
+        return prods if prods and prods[0]["current_txn_start_offset"] == -1 else None
+
+    seen = {}
+    for b in [leader] + followers:
+        prods = wait_until(lambda: committed_on(b), WAIT, f"broker {b} to describe the committed producer")
+        assert len(prods) == 1, prods
+        seen[b] = prods[0]
+    on_leader = seen[leader]
+    assert on_leader["coordinator_epoch"] >= 0, on_leader
+    assert on_leader["last_sequence"] == 4 and on_leader["producer_epoch"] >= 0, on_leader
+    for b in followers:
+        assert seen[b] == on_leader, (b, seen[b], on_leader)
+
+    # An open transaction is what find-hanging looks for: followers report where it starts.
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    p.flush(WAIT)
+
+    def open_on(broker_id):
+        code, prods = producers_on(broker_id)
+        return code == 0 and prods and prods[0]["current_txn_start_offset"] == 6 and prods[0]
+    for b in followers:
+        wait_until(lambda: open_on(b), WAIT, f"broker {b} to report the open transaction")
+    p.commit_transaction(WAIT)
+    for b in [leader] + followers:
+        seen[b] = wait_until(lambda: committed_on(b), WAIT, f"broker {b} to see the second commit")[0]
+        assert seen[b]["last_sequence"] == 5 and seen[b]["coordinator_epoch"] == on_leader["coordinator_epoch"]
+
+    # A restarted follower reads the coordinator epoch back from its producer snapshot.
+    f = followers[0]
+    c.brokers[f].restart()
+    wait_until(lambda: committed_on(f) == [seen[f]], WAIT, f"restarted broker {f} to describe the producer again")
+
+
 def test_kafka_python_transactional_producer_and_read_committed_consumer(txn_broker):
     """kafka-python (2.1+) has its own transactional producer and read_committed consumer:
     a commit, an abort and a second commit, read back by it and by librdkafka."""

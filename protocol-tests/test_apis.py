@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 import kproto as kp
+from gregor_harness import wait_until
 
 APIS = sorted(kp.EXPECTED_RANGES)
 
@@ -516,3 +517,60 @@ def test_fetch_v17_as_the_first_request_of_a_connection(broker):
             [p] = t["partitions"]
             assert (p["error_code"], p["high_watermark"]) == (0, 2), p
             assert [r.offset for b in kp.decode_batches(p["records"]) for r in b.records] == [0, 1]
+
+
+def _features_of(c) -> dict:
+    """ApiVersions v3's tagged fields: supported features (tag 0), the finalized-features
+    epoch (tag 1, absent when -1) and the finalized features (tag 2); an empty array is
+    not written, as Kafka writes tagged fields only when they differ from the default."""
+    tags = c.api_versions(3)["tags"]
+
+    def features(tag):
+        if tag not in tags:
+            return {}
+        r = kp.R(tags[tag], flexible=True)
+
+        def feature(rr):
+            name, a, b = rr.string(), rr.i16(), rr.i16()
+            rr.tags()
+            return name, (a, b)
+        out = dict(r.array(feature) or [])
+        r.end()
+        return out
+    epoch = struct.unpack(">q", tags[1])[0] if 1 in tags else -1
+    return {"supported": features(0), "epoch": epoch, "finalized": features(2)}
+
+
+def test_api_versions_features_are_those_of_a_zookeeper_mode_kafka(broker):
+    """A Kafka 3.9 broker in ZooKeeper mode supports no features (KafkaServer builds
+    BrokerFeatures.createEmpty(); metadata.version, kraft.version and the others are KRaft's)
+    and finalizes none, with the epoch of the enabled /feature znode its controller created
+    (version 0); standalone, the embedded tree has the same node."""
+    with kp.Conn(broker.host, broker.port) as c:
+        assert _features_of(c) == {"supported": {}, "epoch": 0, "finalized": {}}
+
+
+def test_feature_znode_is_created_by_the_controller_and_its_version_is_the_epoch(zookeeper, request):
+    from cluster_harness import Cluster
+    from gregor_fixtures import _failed, _register
+    cluster = Cluster(zookeeper, 2, on_new_broker=lambda b: _register(request, b))
+    try:
+        cluster.start()
+        wait_until(lambda: cluster.exists("/feature"), 30, "/feature to be created")
+        assert cluster.get_json("/feature") == {"features": {}, "version": 2, "status": 1}
+        conns = [kp.Conn(b.host, b.port) for b in cluster.brokers.values()]
+        try:
+            # The controller and the other broker, which learns of the node from its watch.
+            for c in conns:
+                wait_until(lambda: _features_of(c)["epoch"] == 0, 30, "the epoch of the new /feature")
+            # Rewritten (by an operator, or a controller upgrading its JSON): every broker
+            # follows the znode's version, as Kafka's FinalizedFeatureChangeListener does.
+            cluster.kz.set("/feature", b'{"features":{},"version":2,"status":1}')
+            for c in conns:
+                wait_until(lambda: _features_of(c)["epoch"] == 1, 30, "the epoch to follow /feature")
+                assert _features_of(c) == {"supported": {}, "epoch": 1, "finalized": {}}
+        finally:
+            for c in conns:
+                c.close()
+    finally:
+        cluster.cleanup(keep=_failed(request))

@@ -166,3 +166,48 @@ def test_transaction_by_raw_frames(broker, which):
         markers = kt.decode_write_txn_markers(r, vm)["markers"]
         assert markers == [{"producer_id": pid, "errors": {(topic, 0): 0}}]
         assert committed_latest(c, topic) == uncommitted_latest(c, topic) == before + 5
+
+
+def test_describe_producers_reports_the_coordinator_epoch_of_the_last_marker(broker):
+    """Kafka keeps, per producer, the coordinator epoch of its last transaction marker (read
+    from the marker's value), reports it in DescribeProducers, and keeps it across restarts:
+    in the `.snapshot` a clean shutdown writes, and in the log a rescan reads."""
+    import kproto_admin as ka
+    with kp.Conn(broker.host, broker.port) as c:
+        topic = new_topic(c, 1)
+        batch = kp.build_batch([kp.Record(value=b"a"), kp.Record(value=b"b")], producer_id=4343,
+                               producer_epoch=2, base_sequence=0)
+        assert kp.produce(c, topic, 0, batch)["error_code"] == 0
+
+        def described():
+            r = ka.decode_describe_producers(c.call(ka.DESCRIBE_PRODUCERS, 0,
+                                             ka.describe_producers_request(0, {topic: [0]})), 0)
+            code, prods = r["partitions"][(topic, 0)]
+            assert code == 0
+            return prods
+        assert [p["coordinator_epoch"] for p in described()] == [-1], "no marker yet"
+        # An ABORT marker as `kafka-transactions abort` has the coordinator write it.
+        vm = advertised(broker, kt.WRITE_TXN_MARKERS)[1]
+        r = c.call(kt.WRITE_TXN_MARKERS, vm, kt.write_txn_markers_request(vm, [(4343, 2, False, {topic: [0]}, 7)]))
+        assert kt.decode_write_txn_markers(r, vm)["markers"] == [{"producer_id": 4343, "errors": {(topic, 0): 0}}]
+        [p] = described()
+        assert (p["producer_id"], p["producer_epoch"], p["last_sequence"], p["coordinator_epoch"]) == (4343, 2, 1, 7), p
+        assert p["current_txn_start_offset"] == -1, p
+    before = p
+
+    def after_restart():
+        with kp.Conn(broker.host, broker.port) as c:
+            r = ka.decode_describe_producers(c.call(ka.DESCRIBE_PRODUCERS, 0,
+                                             ka.describe_producers_request(0, {topic: [0]})), 0)
+        return r["partitions"][(topic, 0)]
+
+    broker.restart()
+    snapshots = list(broker.data_dir.glob(f"{topic}-0/*.snapshot"))
+    assert snapshots, "a clean shutdown writes a producer snapshot"
+    assert after_restart() == (0, [before]), "read back from the snapshot"
+    # Without snapshots the state is rebuilt from the log, the marker's value included.
+    broker.stop()
+    for s in broker.data_dir.glob(f"{topic}-0/*.snapshot"):
+        s.unlink()
+    broker.restart()
+    assert after_restart() == (0, [before]), "rebuilt from the log"

@@ -342,6 +342,11 @@ impl Broker {
         };
         self.controller_epoch.store(epoch, Ordering::Release);
         self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
+        if let Err(e) = self.setup_feature_versioning() {
+            // Only ApiVersions' finalized-features epoch depends on it; the next election
+            // tries again.
+            tracing::warn!(error = %e, "cannot set up /feature");
+        }
         self.reset_propagated();
         self.is_controller.store(true, Ordering::Release);
         self.cache.update(|c| c.controller_id = id);

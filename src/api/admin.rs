@@ -369,8 +369,10 @@ pub fn list_partition_reassignments(
     r
 }
 
-/// DescribeProducers: the idempotent producers each partition's leader has state for
-/// (non-transactional, so no coordinator epoch nor open transaction).
+/// DescribeProducers: the producers each partition's replica here has state for. Any replica
+/// answers, leader or follower, from its own producer state (Kafka's ReplicaManager looks the
+/// partition up with getPartitionOrError, not as leader), so that `kafka-transactions
+/// find-hanging --broker-id` can ask each broker about every partition it hosts.
 pub fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse {
     let broker = &ctx.broker;
     let mut r = DescribeProducersResponse::default();
@@ -386,7 +388,7 @@ pub fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -
                 out.partitions.push(pr);
                 continue;
             }
-            match broker.replicas.partition(&name, index) {
+            match broker.replicas.hosted(&name, index) {
                 Some(p) => {
                     pr.active_producers = p
                         .active_producers()
@@ -397,7 +399,7 @@ pub fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -
                             s.producer_epoch = i32::from(a.epoch);
                             s.last_sequence = a.last_sequence;
                             s.last_timestamp = a.last_timestamp;
-                            s.coordinator_epoch = -1;
+                            s.coordinator_epoch = a.coordinator_epoch;
                             s.current_txn_start_offset = a.txn_start_offset;
                             s
                         })

@@ -42,7 +42,9 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
         return r;
     }
     r.api_keys = supported_list(ctx.broker.store.is_zookeeper());
-    r.finalized_features_epoch = -1;
+    // A ZooKeeper-mode Kafka supports and finalizes no features (see controller::features);
+    // the epoch is that of `/feature`.
+    r.finalized_features_epoch = ctx.broker.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
     r
 }
 

@@ -6,6 +6,7 @@
 pub mod auto_create;
 pub mod channel;
 pub mod election;
+pub mod features;
 pub mod messages;
 pub mod propagate;
 pub mod reassign;

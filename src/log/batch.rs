@@ -570,6 +570,21 @@ pub fn encode_control_batch(producer_id: i64, epoch: i16, commit: bool, coordina
 /// The marker type of a control batch (`batch` holds at least its first record): Some(true)
 /// for COMMIT, Some(false) for ABORT, None if it is not an uncompressed marker.
 pub fn control_marker(batch: &[u8]) -> Option<bool> {
+    end_txn_marker(batch).map(|m| m.commit)
+}
+
+/// What a transaction marker says: which way the transaction went, and the epoch of the
+/// coordinator that wrote it (producer state keeps it, DescribeProducers reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndTxnMarker {
+    pub commit: bool,
+    /// -1 when the value is missing or short: the marker still ends the transaction.
+    pub coordinator_epoch: i32,
+}
+
+/// Reads the marker of an uncompressed control batch (`batch` holds at least its first
+/// record). None if it is not one.
+pub fn end_txn_marker(batch: &[u8]) -> Option<EndTxnMarker> {
     let h = BatchHeader::parse(batch)?;
     if !h.is_control() || h.compression() != 0 {
         return None;
@@ -586,11 +601,24 @@ pub fn control_marker(batch: &[u8]) -> Option<bool> {
         return None;
     }
     let key = r.get(n..n + 4)?;
-    match i16::from_be_bytes([key[2], key[3]]) {
-        0 => Some(false),
-        1 => Some(true),
-        _ => None,
-    }
+    let commit = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    // The value: version (i16) then the coordinator epoch (i32).
+    let coordinator_epoch = r
+        .get(n + usize::try_from(klen).ok()?..)
+        .and_then(|v| {
+            let (vlen, m) = read_varint(v)?;
+            if vlen < 6 {
+                return None;
+            }
+            let e = v.get(m + 2..m + 6)?;
+            Some(i32::from_be_bytes([e[0], e[1], e[2], e[3]]))
+        })
+        .unwrap_or(-1);
+    Some(EndTxnMarker { commit, coordinator_epoch })
 }
 
 /// Test/bench convenience: a batch of `n` records with `value_len`-byte
@@ -614,11 +642,12 @@ mod control_tests {
             assert!(h.is_control() && h.is_transactional());
             assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (9, 3, -1));
             assert_eq!(control_marker(&b), Some(commit));
+            assert_eq!(end_txn_marker(&b), Some(EndTxnMarker { commit, coordinator_epoch: 5 }));
         }
         assert_eq!(control_marker(&simple_batch(1, 3, 0)), None);
         let b = encode_control_batch(9, 3, true, 5, 1000);
         for cut in 0..b.len() {
-            let _ = control_marker(&b[..cut]);
+            let _ = end_txn_marker(&b[..cut]);
         }
     }
 }

@@ -873,8 +873,11 @@ impl Log {
 
     /// Headers of the batches written by idempotent or transactional producers from `offset`
     /// on, oldest first, for rebuilding producer state above a snapshot; with each transaction
-    /// marker, what it ends (Some(true) COMMIT, Some(false) ABORT).
-    pub fn producer_batches_from(&self, offset: i64) -> Result<Vec<(BatchHeader, Option<bool>)>, LogError> {
+    /// marker, what it says.
+    pub fn producer_batches_from(
+        &self,
+        offset: i64,
+    ) -> Result<Vec<(BatchHeader, Option<batch::EndTxnMarker>)>, LogError> {
         use std::os::unix::fs::FileExt;
         self.check_live()?;
         let mut out = Vec::new();
@@ -892,10 +895,11 @@ impl Log {
                     continue;
                 }
                 if h.is_control() {
-                    // A marker is one small record: read it to learn which way it went.
+                    // A marker is one small record: read it to learn which way it went and which
+                    // coordinator epoch wrote it.
                     let mut buf = vec![0u8; h.total_size().min(HEADER_SIZE + 64)];
                     seg.log_file().read_exact_at(&mut buf, pos)?;
-                    out.push((h, batch::control_marker(&buf)));
+                    out.push((h, batch::end_txn_marker(&buf)));
                 } else if h.base_sequence >= 0 || h.is_transactional() {
                     out.push((h, None));
                 }

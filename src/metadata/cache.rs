@@ -81,6 +81,9 @@ pub struct ClusterSnapshot {
     pub controller_id: i32,
     pub brokers: Vec<BrokerInfo>,
     pub topics: BTreeMap<String, Arc<TopicInfo>>,
+    /// The version of the enabled `/feature` znode (ApiVersions' finalized-features epoch);
+    /// None, reported as -1, until one has been read.
+    pub finalized_features_epoch: Option<i64>,
 }
 
 impl ClusterSnapshot {

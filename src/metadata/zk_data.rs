@@ -15,6 +15,9 @@ pub const CONTROLLER_EPOCH: &str = "/controller_epoch";
 pub const CONFIG_TOPICS: &str = "/config/topics";
 pub const CONFIG_CHANGES: &str = "/config/changes";
 pub const PRODUCER_ID_BLOCK: &str = "/latest_producer_id_block";
+/// Kafka's FeatureZNode: the cluster's finalized features (KIP-584). Its znode version is
+/// the finalized-features epoch ApiVersions reports.
+pub const FEATURE: &str = "/feature";
 
 /// The persistent paths Kafka creates at startup (`KafkaZkClient.createTopLevelPaths`).
 pub const TOP_LEVEL_PATHS: &[&str] = &[
@@ -217,6 +220,49 @@ pub fn broker_registration_json(
     v.to_string()
 }
 
+/// `/feature` as the controller of a Kafka 3.x cluster with IBP >= 3.3 writes it: JSON
+/// version 2 (no `min_version_level`), status 1 (enabled), and the finalized features, which a
+/// ZooKeeper-mode broker (no supported features) leaves empty.
+pub fn feature_znode_json(features: &BTreeMap<String, i16>) -> String {
+    let features: serde_json::Map<String, Value> =
+        features.iter().map(|(name, level)| (name.clone(), json!({"max_version_level": level}))).collect();
+    json!({"features": features, "version": 2, "status": 1}).to_string()
+}
+
+/// `/feature` as read back: JSON version, whether enabled, and the finalized features (name to
+/// max version level).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureZnode {
+    pub version: i64,
+    pub enabled: bool,
+    pub features: BTreeMap<String, i16>,
+}
+
+/// Parses `/feature` with Kafka's rules (`FeatureZNode.decode`): version 1 or 2, a status of
+/// 0 or 1, a features map whose entries have `max_version_level` >= 1 (and, in version 1,
+/// `min_version_level`). None if any of that fails.
+pub fn parse_feature_znode(data: &str) -> Option<FeatureZnode> {
+    let v: Value = serde_json::from_str(data).ok()?;
+    let version = v.get("version")?.as_i64().filter(|n| (1..=2).contains(n))?;
+    let enabled = match v.get("status")?.as_i64()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let mut features = BTreeMap::new();
+    for (name, levels) in v.get("features")?.as_object()? {
+        let max = levels.get("max_version_level")?.as_i64().filter(|m| *m >= 1)?;
+        if version == 1 {
+            let min = levels.get("min_version_level")?.as_i64()?;
+            if min < 1 || max < min {
+                return None;
+            }
+        }
+        features.insert(name.clone(), i16::try_from(max).ok()?);
+    }
+    Some(FeatureZnode { version, enabled, features })
+}
+
 pub fn controller_json(broker_id: i32, timestamp_ms: i64) -> String {
     json!({"version": 2, "brokerid": broker_id, "timestamp": timestamp_ms.to_string(), "kraftControllerEpoch": -1})
         .to_string()
@@ -258,5 +304,30 @@ mod tests {
         assert!(none.is_none());
         let s = PartitionState { leader: 1, leader_epoch: 3, isr: vec![1, 2], controller_epoch: 7 };
         assert_eq!(parse_partition_state(&partition_state_json(&s)), Some(s));
+    }
+
+    #[test]
+    fn feature_znode_is_kafkas_json() {
+        let empty = feature_znode_json(&BTreeMap::new());
+        let v: Value = serde_json::from_str(&empty).unwrap();
+        assert_eq!(v, json!({"features": {}, "version": 2, "status": 1}));
+        assert_eq!(
+            parse_feature_znode(&empty),
+            Some(FeatureZnode { version: 2, enabled: true, features: BTreeMap::new() })
+        );
+        let v1 = r#"{"features":{"f":{"min_version_level":1,"max_version_level":3}},"version":1,"status":0}"#;
+        let parsed = parse_feature_znode(v1).unwrap();
+        assert_eq!((parsed.version, parsed.enabled, parsed.features.get("f")), (1, false, Some(&3)));
+        for bad in [
+            r#"{"features":{},"version":3,"status":1}"#,
+            r#"{"features":{},"version":2}"#,
+            r#"{"features":{},"version":2,"status":2}"#,
+            r#"{"version":2,"status":1}"#,
+            r#"{"features":{"f":{"max_version_level":0}},"version":2,"status":1}"#,
+            r#"{"features":{"f":{"max_version_level":2}},"version":1,"status":1}"#,
+            "not json",
+        ] {
+            assert_eq!(parse_feature_znode(bad), None, "{bad}");
+        }
     }
 }

@@ -99,7 +99,8 @@ where
 /// What every broker watches, whatever the size of the cluster: who the controller is, and
 /// topic and broker configs.
 /// And the ACL change notifications, which each broker's authorizer follows.
-const WATCHED: &[&str] = &["/controller", "/config", "/kafka-acl-changes", "/kafka-acl-extended-changes"];
+/// And `/feature`, whose version is the finalized-features epoch each broker reports.
+const WATCHED: &[&str] = &["/controller", "/config", "/kafka-acl-changes", "/kafka-acl-extended-changes", "/feature"];
 /// What the controller watches besides (Kafka's controller: broker registrations, topics and
 /// their partition states, admin requests, ISR change notifications).
 const CONTROLLER_WATCHED: &[&str] = &["/brokers", "/admin", "/isr_change_notification"];

@@ -58,6 +58,8 @@ pub struct Changes {
     pub acl_changes: BTreeSet<String>,
     /// A change notification: expired ones are purged.
     pub config_changes: bool,
+    /// `/feature`: the finalized features are read again.
+    pub feature: bool,
 }
 
 impl Changes {
@@ -68,6 +70,7 @@ impl Changes {
             match parts.as_slice() {
                 ["brokers", "ids", ..] => c.brokers = true,
                 ["controller"] => c.controller = true,
+                ["feature"] => c.feature = true,
                 ["brokers", "topics", t] | ["config", "topics", t] => {
                     c.topics.insert(t.to_string());
                 }
@@ -172,6 +175,9 @@ impl Broker {
         }
         if changes.is_none_or(|c| c.quotas) {
             self.reload_client_quotas()?;
+        }
+        if changes.is_none_or(|c| c.feature) {
+            self.load_finalized_features()?;
         }
         if changes.is_none_or(|c| c.config_changes) {
             if let Err(e) = self.purge_obsolete_config_changes() {
@@ -554,5 +560,6 @@ mod tests {
         assert_eq!(c.partitions["b"].iter().copied().collect::<Vec<_>>(), [3, 4]);
         let only_controller = Changes::from_paths(&["/controller".to_string()]);
         assert!(only_controller.controller && !only_controller.brokers && only_controller.topics.is_empty());
+        assert!(!c.feature && Changes::from_paths(&["/feature".to_string()]).feature);
     }
 }

@@ -566,13 +566,8 @@ impl Partition {
         if producers.epoch_of(producer_id).is_some_and(|known| epoch < known) {
             return (INVALID_PRODUCER_EPOCH, -1);
         }
-        let mut buf = crate::log::batch::encode_control_batch(
-            producer_id,
-            epoch,
-            commit,
-            coordinator_epoch,
-            crate::log::now_ms(),
-        );
+        let now = crate::log::now_ms();
+        let mut buf = crate::log::batch::encode_control_batch(producer_id, epoch, commit, coordinator_epoch, now);
         let headers = match crate::log::validate_batches(&buf, u32::MAX) {
             Ok(h) => h,
             Err(e) => return (e.kafka_code(), -1),
@@ -590,8 +585,9 @@ impl Partition {
             }
         };
         let snap = snapshot_at_roll(&mut log, &producers, info.first_offset);
+        let marker = crate::log::batch::EndTxnMarker { commit, coordinator_epoch };
         let aborted =
-            producers.complete_transaction(producer_id, epoch, info.first_offset, commit, self.high_watermark());
+            producers.complete_transaction(producer_id, epoch, info.first_offset, marker, now, self.high_watermark());
         if let Some(a) = aborted {
             if let Err(e) = log.append_aborted_txn(&a) {
                 // The marker is in the log: a restart that rescans it finds the abort again.
@@ -663,13 +659,16 @@ impl Partition {
         while let Some(h) = BatchHeader::parse(rest) {
             epochs.assign(h.partition_leader_epoch, h.base_offset);
             if h.producer_id >= 0 && h.is_control() {
-                if let Some(commit) = crate::log::batch::control_marker(rest) {
+                // A follower keeps the producer state a leader would, so that it can answer
+                // DescribeProducers and take over as leader.
+                if let Some(marker) = crate::log::batch::end_txn_marker(rest) {
                     let hw = self.high_watermark();
                     aborted.extend(producers.complete_transaction(
                         h.producer_id,
                         h.producer_epoch,
                         h.base_offset,
-                        commit,
+                        marker,
+                        h.max_timestamp,
                         hw,
                     ));
                 }
@@ -1134,12 +1133,13 @@ fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
         Ok(batches) => {
             for (h, marker) in batches {
                 if h.is_control() {
-                    if let Some(commit) = marker {
+                    if let Some(marker) = marker {
                         found.extend(state.complete_transaction(
                             h.producer_id,
                             h.producer_epoch,
                             h.base_offset,
-                            commit,
+                            marker,
+                            h.max_timestamp,
                             h.base_offset,
                         ));
                     }

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::snapshot::SnapshotEntry;
+use crate::log::batch::EndTxnMarker;
 
 /// How many recent batches per producer are remembered for duplicate detection.
 const CACHED_BATCHES: usize = 5;
@@ -19,15 +20,24 @@ struct BatchRecord {
     offset_delta: i32,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchRecord>,
-    /// The max timestamp of its last batch (DescribeProducers' `last_timestamp`).
+    /// The max timestamp of its last batch or marker (DescribeProducers' `last_timestamp`).
     last_timestamp: i64,
+    /// The epoch of the coordinator that wrote its last marker here, -1 before any (kept in
+    /// snapshots, reported by DescribeProducers).
+    coordinator_epoch: i32,
     /// Markers written for it here since this broker loaded the partition (memory only: the
     /// windows it guards are those of requests in flight).
     markers: u64,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> ProducerEntry {
+        ProducerEntry { epoch: 0, batches: VecDeque::new(), last_timestamp: -1, coordinator_epoch: -1, markers: 0 }
+    }
 }
 
 /// One producer with state here, as DescribeProducers reports it.
@@ -37,6 +47,8 @@ pub struct ActiveProducer {
     pub epoch: i16,
     pub last_sequence: i32,
     pub last_timestamp: i64,
+    /// The epoch of the coordinator that wrote its last marker here, -1 if none.
+    pub coordinator_epoch: i32,
     /// The first offset of its open transaction here, -1 if none.
     pub txn_start_offset: i64,
 }
@@ -139,20 +151,25 @@ impl ProducerStateManager {
         self.producers.get(&producer_id).map(|e| e.epoch)
     }
 
-    /// A COMMIT or ABORT marker was written at `marker_offset`: the producer's transaction
-    /// here ends, and from `epoch` on its older epochs are fenced (the coordinator bumps the
-    /// epoch when it aborts a transaction that timed out). Returns the aborted-transaction
-    /// entry an ABORT makes (None for a COMMIT, or when no transaction was open).
+    /// A COMMIT or ABORT marker stamped `timestamp` was written at `marker_offset`: the
+    /// producer's transaction here ends, and from `epoch` on its older epochs are fenced (the
+    /// coordinator bumps the epoch when it aborts a transaction that timed out). Returns the
+    /// aborted-transaction entry an ABORT makes (None for a COMMIT, or when no transaction was
+    /// open).
     pub fn complete_transaction(
         &mut self,
         producer_id: i64,
         epoch: i16,
         marker_offset: i64,
-        commit: bool,
+        marker: EndTxnMarker,
+        timestamp: i64,
         high_watermark: i64,
     ) -> Option<AbortedTxn> {
+        let commit = marker.commit;
         let entry = self.producers.entry(producer_id).or_default();
         entry.markers = entry.markers.wrapping_add(1);
+        entry.coordinator_epoch = marker.coordinator_epoch;
+        entry.last_timestamp = timestamp;
         if epoch > entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
@@ -193,19 +210,19 @@ impl ProducerStateManager {
         self.aborted = older;
     }
 
-    /// The producers with batches remembered, by id.
+    /// The producers with state here, by id; one known only from a marker has no last
+    /// sequence (-1), as Kafka lists it.
     pub fn active(&self) -> Vec<ActiveProducer> {
         let mut out: Vec<ActiveProducer> = self
             .producers
             .iter()
-            .filter_map(|(&producer_id, e)| {
-                Some(ActiveProducer {
-                    producer_id,
-                    epoch: e.epoch,
-                    last_sequence: e.batches.back()?.last_seq,
-                    last_timestamp: e.last_timestamp,
-                    txn_start_offset: self.ongoing.get(&producer_id).copied().unwrap_or(-1),
-                })
+            .map(|(&producer_id, e)| ActiveProducer {
+                producer_id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.last_timestamp,
+                coordinator_epoch: e.coordinator_epoch,
+                txn_start_offset: self.ongoing.get(&producer_id).copied().unwrap_or(-1),
             })
             .collect();
         out.sort_by_key(|p| p.producer_id);
@@ -228,7 +245,7 @@ impl ProducerStateManager {
                     last_offset,
                     offset_delta: last.map_or(0, |b| b.offset_delta),
                     timestamp: e.last_timestamp,
-                    coordinator_epoch: -1,
+                    coordinator_epoch: e.coordinator_epoch,
                     current_txn_first_offset: self.ongoing.get(&producer_id).copied().unwrap_or(-1),
                 }
             })
@@ -258,6 +275,7 @@ impl ProducerStateManager {
                 let entry = s.producers.entry(e.producer_id).or_default();
                 entry.epoch = e.epoch.max(0);
                 entry.last_timestamp = e.timestamp;
+                entry.coordinator_epoch = e.coordinator_epoch;
                 if e.last_offset >= 0 && e.last_sequence >= 0 {
                     let first_seq = e.last_sequence.wrapping_sub(e.offset_delta) & i32::MAX;
                     entry.batches.push_back(BatchRecord {
@@ -303,6 +321,10 @@ impl ProducerStateManager {
 mod tests {
     use super::*;
 
+    fn marker(commit: bool, coordinator_epoch: i32) -> EndTxnMarker {
+        EndTxnMarker { commit, coordinator_epoch }
+    }
+
     #[test]
     fn sequence_rules() {
         let mut s = ProducerStateManager::default();
@@ -333,16 +355,16 @@ mod tests {
         s.observe_transactional(2, 11);
         assert_eq!(s.first_unstable_offset(), Some(10));
         assert!(s.in_transaction(1));
-        assert_eq!(s.complete_transaction(1, 0, 13, true, 13), None);
+        assert_eq!(s.complete_transaction(1, 0, 13, marker(true, 0), 0, 13), None);
         assert_eq!(s.first_unstable_offset(), Some(11));
-        let a = s.complete_transaction(2, 0, 14, false, 14).unwrap();
+        let a = s.complete_transaction(2, 0, 14, marker(false, 0), 0, 14).unwrap();
         assert_eq!((a.first_offset, a.last_offset), (11, 14));
         assert_eq!(s.first_unstable_offset(), None);
         assert_eq!(s.aborted_between(0, 100), vec![(2, 11)]);
         assert_eq!(s.aborted_between(15, 100), vec![]);
         assert_eq!(s.aborted_between(0, 11), vec![]);
         // A marker with a bumped epoch fences the producer's older epoch.
-        s.complete_transaction(3, 4, 20, false, 20);
+        s.complete_transaction(3, 4, 20, marker(false, 0), 0, 20);
         assert_eq!(s.check(3, 3, 0, 0), SequenceCheck::Reject(47));
         assert_eq!(s.check(3, 4, 0, 0), SequenceCheck::Append);
     }
@@ -365,5 +387,28 @@ mod tests {
             a.iter().map(|p| (p.producer_id, p.epoch, p.last_sequence, p.last_timestamp)).collect::<Vec<_>>(),
             vec![(3, 0, 0, 500), (9, 2, 7, 2_000)]
         );
+    }
+
+    #[test]
+    fn a_marker_records_its_coordinator_epoch_and_snapshots_keep_it() {
+        let mut s = ProducerStateManager::default();
+        s.record(5, 0, 0, 2, 0, 1_000);
+        s.observe_transactional(5, 0);
+        assert_eq!(s.active()[0].coordinator_epoch, -1, "no marker yet");
+        assert_eq!(s.complete_transaction(5, 0, 3, marker(true, 7), 2_000, 3), None);
+        // A producer known only from a marker is listed too, without a last sequence.
+        s.complete_transaction(6, 1, 4, marker(false, 2), 2_500, 4);
+        let a = s.active();
+        assert_eq!(
+            a.iter()
+                .map(|p| (p.producer_id, p.last_sequence, p.last_timestamp, p.coordinator_epoch, p.txn_start_offset))
+                .collect::<Vec<_>>(),
+            vec![(5, 2, 2_000, 7, -1), (6, -1, 2_500, 2, -1)]
+        );
+        let restored = ProducerStateManager::from_snapshot(&s.snapshot_entries());
+        assert_eq!(restored.active(), a);
+        // A new epoch of the producer keeps the coordinator epoch until its next marker.
+        s.record(5, 1, 0, 0, 5, 3_000);
+        assert_eq!(s.active()[0].coordinator_epoch, 7);
     }
 }
