@@ -156,7 +156,7 @@ class Broker:
     def __init__(self, data_dir: Optional[Path] = None, port: Optional[int] = None,
                  overrides: Optional[Dict[str, str]] = None, broker_id: int = 0,
                  base_dir: Optional[Path] = None, config_file: Optional[Path] = None,
-                 env: Optional[Dict[str, str]] = None):
+                 env: Optional[Dict[str, str]] = None, nofile: Optional[int] = None):
         self.base_dir = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="gregor-test-"))
         self.data_dir = Path(data_dir) if data_dir else self.base_dir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -167,6 +167,7 @@ class Broker:
         self.overrides = dict(overrides or {})
         self.config_file = config_file  # passed as the positional server.properties / .toml argument
         self.extra_env = dict(env or {})  # e.g. {"KAFKA_NUM_PARTITIONS": "3"}
+        self.nofile = nofile  # the process's open-file limit (soft and hard), for exhaustion tests
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
         self.exit_codes: List[int] = []
@@ -289,6 +290,12 @@ class Broker:
                     raise
         raise last  # type: ignore[misc]
 
+    def _preexec(self) -> None:  # runs in the child between fork and exec
+        _die_with_parent()
+        if self.nofile is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+
     def _start_once(self, timeout: float) -> None:
         if self not in STARTED:
             STARTED.append(self)
@@ -307,7 +314,7 @@ class Broker:
         self._logf = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self._cmd(), stdin=subprocess.DEVNULL, stdout=self._logf,
                                      stderr=subprocess.STDOUT, cwd=str(self.base_dir), env=env,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=self._preexec)
 
         def ready():
             if self.proc.poll() is not None:

@@ -107,6 +107,9 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // A client that reconnects in a loop after each refusal would otherwise write one log
     // line per attempt, thousands a second; Kafka has no such key.
     ("gregor.connection.log.interval.ms", "60000"),
+    // Descriptors kept for connections, the ZooKeeper session and rolls when new partitions
+    // are weighed against the open-file limit (one descriptor per segment file).
+    ("gregor.open.files.reserved", "1024"),
     // Memory the arrays and tagged fields of one decoded request may take. A follower fetching
     // 20,000 partitions needs about 2 MB of it, a Metadata request naming 100,000 topics under
     // 10 MB; a frame of empty elements would otherwise decode into forty times its size.
@@ -256,6 +259,8 @@ pub struct BrokerConfig {
     /// `gregor.connection.log.interval.ms`: per client address, at most one line about a
     /// refused or closed connection in this interval; the rest are counted in the next one.
     pub connection_log_interval: std::time::Duration,
+    /// `gregor.open.files.reserved`: of the open-file limit, what new partitions may not take.
+    pub open_files_reserved: u64,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
@@ -706,6 +711,7 @@ impl BrokerConfig {
                 "gregor.connection.log.interval.ms",
                 get("gregor.connection.log.interval.ms"),
             )?),
+            open_files_reserved: num::<u64>("gregor.open.files.reserved", get("gregor.open.files.reserved"))?,
             default_replication_factor: positive::<i16>(
                 "default.replication.factor",
                 get("default.replication.factor"),

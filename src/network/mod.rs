@@ -284,6 +284,8 @@ pub async fn serve_listener(
     tracker: TaskTracker,
 ) {
     let metrics = broker.metrics.listener(&listener_name);
+    // One descriptor held back for the moment the process has none left (see the EMFILE arm).
+    let mut reserve = std::fs::File::open("/dev/null").ok();
     loop {
         if quotas.full(&listener_name) {
             // Not accepting leaves new clients waiting in the backlog until a connection ends.
@@ -328,16 +330,43 @@ pub async fn serve_listener(
                 };
                 tracker.spawn(conn.start(stream, shutdown.clone()).instrument(span));
             }
+            Err(e) if is_out_of_descriptors(&e) && reserve.is_some() => {
+                // The pending connection cannot be accepted, so it would stay in the backlog and
+                // wake this loop again at once. The reserve descriptor makes room to take it
+                // and close it: the client hears "no" instead of hanging, and the loop waits
+                // for the next connection instead of spinning.
+                drop(reserve.take());
+                let nobody = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+                match tokio::time::timeout(std::time::Duration::from_millis(100), listener.accept()).await {
+                    Ok(Ok((stream, peer))) => {
+                        drop(stream);
+                        closing_line!(quotas.closings, peer.ip(), warn, listener = %listener_name,
+                            "out of file descriptors: connection closed at once (ulimit -n; fewer partitions or connections)");
+                    }
+                    Ok(Err(e)) => closing_line!(quotas.closings, nobody, warn, error = %e, "accept failed"),
+                    Err(_) => {}
+                }
+                reserve = std::fs::File::open("/dev/null").ok();
+            }
             Err(e) => {
-                // Typically EMFILE: back off briefly instead of spinning on accept. No client
-                // to name: the failures share the unspecified address's interval.
+                // Without a reserve (another thread took it): back off briefly instead of
+                // spinning on accept. No client to name: the failures share the unspecified
+                // address's interval.
                 let nobody = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
                 closing_line!(quotas.closings, nobody, warn, error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                if reserve.is_none() {
+                    reserve = std::fs::File::open("/dev/null").ok();
+                }
             }
         }
     }
     tracing::info!(listener = %listener_name, "listener stopped");
+}
+
+/// EMFILE (this process) or ENFILE (the whole system).
+fn is_out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 struct Connection {
