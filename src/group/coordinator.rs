@@ -138,7 +138,10 @@ pub struct Group {
     pub generation: i32,
     pub leader: Option<String>,
     pub members: BTreeMap<String, Member>,
-    /// Ids handed out with MEMBER_ID_REQUIRED whose holders have not joined yet.
+    /// Ids handed out with MEMBER_ID_REQUIRED whose holders have not joined yet, each with
+    /// when it lapses: the session timeout of the JoinGroup that asked, as Kafka's pending
+    /// member heartbeat. A join phase waits for them, so one a client dropped (librdkafka
+    /// does when its subscription changes mid-join) must not outlive its session.
     pending: HashMap<String, Instant>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// When the current join phase ends even if not every member has rejoined.
@@ -476,7 +479,8 @@ impl GroupCoordinator {
             }
             let new_id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
             if req.require_known_member_id {
-                group.pending.insert(new_id.clone(), now);
+                let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+                group.pending.insert(new_id.clone(), now + session);
                 return Ok(JoinResult {
                     error_code: MEMBER_ID_REQUIRED,
                     member_id: new_id,
@@ -664,7 +668,8 @@ impl GroupCoordinator {
             group.members.remove(&id);
             store.member_left(&group.id, &id);
         }
-        group.pending.clear();
+        // Pending ids stay until their holders join or their sessions lapse, as in Kafka: the
+        // holder may be about to join with it.
         group.join_deadline = None;
         group.initial_delay_cap = None;
         group.generation += 1;
@@ -809,6 +814,13 @@ impl GroupCoordinator {
             } else {
                 Some(member_id.clone())
             };
+            if id.as_ref().is_some_and(|id| group.pending.remove(id).is_some()) {
+                // A member leaving between MEMBER_ID_REQUIRED and its second JoinGroup: a join
+                // phase waiting only for it can end now.
+                self.maybe_complete_join(store, group, now);
+                codes.push(NONE);
+                continue;
+            }
             match id.and_then(|id| group.members.remove(&id)) {
                 Some(m) => {
                     if instance.is_some() && m.instance_id != *instance {
@@ -874,8 +886,11 @@ impl GroupCoordinator {
                     self.after_removal(store, group, m, now);
                 }
             }
-            // Pending ids that never came back expire like sessions would.
-            group.pending.retain(|_, since| now.duration_since(*since) < Duration::from_secs(300));
+            let before = group.pending.len();
+            group.pending.retain(|_, lapses| now < *lapses);
+            if group.pending.len() < before {
+                tracing::info!(group = %group.id, expired = before - group.pending.len(), "pending members' sessions expired");
+            }
             if group.state == GroupState::PreparingRebalance {
                 self.maybe_complete_join(store, group, now);
             }
@@ -1258,6 +1273,73 @@ mod tests {
         assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
         assert_eq!(*store.left.lock().unwrap(), vec![first.member_id.clone()]);
         assert_eq!(c.heartbeat("g", 1, &j.member_id, None), ILLEGAL_GENERATION);
+    }
+
+    /// A JoinGroup v4+ from a new member: MEMBER_ID_REQUIRED and the id it must come back with.
+    fn ask_for_member_id(c: &GroupCoordinator, store: &Recorder, session_timeout_ms: i32) -> String {
+        let mut req = join_req("");
+        req.require_known_member_id = true;
+        req.session_timeout_ms = session_timeout_ms;
+        let r = c.join_locked(store, req).expect("MEMBER_ID_REQUIRED is answered at once");
+        assert_eq!(r.error_code, MEMBER_ID_REQUIRED);
+        r.member_id
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_member_that_never_returns_holds_a_join_only_for_its_session_timeout() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let first = stable_single(&c, &store).await;
+        // The client drops the id it was given (librdkafka does when its subscription changes
+        // mid-join) and never comes back with it.
+        let dropped = ask_for_member_id(&c, &store, 10_000);
+        let (c2, s2, id) = (c.clone(), store.clone(), first.member_id.clone());
+        let rejoin = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        assert_eq!(state(&c).0, GroupState::PreparingRebalance);
+        // The member's rebalance timeout is 30 s; the pending id lapses after its 10 s session.
+        tokio::time::advance(Duration::from_millis(9900)).await;
+        c.tick(&*store);
+        assert_eq!(state(&c), (GroupState::PreparingRebalance, 1, 1), "waits for the pending member");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        c.tick(&*store);
+        let j = rejoin.await.unwrap();
+        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
+        // Too late: the id is forgotten.
+        assert_eq!(c.join(&*store, join_req(&dropped)).await.error_code, UNKNOWN_MEMBER_ID);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_member_survives_a_completed_join_and_leaving_releases_the_next() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let first = stable_single(&c, &store).await;
+        let pending = ask_for_member_id(&c, &store, 60_000);
+        // The rebalance timeout (30 s) ends a join phase the pending member holds up.
+        let (c2, s2, id) = (c.clone(), store.clone(), first.member_id.clone());
+        let rejoin = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(30_001)).await;
+        c.tick(&*store);
+        let j = rejoin.await.unwrap();
+        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        // Its id is still good, as in Kafka: a second member joins and leaves again.
+        let (c2, s2, id) = (c.clone(), store.clone(), pending.clone());
+        let second = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        assert_eq!(state(&c), (GroupState::PreparingRebalance, 2, 2));
+        assert_eq!(c.leave(&*store, "g", &[(pending.clone(), None)]), Ok(vec![NONE]));
+        assert_eq!(second.await.unwrap().error_code, UNKNOWN_MEMBER_ID);
+        // A fresh pending id, then the leader rejoins: the phase waits for the pending id
+        // until it leaves, not until its session lapses.
+        let another = ask_for_member_id(&c, &store, 60_000);
+        let (c2, s2, id) = (c.clone(), store.clone(), first.member_id.clone());
+        let rejoin = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        c.tick(&*store);
+        assert_eq!(state(&c).0, GroupState::PreparingRebalance);
+        assert_eq!(c.leave(&*store, "g", &[(another, None)]), Ok(vec![NONE]));
+        let j = rejoin.await.unwrap();
+        assert_eq!((j.error_code, j.generation_id), (NONE, 3));
     }
 
     #[tokio::test(start_paused = true)]
