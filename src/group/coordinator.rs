@@ -1017,6 +1017,63 @@ impl GroupCoordinator {
         expired
     }
 
+    /// Kafka's `onPartitionsDeleted`: the committed offsets of deleted partitions leave every
+    /// group here, with tombstones in `__consumer_offsets` so that they stay gone after a
+    /// reload; a group left Empty without offsets is removed (group tombstone). Each group's
+    /// offsets leave memory under the lock and its tombstones are appended after it is
+    /// released, holding only the group's write stripe, which keeps them in order with its
+    /// commits. Returns the offsets removed.
+    pub fn on_partitions_deleted(&self, store: &dyn GroupStore, deleted: &[TopicPartition]) -> usize {
+        if deleted.is_empty() {
+            return 0;
+        }
+        let deleted: std::collections::HashSet<&TopicPartition> = deleted.iter().collect();
+        let affected: Vec<String> = {
+            let groups = self.lock();
+            groups.values().filter(|g| g.offsets.keys().any(|tp| deleted.contains(tp))).map(|g| g.id.clone()).collect()
+        };
+        let mut removed = 0;
+        for group_id in affected {
+            let _order = self.offset_write_order(&group_id);
+            let (tombstones, dead) = {
+                let mut groups = self.lock();
+                let Some(g) = groups.get_mut(&group_id) else { continue };
+                let doomed: Vec<TopicPartition> = g.offsets.keys().filter(|tp| deleted.contains(tp)).cloned().collect();
+                for tp in &doomed {
+                    g.offsets.remove(tp);
+                }
+                // Removed from memory before its tombstone is written, as Kafka does: a join
+                // meanwhile starts a new group.
+                let dead = (g.offsets.is_empty() && g.state == GroupState::Empty && g.members.is_empty()).then(|| {
+                    let mut copy = Group::new(&group_id);
+                    copy.state = GroupState::Dead;
+                    copy
+                });
+                if dead.is_some() {
+                    groups.remove(&group_id);
+                }
+                let tombstones: Vec<(TopicPartition, Option<CommittedOffset>)> =
+                    doomed.into_iter().map(|tp| (tp, None)).collect();
+                (tombstones, dead)
+            };
+            removed += tombstones.len();
+            tracing::info!(group = %group_id, offsets = tombstones.len(), "removed offsets of deleted partitions");
+            // As in Kafka, a tombstone that cannot be written is not retried: this broker no
+            // longer coordinates the group, and its new coordinator loads what the log says.
+            if !tombstones.is_empty() {
+                if let Err(code) = store.store_offsets(&group_id, &tombstones) {
+                    tracing::warn!(group = %group_id, error_code = code, "could not write deleted partitions' offset tombstones");
+                }
+            }
+            if let Some(dead) = dead {
+                if let Err(code) = store.store_group(&dead) {
+                    tracing::warn!(group = %group_id, error_code = code, "could not write a removed group's tombstone");
+                }
+            }
+        }
+        removed
+    }
+
     /// Committed offsets of a group; `None` for topics means all of them.
     pub fn fetch_offsets(
         &self,
@@ -1167,14 +1224,17 @@ mod tests {
     struct Recorder {
         left: Mutex<Vec<String>>,
         groups_stored: Mutex<Vec<(GroupState, i32)>>,
+        tombstones: Mutex<Vec<(String, TopicPartition)>>,
     }
 
     impl GroupStore for Recorder {
-        fn store_offsets(&self, _: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+        fn store_offsets(&self, g: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
             // As the log does: a batch without records is not a valid batch.
             if offsets.is_empty() {
                 return Err(87);
             }
+            let mut tombstones = self.tombstones.lock().unwrap();
+            tombstones.extend(offsets.iter().filter(|(_, v)| v.is_none()).map(|(tp, _)| (g.to_string(), tp.clone())));
             Ok(())
         }
         fn store_group(&self, group: &Group) -> Result<(), i16> {
@@ -1437,6 +1497,32 @@ mod tests {
         assert_eq!(code, Ok(NONE), "a heartbeat waited for another group's offset write");
         assert_eq!(committer.join().unwrap(), vec![(("t".to_string(), 0), NONE)]);
         assert_eq!(c.with_group("other", |g| g.offsets.get(&("t".to_string(), 0)).map(|o| o.offset)), Some(Some(9)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deleted_partitions_lose_their_offsets_in_every_group() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let j = stable_single(&c, &store).await;
+        let commits =
+            vec![(("t".into(), 0), 5, -1, None), (("t".into(), 1), 6, -1, None), (("u".into(), 0), 7, -1, None)];
+        let r = c.commit_offsets(&*store, "g", j.generation_id, &j.member_id, commits);
+        assert!(r.iter().all(|(_, code)| *code == NONE));
+        assert_eq!(c.commit_offsets(&*store, "simple", -1, "", vec![(("t".into(), 0), 9, -1, None)])[0].1, NONE);
+        let deleted = [("t".to_string(), 0), ("t".to_string(), 1)];
+        assert_eq!(c.on_partitions_deleted(&*store, &deleted), 3);
+        let left: Vec<TopicPartition> = c.fetch_offsets("g", None).into_iter().map(|(tp, _)| tp).collect();
+        assert_eq!(left, vec![("u".to_string(), 0)]);
+        assert_eq!(c.fetch_offsets("g", Some(deleted.to_vec())).into_iter().filter_map(|(_, o)| o).count(), 0);
+        assert_eq!(state(&c), (GroupState::Stable, 1, 1), "a group with members stays, whatever its offsets");
+        // A memberless group left without offsets is gone, with a tombstone for it.
+        assert!(c.with_group("simple", |_| ()).is_none());
+        assert_eq!(store.groups_stored.lock().unwrap().last(), Some(&(GroupState::Dead, 0)));
+        let mut tombstones = store.tombstones.lock().unwrap().clone();
+        tombstones.sort();
+        let expected: Vec<(String, TopicPartition)> =
+            vec![("g".into(), ("t".into(), 0)), ("g".into(), ("t".into(), 1)), ("simple".into(), ("t".into(), 0))];
+        assert_eq!(tombstones, expected);
+        assert_eq!(c.on_partitions_deleted(&*store, &deleted), 0, "nothing more to remove");
     }
 
     #[tokio::test(start_paused = true)]
