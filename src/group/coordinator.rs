@@ -1362,9 +1362,9 @@ mod tests {
         assert_eq!(state(&c), (GroupState::PreparingRebalance, 1, 1), "waits for the pending member");
         tokio::time::advance(Duration::from_millis(200)).await;
         c.tick(&*store);
+        assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
         let j = rejoin.await.unwrap();
         assert_eq!((j.error_code, j.generation_id), (NONE, 2));
-        assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
         // Too late: the id is forgotten.
         assert_eq!(c.join(&*store, join_req(&dropped)).await.error_code, UNKNOWN_MEMBER_ID);
     }
