@@ -31,7 +31,9 @@ PARTS = 3
 
 @pytest.fixture
 def cluster(request, zookeeper):
-    c = Cluster(zookeeper, 3, overrides={"offsets.topic.replication.factor": "3"},
+    # The ZooKeeper offsets mirror copies every 200 ms, so the test sees what it wrote.
+    c = Cluster(zookeeper, 3, overrides={"offsets.topic.replication.factor": "3",
+                                         "gregor.offsets.zookeeper.mirror.interval.ms": "200"},
                 on_new_broker=lambda b: _register(request, b))
     c.start()
     yield c
@@ -64,12 +66,17 @@ def delete_topic(bs: str, name: str) -> None:
 
 
 def commit(bs: str, group: str, offsets: Dict[Tuple[str, int], int]) -> None:
-    """A simple (memberless) commit, as a manually assigned consumer or a tool makes it."""
+    """A simple (memberless) commit, as a manually assigned consumer or a tool makes it;
+    retried while __consumer_offsets leaders settle after the cluster started (librdkafka
+    hands NOT_COORDINATOR of a synchronous commit back to the caller)."""
     cons = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False, "log_level": 2})
     try:
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        res = cons.commit(offsets=tps, asynchronous=False)
-        assert all(tp.error is None for tp in res), res
+
+        def committed():
+            res = cons.commit(offsets=tps, asynchronous=False)
+            return all(tp.error is None for tp in res)
+        wait_until(committed, WAIT, f"{group}'s commit", interval=0.2)
     finally:
         cons.close()
 
@@ -153,7 +160,9 @@ def replicated_tombstones(bs: str, group: str, topic: str) -> int:
         cons.close()
 
 
-def commit_delete_check(bs: str, rf: int, restart) -> None:
+def commit_delete_check(bs: str, rf: int, restart, mirror=None) -> None:
+    """`mirror(group, topic)`: the partitions of `topic` the ZooKeeper offsets mirror holds for
+    `group` (None: no mirror)."""
     gone, kept = uniq("gone"), uniq("kept")
     mixed, only = uniq("mixed"), uniq("only")
     create_topic(bs, gone, rf)
@@ -162,14 +171,22 @@ def commit_delete_check(bs: str, rf: int, restart) -> None:
     commit(bs, only, {(gone, p): 7 for p in range(PARTS)})
     assert len(wait_until(lambda: fetch(bs, mixed), WAIT, "committed offsets")) == 2 * PARTS
     assert {only, mixed} <= group_ids(bs)
+    if mirror:
+        wait_until(lambda: len(mirror(mixed, gone)) == PARTS, WAIT, "offsets mirrored to ZooKeeper")
 
     delete_topic(bs, gone)
     check_gone(bs, mixed, only, gone, kept)
     for g in (mixed, only):
         wait_until(lambda g=g: replicated_tombstones(bs, g, gone) == PARTS, WAIT,
                    f"{g}'s tombstones for {gone} replicated", interval=0.2)
+    if mirror:
+        wait_until(lambda: not mirror(mixed, gone) and not mirror(only, gone), WAIT,
+                   f"the ZooKeeper mirror to drop {gone}'s offsets")
     bs = restart()
     check_gone(bs, mixed, only, gone, kept)
+    if mirror:
+        wait_until(lambda: len(mirror(mixed, kept)) == PARTS, WAIT, f"{kept}'s offsets mirrored")
+        assert not mirror(mixed, gone) and not mirror(only, gone)
 
 
 def test_deleted_topic_offsets_leave_groups_on_a_cluster(cluster):
@@ -186,7 +203,11 @@ def test_deleted_topic_offsets_leave_groups_on_a_cluster(cluster):
         c.wait_topic_online("__consumer_offsets", 50, timeout=WAIT)
         return c.bootstrap()
 
-    commit_delete_check(c.bootstrap(), 3, restart_all)
+    def mirror(group: str, topic: str) -> list:
+        path = f"/consumers/{group}/offsets/{topic}"
+        return c.kz.get_children(path) if c.exists(path) else []
+
+    commit_delete_check(c.bootstrap(), 3, restart_all, mirror)
 
 
 def test_deleted_topic_offsets_leave_groups_standalone(broker):
