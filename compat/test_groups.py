@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import subprocess
 import tempfile
 import threading
@@ -683,6 +684,120 @@ def test_cooperative_sticky_join_keeps_unmoved_partitions(cluster, workers, clie
         assert revoked == moved, f"{w.name}: revoked {sorted(revoked)}, moved {sorted(moved)}"
     second = produce(c, topic, 20, tag="second")
     assert_exactly_once({k: v for k, v in wait_consumed(ws, second).items() if k in second}, second)
+
+
+# ---------------------------------------------------------------------------
+# 7b. subscriptions changing every few hundred ms, then settling
+# ---------------------------------------------------------------------------
+
+class Churner(threading.Thread):
+    """One confluent consumer in its own thread: changes its subscription every 50-300 ms until
+    `churn_over`, then subscribes to both topics for good and keeps polling. librdkafka drops the
+    JoinGroup answer (MEMBER_ID_REQUIRED and its member id) when its subscription changes
+    mid-join, so the coordinator is left with pending member ids nobody will use."""
+
+    def __init__(self, c: Cluster, group: str, topics: List[str], strategy: str, idx: int,
+                 churn_over: threading.Event, done: threading.Event):
+        super().__init__(daemon=True)
+        self.conf = {"bootstrap.servers": c.bootstrap(), "group.id": group, "client.id": f"churn{idx}",
+                     "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
+                     "heartbeat.interval.ms": 500, "partition.assignment.strategy": strategy,
+                     "topic.metadata.refresh.interval.ms": 2000, "log_level": 2}
+        a, b = topics
+        self.topics = topics
+        self.plan = [[a], [a, b], [b], [b, a]]
+        self.idx, self.churn_over, self.done = idx, churn_over, done
+        self.lock = threading.Lock()
+        self.assigned: Set = set()
+        self.changes = 0
+        self.failure = None
+
+    def run(self):
+        try:
+            cons = Consumer(self.conf)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.failure = repr(e)
+            return
+        rng = random.Random(self.idx)
+        next_change, final = 0.0, False
+        try:
+            while not self.done.is_set():
+                if not self.churn_over.is_set():
+                    if time.monotonic() >= next_change:
+                        cons.subscribe(self.plan[(self.idx + self.changes) % len(self.plan)])
+                        self.changes += 1
+                        next_change = time.monotonic() + rng.uniform(0.05, 0.3)
+                elif not final:
+                    cons.subscribe(self.topics)
+                    final = True
+                cons.poll(0.05)
+                now = {(tp.topic, tp.partition) for tp in cons.assignment()}
+                with self.lock:
+                    self.assigned = now
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.failure = repr(e)
+        finally:
+            cons.close()
+
+    def assignment(self) -> Set:
+        with self.lock:
+            return set(self.assigned)
+
+
+def drop_member_id_answer(c: Cluster, group: str, topics: List[str], strategy: str) -> None:
+    """What librdkafka does when its subscription changes while its first JoinGroup is in
+    flight: it never uses the member id that JoinGroup was answered with. That window is a
+    round trip wide, too narrow to hit on purpose, so a raw JoinGroup v5 plays the client."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto
+    import kproto_groups as kg
+
+    coordinator = c.brokers[group_coordinator(c, group)[0]]
+    body = kg.join_group_request(5, group, "", [(strategy, kg.consumer_subscription(topics))],
+                                 session_timeout_ms=SESSION_MS, rebalance_timeout_ms=300000)
+    with kproto.Conn(coordinator.host, coordinator.port, timeout=10) as conn:
+        r = kg.call(conn, kg.JOIN_GROUP, 5, body)
+    assert r["error_code"] == kg.MEMBER_ID_REQUIRED, r
+
+
+@pytest.mark.parametrize("strategy", ["roundrobin", "cooperative-sticky"])
+def test_subscription_churn_settles_with_every_member_assigned(cluster, report, strategy):
+    c = cluster
+    topics, group = [uniq("churn-a"), uniq("churn-b")], uniq("g")
+    for t in topics:
+        create_topic(c, t)
+    every = {(t, p) for t in topics for p in range(TOPIC_PARTS)}
+    churn_over, done = threading.Event(), threading.Event()
+    members = [Churner(c, group, topics, strategy, i, churn_over, done) for i in range(8)]
+    for m in members:
+        m.start()
+    try:
+        # Long enough for many joins to cross subscription changes.
+        wait_until(lambda: min(m.changes for m in members) >= 60, WAIT, "60 subscription changes per member",
+                   interval=0.2)
+        drop_member_id_answer(c, group, topics, strategy)
+        churn_over.set()
+        t0 = time.monotonic()
+
+        def settled():
+            a = [m.assignment() for m in members]
+            flat = [tp for s in a for tp in s]
+            return all(a) and len(flat) == len(set(flat)) and set(flat) == every
+
+        try:
+            # Each join phase waits for the dropped member id until its session timeout (6 s)
+            # lapses, not for the consumers' rebalance timeout (max.poll.interval.ms, 300 s).
+            wait_until(settled, WAIT, "every member to hold partitions, together all of them", interval=0.2)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; assignment sizes now {[len(m.assignment()) for m in members]}; "
+                                 f"consumer failures {[m.failure for m in members if m.failure]}") from None
+        report(f"subscription churn ({strategy}, 8 members): settled {time.monotonic() - t0:.1f}s after it stopped")
+    finally:
+        done.set()
+        for m in members:
+            m.join(30)
 
 
 # ---------------------------------------------------------------------------

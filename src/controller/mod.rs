@@ -500,6 +500,9 @@ impl Broker {
             }
         }
         tracing::info!(topic = %name, "deleted topic");
+        // Standalone, no UpdateMetadata will tell the group coordinator.
+        let deleted: Vec<(String, i32)> = topic.partitions.iter().map(|p| (name.to_string(), p.index)).collect();
+        self.on_partitions_deleted(&deleted);
         Ok(topic.id)
     }
 

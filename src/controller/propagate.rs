@@ -179,6 +179,9 @@ impl Broker {
         if let Some(r) = stop {
             self.stop_replicas(&r);
         }
+        // The controller sends itself no UpdateMetadata: its groups learn of deletions here.
+        let deleted: Vec<(String, i32)> = batch.deleted.iter().map(|(t, _, p, _)| (t.clone(), *p)).collect();
+        self.on_partitions_deleted(&deleted);
     }
 
     /// Everything a broker needs from the controller, for a new or reconnected channel: the

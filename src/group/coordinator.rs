@@ -138,7 +138,10 @@ pub struct Group {
     pub generation: i32,
     pub leader: Option<String>,
     pub members: BTreeMap<String, Member>,
-    /// Ids handed out with MEMBER_ID_REQUIRED whose holders have not joined yet.
+    /// Ids handed out with MEMBER_ID_REQUIRED whose holders have not joined yet, each with
+    /// when it lapses: the session timeout of the JoinGroup that asked, as Kafka's pending
+    /// member heartbeat. A join phase waits for them, so one a client dropped (librdkafka
+    /// does when its subscription changes mid-join) must not outlive its session.
     pending: HashMap<String, Instant>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// When the current join phase ends even if not every member has rejoined.
@@ -476,7 +479,8 @@ impl GroupCoordinator {
             }
             let new_id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
             if req.require_known_member_id {
-                group.pending.insert(new_id.clone(), now);
+                let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+                group.pending.insert(new_id.clone(), now + session);
                 return Ok(JoinResult {
                     error_code: MEMBER_ID_REQUIRED,
                     member_id: new_id,
@@ -664,7 +668,8 @@ impl GroupCoordinator {
             group.members.remove(&id);
             store.member_left(&group.id, &id);
         }
-        group.pending.clear();
+        // Pending ids stay until their holders join or their sessions lapse, as in Kafka: the
+        // holder may be about to join with it.
         group.join_deadline = None;
         group.initial_delay_cap = None;
         group.generation += 1;
@@ -809,6 +814,13 @@ impl GroupCoordinator {
             } else {
                 Some(member_id.clone())
             };
+            if id.as_ref().is_some_and(|id| group.pending.remove(id).is_some()) {
+                // A member leaving between MEMBER_ID_REQUIRED and its second JoinGroup: a join
+                // phase waiting only for it can end now.
+                self.maybe_complete_join(store, group, now);
+                codes.push(NONE);
+                continue;
+            }
             match id.and_then(|id| group.members.remove(&id)) {
                 Some(m) => {
                     if instance.is_some() && m.instance_id != *instance {
@@ -874,8 +886,11 @@ impl GroupCoordinator {
                     self.after_removal(store, group, m, now);
                 }
             }
-            // Pending ids that never came back expire like sessions would.
-            group.pending.retain(|_, since| now.duration_since(*since) < Duration::from_secs(300));
+            let before = group.pending.len();
+            group.pending.retain(|_, lapses| now < *lapses);
+            if group.pending.len() < before {
+                tracing::info!(group = %group.id, expired = before - group.pending.len(), "pending members' sessions expired");
+            }
             if group.state == GroupState::PreparingRebalance {
                 self.maybe_complete_join(store, group, now);
             }
@@ -1000,6 +1015,63 @@ impl GroupCoordinator {
             }
         }
         expired
+    }
+
+    /// Kafka's `onPartitionsDeleted`: the committed offsets of deleted partitions leave every
+    /// group here, with tombstones in `__consumer_offsets` so that they stay gone after a
+    /// reload; a group left Empty without offsets is removed (group tombstone). Each group's
+    /// offsets leave memory under the lock and its tombstones are appended after it is
+    /// released, holding only the group's write stripe, which keeps them in order with its
+    /// commits. Returns the offsets removed.
+    pub fn on_partitions_deleted(&self, store: &dyn GroupStore, deleted: &[TopicPartition]) -> usize {
+        if deleted.is_empty() {
+            return 0;
+        }
+        let deleted: std::collections::HashSet<&TopicPartition> = deleted.iter().collect();
+        let affected: Vec<String> = {
+            let groups = self.lock();
+            groups.values().filter(|g| g.offsets.keys().any(|tp| deleted.contains(tp))).map(|g| g.id.clone()).collect()
+        };
+        let mut removed = 0;
+        for group_id in affected {
+            let _order = self.offset_write_order(&group_id);
+            let (tombstones, dead) = {
+                let mut groups = self.lock();
+                let Some(g) = groups.get_mut(&group_id) else { continue };
+                let doomed: Vec<TopicPartition> = g.offsets.keys().filter(|tp| deleted.contains(tp)).cloned().collect();
+                for tp in &doomed {
+                    g.offsets.remove(tp);
+                }
+                // Removed from memory before its tombstone is written, as Kafka does: a join
+                // meanwhile starts a new group.
+                let dead = (g.offsets.is_empty() && g.state == GroupState::Empty && g.members.is_empty()).then(|| {
+                    let mut copy = Group::new(&group_id);
+                    copy.state = GroupState::Dead;
+                    copy
+                });
+                if dead.is_some() {
+                    groups.remove(&group_id);
+                }
+                let tombstones: Vec<(TopicPartition, Option<CommittedOffset>)> =
+                    doomed.into_iter().map(|tp| (tp, None)).collect();
+                (tombstones, dead)
+            };
+            removed += tombstones.len();
+            tracing::info!(group = %group_id, offsets = tombstones.len(), "removed offsets of deleted partitions");
+            // As in Kafka, a tombstone that cannot be written is not retried: this broker no
+            // longer coordinates the group, and its new coordinator loads what the log says.
+            if !tombstones.is_empty() {
+                if let Err(code) = store.store_offsets(&group_id, &tombstones) {
+                    tracing::warn!(group = %group_id, error_code = code, "could not write deleted partitions' offset tombstones");
+                }
+            }
+            if let Some(dead) = dead {
+                if let Err(code) = store.store_group(&dead) {
+                    tracing::warn!(group = %group_id, error_code = code, "could not write a removed group's tombstone");
+                }
+            }
+        }
+        removed
     }
 
     /// Committed offsets of a group; `None` for topics means all of them.
@@ -1152,14 +1224,17 @@ mod tests {
     struct Recorder {
         left: Mutex<Vec<String>>,
         groups_stored: Mutex<Vec<(GroupState, i32)>>,
+        tombstones: Mutex<Vec<(String, TopicPartition)>>,
     }
 
     impl GroupStore for Recorder {
-        fn store_offsets(&self, _: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+        fn store_offsets(&self, g: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
             // As the log does: a batch without records is not a valid batch.
             if offsets.is_empty() {
                 return Err(87);
             }
+            let mut tombstones = self.tombstones.lock().unwrap();
+            tombstones.extend(offsets.iter().filter(|(_, v)| v.is_none()).map(|(tp, _)| (g.to_string(), tp.clone())));
             Ok(())
         }
         fn store_group(&self, group: &Group) -> Result<(), i16> {
@@ -1260,6 +1335,73 @@ mod tests {
         assert_eq!(c.heartbeat("g", 1, &j.member_id, None), ILLEGAL_GENERATION);
     }
 
+    /// A JoinGroup v4+ from a new member: MEMBER_ID_REQUIRED and the id it must come back with.
+    fn ask_for_member_id(c: &GroupCoordinator, store: &Recorder, session_timeout_ms: i32) -> String {
+        let mut req = join_req("");
+        req.require_known_member_id = true;
+        req.session_timeout_ms = session_timeout_ms;
+        let r = c.join_locked(store, req).expect("MEMBER_ID_REQUIRED is answered at once");
+        assert_eq!(r.error_code, MEMBER_ID_REQUIRED);
+        r.member_id
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_member_that_never_returns_holds_a_join_only_for_its_session_timeout() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let first = stable_single(&c, &store).await;
+        // The client drops the id it was given (librdkafka does when its subscription changes
+        // mid-join) and never comes back with it.
+        let dropped = ask_for_member_id(&c, &store, 10_000);
+        let (c2, s2, id) = (c.clone(), store.clone(), first.member_id.clone());
+        let rejoin = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        assert_eq!(state(&c).0, GroupState::PreparingRebalance);
+        // The member's rebalance timeout is 30 s; the pending id lapses after its 10 s session.
+        tokio::time::advance(Duration::from_millis(9900)).await;
+        c.tick(&*store);
+        assert_eq!(state(&c), (GroupState::PreparingRebalance, 1, 1), "waits for the pending member");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        c.tick(&*store);
+        assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
+        let j = rejoin.await.unwrap();
+        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        // Too late: the id is forgotten.
+        assert_eq!(c.join(&*store, join_req(&dropped)).await.error_code, UNKNOWN_MEMBER_ID);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_member_survives_a_completed_join_and_leaving_releases_the_next() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let first = stable_single(&c, &store).await;
+        let pending = ask_for_member_id(&c, &store, 60_000);
+        // The rebalance timeout (30 s) ends a join phase the pending member holds up.
+        let (c2, s2, id) = (c.clone(), store.clone(), first.member_id.clone());
+        let rejoin = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(30_001)).await;
+        c.tick(&*store);
+        let j = rejoin.await.unwrap();
+        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        // Its id is still good, as in Kafka: a second member joins and leaves again.
+        let (c2, s2, id) = (c.clone(), store.clone(), pending.clone());
+        let second = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        assert_eq!(state(&c), (GroupState::PreparingRebalance, 2, 2));
+        assert_eq!(c.leave(&*store, "g", &[(pending.clone(), None)]), Ok(vec![NONE]));
+        assert_eq!(second.await.unwrap().error_code, UNKNOWN_MEMBER_ID);
+        // A fresh pending id, then the leader rejoins: the phase waits for the pending id
+        // until it leaves, not until its session lapses.
+        let another = ask_for_member_id(&c, &store, 60_000);
+        let (c2, s2, id) = (c.clone(), store.clone(), first.member_id.clone());
+        let rejoin = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
+        tokio::task::yield_now().await;
+        c.tick(&*store);
+        assert_eq!(state(&c).0, GroupState::PreparingRebalance);
+        assert_eq!(c.leave(&*store, "g", &[(another, None)]), Ok(vec![NONE]));
+        let j = rejoin.await.unwrap();
+        assert_eq!((j.error_code, j.generation_id), (NONE, 3));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_initial_delay_gathers_members_before_the_first_generation() {
         let (c, store) = (coordinator(3000), Arc::new(Recorder::default()));
@@ -1355,6 +1497,32 @@ mod tests {
         assert_eq!(code, Ok(NONE), "a heartbeat waited for another group's offset write");
         assert_eq!(committer.join().unwrap(), vec![(("t".to_string(), 0), NONE)]);
         assert_eq!(c.with_group("other", |g| g.offsets.get(&("t".to_string(), 0)).map(|o| o.offset)), Some(Some(9)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deleted_partitions_lose_their_offsets_in_every_group() {
+        let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
+        let j = stable_single(&c, &store).await;
+        let commits =
+            vec![(("t".into(), 0), 5, -1, None), (("t".into(), 1), 6, -1, None), (("u".into(), 0), 7, -1, None)];
+        let r = c.commit_offsets(&*store, "g", j.generation_id, &j.member_id, commits);
+        assert!(r.iter().all(|(_, code)| *code == NONE));
+        assert_eq!(c.commit_offsets(&*store, "simple", -1, "", vec![(("t".into(), 0), 9, -1, None)])[0].1, NONE);
+        let deleted = [("t".to_string(), 0), ("t".to_string(), 1)];
+        assert_eq!(c.on_partitions_deleted(&*store, &deleted), 3);
+        let left: Vec<TopicPartition> = c.fetch_offsets("g", None).into_iter().map(|(tp, _)| tp).collect();
+        assert_eq!(left, vec![("u".to_string(), 0)]);
+        assert_eq!(c.fetch_offsets("g", Some(deleted.to_vec())).into_iter().filter_map(|(_, o)| o).count(), 0);
+        assert_eq!(state(&c), (GroupState::Stable, 1, 1), "a group with members stays, whatever its offsets");
+        // A memberless group left without offsets is gone, with a tombstone for it.
+        assert!(c.with_group("simple", |_| ()).is_none());
+        assert_eq!(store.groups_stored.lock().unwrap().last(), Some(&(GroupState::Dead, 0)));
+        let mut tombstones = store.tombstones.lock().unwrap().clone();
+        tombstones.sort();
+        let expected: Vec<(String, TopicPartition)> =
+            vec![("g".into(), ("t".into(), 0)), ("g".into(), ("t".into(), 1)), ("simple".into(), ("t".into(), 0))];
+        assert_eq!(tombstones, expected);
+        assert_eq!(c.on_partitions_deleted(&*store, &deleted), 0, "nothing more to remove");
     }
 
     #[tokio::test(start_paused = true)]

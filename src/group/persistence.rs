@@ -132,6 +132,22 @@ impl Broker {
         BrokerGroupStore(self)
     }
 
+    /// Kafka's `GroupCoordinator.onPartitionsDeleted`, called wherever this broker learns that
+    /// partitions were deleted: committed offsets for them must not outlive the topic (a topic
+    /// created again under the name starts at offset 0, and tools describing a group would
+    /// ask for the old topic's offsets). Appends to `__consumer_offsets`: call it off the async
+    /// workers.
+    pub fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
+        let removed = self.groups.on_partitions_deleted(&self.group_store(), deleted);
+        if removed > 0 {
+            tracing::info!(
+                partitions = deleted.len(),
+                offsets = removed,
+                "removed committed offsets of deleted partitions"
+            );
+        }
+    }
+
     /// The `__consumer_offsets` partition of `group`, hashed over the partitions the topic
     /// really has (Kafka reads the count from ZooKeeper): a topic created with another count,
     /// before `offsets.topic.num.partitions` changed or by a client, must keep every group

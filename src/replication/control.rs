@@ -293,6 +293,18 @@ impl Broker {
         });
         // DeleteTopics answers once the topic is gone from this image.
         self.replicas.notify_metadata_changed();
+        // As Kafka's KafkaApis does with the partitions UpdateMetadata shows deleted.
+        let deleted: Vec<(String, i32)> = req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.leader == LEADER_DURING_DELETE)
+                    .map(|p| (t.topic_name.clone(), p.partition_index))
+            })
+            .collect();
+        self.on_partitions_deleted(&deleted);
         UpdateMetadataResponse { error_code: 0 }
     }
 
