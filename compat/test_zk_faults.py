@@ -233,6 +233,14 @@ def test_expired_coordinator_is_back_at_once_though_its_group_moved(cluster):
         back = time.monotonic() - resumed
         now = {child: c.kz.exists(f"{ids}/{child}").ephemeralOwner for child in moved_to}
         assert now == moved_to, "the stalled broker took the moved group's znodes back"
+        # What it wrote back for the group before learning that it lost it goes once it does.
+        victim_session = session_owners(c).get(victim)
+
+        def only_the_coordinators():
+            stats = [c.kz.exists(f"{ids}/{child}") for child in c.kz.get_children(ids)]
+            return victim_session is not None and all(st is None or st.ephemeralOwner != victim_session for st in stats)
+        wait_until(only_the_coordinators, 30, "the stalled broker's stale membership znodes to go", interval=0.2)
+        assert {c.kz.exists(f"{ids}/{child}").ephemeralOwner for child in moved_to} == set(moved_to.values())
         p = Producer({"bootstrap.servers": c.brokers[victim].bootstrap, "enable.idempotence": True, "acks": "all"})
         acked = []
         for part in range(4):

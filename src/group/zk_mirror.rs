@@ -239,12 +239,15 @@ impl Broker {
                 (MembershipKey::Member { group, member }, MembershipWrite::Joined(data)) => {
                     self.store.put_ephemeral(&format!("/consumers/{group}/ids/{member}"), data)
                 }
+                // Only what this broker's session holds: a coordinator that lost the group
+                // (after a session expiry, a leadership move) must not delete what the
+                // group's new coordinator wrote.
                 (MembershipKey::Member { group, member }, _) => {
-                    self.store.delete_recursive(&format!("/consumers/{group}/ids/{member}"))
+                    self.store.delete_own_ephemerals(&format!("/consumers/{group}/ids/{member}"))
                 }
                 (MembershipKey::Owners { group }, MembershipWrite::Owners(owners)) => {
                     let root = format!("/consumers/{group}/owners");
-                    let mut result = self.store.delete_recursive(&root);
+                    let mut result = self.store.delete_own_ephemerals(&root);
                     for (topic, partition, member) in owners {
                         if result.is_err() {
                             break;

@@ -215,6 +215,15 @@ impl ZnodeStore {
         }
     }
 
+    /// Deletes the ephemeral nodes at and below `path` that this broker's session holds
+    /// (standalone, every node there is this broker's).
+    pub fn delete_own_ephemerals(&self, path: &str) -> Result<(), StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.delete_recursive(path),
+            ZnodeStore::ZooKeeper(z) => z.delete_own_ephemerals(path),
+        }
+    }
+
     pub fn try_children(&self, path: &str) -> Result<Vec<String>, StoreError> {
         match self {
             ZnodeStore::Embedded(s) => Ok(s.children(path)),

@@ -422,15 +422,56 @@ impl ZkStore {
         })
     }
 
+    /// Creates or rewrites an ephemeral node of this session. One another session holds is
+    /// left to it, not overwritten: after a session expiry or a coordinator move, another
+    /// broker may own a group's membership znodes, and this broker's late writes must not
+    /// take them over.
     pub fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), StoreError> {
         match self.create(path, data, true) {
             Err(StoreError::NodeExists(_)) => {
-                self.set_data(path, data, None)??;
-                self.remember_ephemeral(path, data);
-                Ok(())
+                let p = path.to_string();
+                let (owner, mine) = self.call(move |c| async move {
+                    let mine = c.session_id().0;
+                    c.check_stat(&p).await.map(|s| (s.map(|s| s.ephemeral_owner), mine))
+                })??;
+                match owner {
+                    Some(owner) if owner != mine => {
+                        tracing::debug!(%path, owner, "ephemeral znode held by another session; left to it");
+                        Ok(())
+                    }
+                    // Gone meanwhile: whoever held it is no longer writing it.
+                    None => self.put_ephemeral(path, data),
+                    Some(_) => {
+                        self.set_data(path, data, None)??;
+                        self.remember_ephemeral(path, data);
+                        Ok(())
+                    }
+                }
             }
             other => other,
         }
+    }
+
+    /// Deletes the ephemeral nodes at and below `path` that this session holds; nodes of other
+    /// sessions (another coordinator's, since) and persistent ones stay.
+    pub fn delete_own_ephemerals(&self, path: &str) -> Result<(), StoreError> {
+        self.forget_ephemerals(path);
+        let p = path.to_string();
+        let (stat, mine) = self.call(move |c| async move {
+            let mine = c.session_id().0;
+            c.check_stat(&p).await.map(|s| (s, mine))
+        })??;
+        let Some(stat) = stat else { return Ok(()) };
+        if stat.ephemeral_owner == mine {
+            return self.delete_if_version(path, stat.version);
+        }
+        if stat.ephemeral_owner != 0 {
+            return Ok(());
+        }
+        for child in self.children(path)? {
+            self.delete_own_ephemerals(&format!("{path}/{child}"))?;
+        }
+        Ok(())
     }
 
     pub fn delete_recursive(&self, path: &str) -> Result<(), StoreError> {
