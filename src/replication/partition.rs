@@ -338,12 +338,12 @@ impl Partition {
         s.leader_epoch = epoch;
         s.epoch_start_offset = leo;
         drop(s);
-        // A new leader answers duplicates from exactly what its log holds.
-        {
-            let mut producers = lock(&self.producers);
-            *producers = rebuild_producer_state(&self.log);
-            self.publish_unstable(&producers);
-        }
+        // The producer state is the one kept while following (or leading): every batch this
+        // log holds went through it, and truncations rebuilt it. Rebuilt here from the newest
+        // snapshot, it would know only each producer's batches since the last roll, and a
+        // retry of an earlier one of its last five (after a failover, the usual retry) would be
+        // refused as out of order instead of answered with its offsets.
+        self.publish_unstable(&lock(&self.producers));
         let mut s = lock(&self.state);
         let now = Instant::now();
         s.followers = replicas
