@@ -167,8 +167,17 @@ impl Broker {
         match self.replicas.partition(OFFSETS_TOPIC, p) {
             Some(_) if self.is_loading_offsets(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
             Some(_) => Ok(()),
+            // Named leader in the image while its log is still being opened (a topic just
+            // created): the coordinator is on its way, so the client retries here instead of
+            // taking NOT_COORDINATOR, which librdkafka's synchronous commit returns as is.
+            None if self.leads_in_image(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
             None => Err(NOT_COORDINATOR),
         }
+    }
+
+    fn leads_in_image(&self, p: i32) -> bool {
+        let me = self.config.broker_id;
+        self.cache.topic(OFFSETS_TOPIC).is_some_and(|t| t.partitions.iter().any(|x| x.index == p && x.leader == me))
     }
 
     /// The broker that coordinates `group`: the leader of its `__consumer_offsets` partition,
