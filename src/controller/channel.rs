@@ -219,19 +219,14 @@ async fn exchange(
     client_id: &str,
     request: &ControlRequest,
     max: usize,
-) -> anyhow::Result<(Option<String>, Vec<(String, i32)>)> {
+) -> anyhow::Result<(Option<String>, Vec<messages::LeaderAndIsrPartitionError>)> {
     Ok(match request {
         ControlRequest::LeaderAndIsr(r) => {
             let resp: LeaderAndIsrResponse =
                 round_trip(stream, correlation_id, client_id, r, LEADER_AND_ISR_VERSION, max).await?;
             let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
             let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
-            let offline = resp
-                .partition_errors
-                .iter()
-                .filter(|p| p.error_code == storage)
-                .map(|p| (p.topic_name.clone(), p.partition_index))
-                .collect();
+            let offline = resp.partition_errors.iter().filter(|p| p.error_code == storage).cloned().collect();
             let error = (resp.error_code != 0 || failed > 0)
                 .then(|| format!("LeaderAndIsr: error {} and {failed} partition errors", resp.error_code));
             return Ok((error, offline));

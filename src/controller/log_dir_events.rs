@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::messages::LeaderAndIsrPartitionError;
 use crate::broker::Broker;
 use crate::metadata::store::{StoreError, ZnodeStore};
 use crate::metadata::zk_data;
@@ -56,12 +57,8 @@ impl Broker {
         for r in self.full_state_for(broker) {
             if let super::channel::ControlRequest::LeaderAndIsr(req) = r {
                 let resp = me.become_leader_or_follower(&req);
-                let offline: Vec<(String, i32)> = resp
-                    .partition_errors
-                    .iter()
-                    .filter(|e| e.error_code == crate::api::error::ErrorCode::KafkaStorageError.code())
-                    .map(|e| (e.topic_name.clone(), e.partition_index))
-                    .collect();
+                let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+                let offline = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
                 self.on_replicas_offline(broker, offline);
             }
         }
@@ -69,13 +66,25 @@ impl Broker {
 
     /// A LeaderAndIsr answer named replicas of `broker` KAFKA_STORAGE_ERROR: remembers them and
     /// has their partitions decided again in the next pass.
-    pub fn on_replicas_offline(&self, broker: i32, replicas: Vec<(String, i32)>) {
-        if replicas.is_empty() || !self.is_controller() {
+    pub fn on_replicas_offline(&self, broker: i32, errors: Vec<LeaderAndIsrPartitionError>) {
+        if errors.is_empty() || !self.is_controller() {
             return;
         }
-        let Some(epoch) = self.cache.snapshot().brokers.iter().find(|b| b.id == broker).map(|b| b.epoch) else {
+        let snapshot = self.cache.snapshot();
+        let Some(epoch) = snapshot.brokers.iter().find(|b| b.id == broker).map(|b| b.epoch) else {
             return;
         };
+        // LeaderAndIsr v5+ answers name topics by id only.
+        let replicas: Vec<(String, i32)> = errors
+            .into_iter()
+            .filter_map(|e| {
+                let name = match e.topic_name.is_empty() {
+                    false => e.topic_name,
+                    true => snapshot.topics.values().find(|t| t.id == e.topic_id)?.name.clone(),
+                };
+                Some((name, e.partition_index))
+            })
+            .collect();
         let fresh: Vec<(String, i32)> = {
             let mut all = self.offline_dirs();
             let entry = all.entry(broker).or_insert_with(|| (epoch, BTreeSet::new()));

@@ -175,7 +175,11 @@ impl Broker {
         // under the lock); its image is already current.
         let (lai, stop) = own;
         if let (Some(r), Some(me)) = (lai, self.arc()) {
-            me.become_leader_or_follower(&r);
+            let resp = me.become_leader_or_follower(&r);
+            // Its own replicas in an offline log dir, as another broker's answer would name them.
+            let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+            let offline: Vec<_> = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
+            self.on_replicas_offline(self.config.broker_id, offline);
         }
         if let Some(r) = stop {
             self.stop_replicas(&r);
