@@ -29,7 +29,7 @@ from kafka.admin import KafkaAdminClient
 from cluster_harness import Cluster
 from gregor_fixtures import _failed, _register
 from gregor_harness import wait_until
-from replication_tools import read_partitions
+from replication_tools import parse_batches, read_partitions, segment_bytes
 
 X = 3
 TMPFS_SIZE = "8m"
@@ -93,6 +93,11 @@ def log_dirs_of(broker_id: int, bootstrap: str) -> dict:
         return out
     finally:
         ka.close()
+
+
+def log_bytes(partition_dir) -> bytes:
+    segs = sorted(partition_dir.glob("*.log"), key=lambda f: int(f.stem))
+    return b"".join(f.read_bytes() for f in segs)
 
 
 def producer(bootstrap: str) -> Producer:
@@ -171,6 +176,10 @@ def test_a_full_log_dir_goes_offline_and_comes_back_after_restart(disk_cluster):
     print(f"dir offline after {t_offline:.1f}s, leadership on {st['leader']} after {t_moved:.1f}s, "
           f"all {len(acked)} acknowledged after {t_acked:.1f}s (state {st})")
     assert x.alive(), x.stderr_tail()
+    # The append that met ENOSPC was cut back: the offline dir holds whole batches only.
+    left = parse_batches(log_bytes(small / f"{full_topic}-0"))
+    assert left, "nothing was written to the small dir before it filled"
+    print(f"offline dir keeps {len(left)} whole batches up to offset {left[-1]['last_offset']}")
 
     # Nothing lost, nothing twice.
     marks, recs = read_partitions(c.bootstrap([1, 2]), full_topic, [0])
@@ -208,3 +217,7 @@ def test_a_full_log_dir_goes_offline_and_comes_back_after_restart(disk_cluster):
                f"broker {X} to rejoin the ISR of {full_topic}-0", interval=0.5)
     t_back = time.monotonic() - t0
     print(f"broker {X} back in the ISR after {t_back:.1f}s")
+    # Its copy is the leader's, byte for byte.
+    leader = c.brokers[c.partition_state(full_topic, 0)["leader"]]
+    wait_until(lambda: log_bytes(small / f"{full_topic}-0") == segment_bytes(leader, full_topic, 0), WAIT,
+               f"broker {X}'s log of {full_topic}-0 to equal the leader's", interval=0.5)

@@ -639,7 +639,7 @@ impl Broker {
                     partition_epoch: 0,
                     adding_replicas: Vec::new(),
                     removing_replicas: Vec::new(),
-                offline_replicas: Vec::new(),
+                    offline_replicas: Vec::new(),
                 });
             }
             let info = Arc::new(TopicInfo { name: name.clone(), id, partitions, configs });

@@ -819,7 +819,12 @@ impl Log {
         self.watch_io(self.read_unwatched(offset, max_bytes, max_offset))
     }
 
-    fn read_unwatched(&self, offset: i64, max_bytes: usize, max_offset: Option<i64>) -> Result<Vec<FileRange>, LogError> {
+    fn read_unwatched(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: Option<i64>,
+    ) -> Result<Vec<FileRange>, LogError> {
         self.check_live()?;
         if offset < self.log_start_offset || offset > self.log_end_offset {
             return Err(LogError::OffsetOutOfRange {

@@ -303,6 +303,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn log_dir_events_are_written_and_read_as_kafka_does() {
+        let json = log_dir_event_json(3);
+        let v: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v, json!({"version": 1, "broker": 3, "event": 1}));
+        assert_eq!(parse_log_dir_event(&json), Some(3));
+        assert_eq!(parse_log_dir_event(r#"{"version":1,"broker":3,"event":2}"#), None);
+        assert_eq!(parse_log_dir_event("not json"), None);
+    }
+
+    #[test]
     fn uuid_base64_roundtrip_is_22_chars() {
         let id = new_kafka_uuid();
         let s = uuid_to_kafka(id);

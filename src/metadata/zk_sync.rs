@@ -560,7 +560,9 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         let c = Changes::from_paths(&paths);
-        assert!(c.brokers && c.admin && !c.controller);
+        assert!(c.brokers && c.admin && !c.controller && !c.log_dir_events);
+        let dir_event = ["/log_dir_event_notification/log_dir_event_0000000004".to_string()];
+        assert!(Changes::from_paths(&dir_event).log_dir_events);
         assert_eq!(
             c.acl_changes.iter().map(String::as_str).collect::<Vec<_>>(),
             ["/kafka-acl-changes/acl_changes_0000000003"]

@@ -78,7 +78,10 @@ impl Broker {
             let b = self.clone();
             let d = data.clone();
             let written = tokio::task::spawn_blocking(move || {
-                b.store.create_sequential(&format!("{}/{}", zk_data::LOG_DIR_EVENT_NOTIFICATION, zk_data::LOG_DIR_EVENT_PREFIX), &d)
+                b.store.create_sequential(
+                    &format!("{}/{}", zk_data::LOG_DIR_EVENT_NOTIFICATION, zk_data::LOG_DIR_EVENT_PREFIX),
+                    &d,
+                )
             })
             .await;
             match written {
