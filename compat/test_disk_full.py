@@ -194,6 +194,17 @@ def test_a_full_log_dir_goes_offline_and_comes_back_after_restart(disk_cluster):
         return X in md.replicas and X not in md.isrs and md.leader != X
     wait_until(offline_replica, WAIT, "Metadata to show the moved leadership", interval=0.2)
 
+    def listed_offline():
+        # A broker other than the controller: it learns of offline replicas from UpdateMetadata.
+        follower = next(b for b in (1, 2) if b != c.controller())
+        ka = KafkaAdminClient(bootstrap_servers=c.brokers[follower].bootstrap, request_timeout_ms=30000)
+        try:
+            [t] = ka.describe_topics([full_topic])
+            return [p["offline_replicas"] for p in t["partitions"]] == [[X]]
+        finally:
+            ka.close()
+    wait_until(listed_offline, WAIT, f"Metadata to list broker {X}'s replica offline", interval=0.5)
+
     # X still leads and serves the partition in its other dir.
     assert c.partition_state(other_topic, 0)["leader"] == X
     q = producer(x.bootstrap)

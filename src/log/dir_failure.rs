@@ -58,6 +58,13 @@ impl LogDirFailureChannel {
     }
 }
 
+/// Whether an I/O error is the disk's: one a system call returned, or a write that made no
+/// progress. The ones the log module makes up (a segment that already exists, batches that do
+/// not match their headers) are its own inconsistencies and leave the dir online.
+pub fn is_disk_failure(e: &std::io::Error) -> bool {
+    e.raw_os_error().is_some() || e.kind() == std::io::ErrorKind::WriteZero
+}
+
 /// What a log holds to learn whether its dir is offline and to report an I/O error in it.
 #[derive(Clone)]
 pub struct DirHealth {

@@ -366,7 +366,9 @@ impl LogManager {
             Ok(l) => l,
             Err(e) => {
                 if let LogError::Io(io) = &e {
-                    self.failures.report(idx, &io);
+                    if super::dir_failure::is_disk_failure(io) {
+                        self.failures.report(idx, &io);
+                    }
                 }
                 return Err(e);
             }
@@ -602,6 +604,9 @@ impl LogManager {
     /// A checkpoint the disk refused takes its dir offline, as a log's I/O error does.
     fn report_io(&self, dir_idx: usize, e: &LogError) {
         if let LogError::Io(io) = e {
+            if !super::dir_failure::is_disk_failure(io) {
+                return;
+            }
             self.failures.report(dir_idx, &format_args!("{}: {io}", self.dirs[dir_idx].display()));
         }
     }

@@ -401,7 +401,9 @@ impl Log {
     /// the request's or the data's, not the disk's.
     fn watch_io<T>(&self, r: Result<T, LogError>) -> Result<T, LogError> {
         if let (Err(LogError::Io(e)), Some(h)) = (&r, &self.health) {
-            h.report(&format_args!("{}: {e}", self.dir.display()));
+            if super::dir_failure::is_disk_failure(e) {
+                h.report(&format_args!("{}: {e}", self.dir.display()));
+            }
         }
         r
     }
