@@ -31,7 +31,6 @@ from gregor_fixtures import _failed, _register
 from gregor_harness import wait_until
 from replication_tools import parse_batches, read_partitions, segment_bytes
 
-X = 3
 TMPFS_SIZE = "8m"
 BIGGER = "96m"
 VALUE_BYTES = 1000
@@ -57,12 +56,12 @@ def unmount(path) -> None:
 
 
 @pytest.fixture
-def disk_cluster(request, zookeeper):
+def disk_cluster(request, zookeeper, x_id):
     mounted = []
 
     def on_new_broker(b):
         _register(request, b)
-        if b.broker_id == X:
+        if b.broker_id == x_id:
             small = b.base_dir / "small"
             mount_tmpfs(small)
             mounted.append(small)
@@ -110,18 +109,39 @@ def value_of(n: int) -> bytes:
     return head + b"x" * (VALUE_BYTES - len(head))
 
 
-def test_a_full_log_dir_goes_offline_and_comes_back_after_restart(disk_cluster):
+def make_controller(c: Cluster, broker_id: int) -> None:
+    """Deletes /controller until `broker_id` wins the election."""
+    def won():
+        if c.controller() == broker_id:
+            return True
+        if c.controller() is not None:
+            c.kz.delete("/controller")
+        return False
+    wait_until(won, WAIT, f"broker {broker_id} to become the controller", interval=0.5)
+
+
+# X, the broker whose small log dir fills: a plain broker, or the controller itself (which
+# learns of its own offline replicas without a LeaderAndIsr round trip).
+@pytest.mark.parametrize("x_id", [3, 1], ids=["broker", "controller"])
+def test_a_full_log_dir_goes_offline_and_comes_back_after_restart(disk_cluster, x_id):
     c = disk_cluster
+    X = x_id
+    others = [b for b in (1, 2, 3) if b != X]
+    if X == 1:
+        make_controller(c, X)
+        c.wait_metadata_converged()
+    else:
+        make_controller(c, others[0])
     x = c.brokers[X]
     small, big = x.small_dir, x.data_dir
     # Space the test can give back later without touching the logs.
     filler = small / "filler.bin"
     filler.write_bytes(b"\0" * (512 * 1024))
-    admin = c.admin(1)
+    admin = c.admin(c.controller())
     names = [f"disk-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]
     for name in names:
         # X leads; the log manager puts each new partition in the dir holding fewer.
-        admin.create_topics([NewTopic(name, 1, replica_assignment=[[X, 1, 2]])])[name].result(WAIT)
+        admin.create_topics([NewTopic(name, 1, replica_assignment=[[X] + others])])[name].result(WAIT)
         c.wait_topic_online(name, 1)
     placed = {}
     for name in names:
@@ -182,7 +202,7 @@ def test_a_full_log_dir_goes_offline_and_comes_back_after_restart(disk_cluster):
     print(f"offline dir keeps {len(left)} whole batches up to offset {left[-1]['last_offset']}")
 
     # Nothing lost, nothing twice.
-    marks, recs = read_partitions(c.bootstrap([1, 2]), full_topic, [0])
+    marks, recs = read_partitions(c.bootstrap(others), full_topic, [0])
     values = [int(v.split(b":", 1)[0]) for _, _, v in recs[0]]
     assert len(values) == len(set(values)), "duplicates in the log"
     assert sorted(values) == list(range(RECORDS)), (len(values), marks)
@@ -190,13 +210,13 @@ def test_a_full_log_dir_goes_offline_and_comes_back_after_restart(disk_cluster):
 
     # Metadata names X an offline replica of the partition.
     def offline_replica():
-        md = c.metadata(1, full_topic).topics[full_topic].partitions[0]
+        md = c.metadata(others[0], full_topic).topics[full_topic].partitions[0]
         return X in md.replicas and X not in md.isrs and md.leader != X
     wait_until(offline_replica, WAIT, "Metadata to show the moved leadership", interval=0.2)
 
     def listed_offline():
         # A broker other than the controller: it learns of offline replicas from UpdateMetadata.
-        follower = next(b for b in (1, 2) if b != c.controller())
+        follower = next(b for b in others if b != c.controller())
         ka = KafkaAdminClient(bootstrap_servers=c.brokers[follower].bootstrap, request_timeout_ms=30000)
         try:
             [t] = ka.describe_topics([full_topic])
