@@ -85,6 +85,8 @@ pub struct Broker {
     pub propagated: std::sync::Mutex<Propagated>,
     /// Controller only: brokers in controlled shutdown, which may neither lead nor join an ISR.
     pub shutting_down_brokers: std::sync::Mutex<std::collections::BTreeSet<i32>>,
+    /// Controller only: replicas brokers reported in offline log dirs (KIP-112).
+    pub replicas_on_offline_dirs: std::sync::Mutex<crate::controller::log_dir_events::OfflineReplicas>,
     /// Serializes the application of LeaderAndIsr and StopReplica.
     pub replica_state_lock: std::sync::Mutex<()>,
     /// For the few places that hold `&Broker` and must start tasks that keep it.
@@ -219,6 +221,7 @@ impl Broker {
             channels: ControllerChannels::default(),
             propagated: std::sync::Mutex::new(Propagated::default()),
             shutting_down_brokers: std::sync::Mutex::new(Default::default()),
+            replicas_on_offline_dirs: std::sync::Mutex::new(Default::default()),
             replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
@@ -418,6 +421,7 @@ impl Broker {
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
     pub fn spawn_log_tasks(self: &Arc<Self>) {
         tokio::spawn(crate::replication::alter_log_dirs::run(self.clone()));
+        self.spawn_log_dir_failure_handler();
         // The dynamic values read at startup count from the first pass.
         let cleaner = crate::log::cleaner::LogCleaner::start(
             self.replicas.logs_handle(),

@@ -64,6 +64,7 @@ fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
             mp.leader_epoch = p.leader_epoch;
             mp.replica_nodes = p.replicas.iter().map(|&r| BrokerId(r)).collect();
             mp.isr_nodes = p.isr.iter().map(|&r| BrokerId(r)).collect();
+            mp.offline_replicas = p.offline_replicas.iter().map(|&r| BrokerId(r)).collect();
             mp
         })
         .collect();
@@ -338,7 +339,12 @@ pub fn describe_topic_partitions(
             // ZooKeeper mode has no eligible leader replicas (KIP-966 is KRaft's).
             dp.eligible_leader_replicas = Some(Vec::new());
             dp.last_known_elr = Some(Vec::new());
-            dp.offline_replicas = p.replicas.iter().filter(|b| !live.contains(b)).map(|&b| BrokerId(b)).collect();
+            dp.offline_replicas = p
+                .replicas
+                .iter()
+                .filter(|b| !live.contains(b) || p.offline_replicas.contains(b))
+                .map(|&b| BrokerId(b))
+                .collect();
             out.partitions.push(dp);
         }
         out.partitions.sort_by_key(|p| p.partition_index);

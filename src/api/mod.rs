@@ -92,6 +92,11 @@ pub use api_versions::unsupported_version_response as api_versions_unsupported;
 /// partition exists (the client refreshes metadata and finds the leader), else
 /// UNKNOWN_TOPIC_OR_PARTITION.
 pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
+    // As Kafka answers for a partition of an offline log dir, whoever leads it now: the
+    // client refreshes its metadata and finds the new leader.
+    if broker.replicas.logs().is_offline_partition(topic, partition) {
+        return error::ErrorCode::KafkaStorageError.code();
+    }
     let exists = broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition));
     if exists {
         error::ErrorCode::NotLeaderOrFollower.code()

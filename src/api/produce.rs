@@ -92,7 +92,9 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
             } else {
                 match (broker.replicas.partition(&name, pd.index), pd.records) {
                     (None, _) => {
-                        if info.as_ref().is_some_and(|t| t.partitions.iter().any(|p| p.index == pd.index)) {
+                        if broker.replicas.logs().is_offline_partition(&name, pd.index) {
+                            ErrorCode::KafkaStorageError.code()
+                        } else if info.as_ref().is_some_and(|t| t.partitions.iter().any(|p| p.index == pd.index)) {
                             ErrorCode::NotLeaderOrFollower.code()
                         } else {
                             ErrorCode::UnknownTopicOrPartition.code()

@@ -91,6 +91,16 @@ impl ControllerChannels {
         }
     }
 
+    /// Has the broker's channel send it the whole state again (a LeaderAndIsr for every
+    /// replica it holds), as after a reconnection.
+    pub fn resync(&self, broker_id: i32) {
+        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(&broker_id) {
+            c.resync.store(true, Ordering::Release);
+            c.wake.notify_one();
+        }
+    }
+
     pub fn clear(&self) {
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
@@ -154,9 +164,15 @@ async fn run(
                     tokio::time::timeout(request_timeout, exchange(stream, correlation_id, &client_id, &request, max))
                         .await;
                 match sent {
-                    Ok(Ok(errors)) => {
+                    Ok(Ok((errors, offline))) => {
                         if let Some(e) = errors {
                             tracing::warn!(broker = target, error = %e, "broker refused a controller request");
+                        }
+                        if !offline.is_empty() {
+                            if let Some(b) = broker.upgrade() {
+                                // Store reads and writes wait for the next pass, off this task.
+                                b.on_replicas_offline(target, offline);
+                            }
                         }
                         break;
                     }
@@ -195,33 +211,38 @@ async fn connect(broker: &Broker, target: i32) -> Option<BrokerConnection> {
     }
 }
 
-/// Sends one request and reads its answer. `Ok(Some(_))` is an answer that reports an error.
+/// Sends one request and reads its answer: the error it reports, if any, and the
+/// partitions a LeaderAndIsr answer names KAFKA_STORAGE_ERROR (replicas in an offline dir).
 async fn exchange(
     stream: &mut BrokerConnection,
     correlation_id: i32,
     client_id: &str,
     request: &ControlRequest,
     max: usize,
-) -> anyhow::Result<Option<String>> {
+) -> anyhow::Result<(Option<String>, Vec<messages::LeaderAndIsrPartitionError>)> {
     Ok(match request {
         ControlRequest::LeaderAndIsr(r) => {
             let resp: LeaderAndIsrResponse =
                 round_trip(stream, correlation_id, client_id, r, LEADER_AND_ISR_VERSION, max).await?;
             let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
-            (resp.error_code != 0 || failed > 0)
-                .then(|| format!("LeaderAndIsr: error {} and {failed} partition errors", resp.error_code))
+            let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+            let offline = resp.partition_errors.iter().filter(|p| p.error_code == storage).cloned().collect();
+            let error = (resp.error_code != 0 || failed > 0)
+                .then(|| format!("LeaderAndIsr: error {} and {failed} partition errors", resp.error_code));
+            return Ok((error, offline));
         }
         ControlRequest::UpdateMetadata(r) => {
             let resp: UpdateMetadataResponse =
                 round_trip(stream, correlation_id, client_id, r, UPDATE_METADATA_VERSION, max).await?;
-            (resp.error_code != 0).then(|| format!("UpdateMetadata: error {}", resp.error_code))
+            ((resp.error_code != 0).then(|| format!("UpdateMetadata: error {}", resp.error_code)), Vec::new())
         }
         ControlRequest::StopReplica(r) => {
             let resp: StopReplicaResponse =
                 round_trip(stream, correlation_id, client_id, r, STOP_REPLICA_VERSION, max).await?;
             let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
-            (resp.error_code != 0 || failed > 0)
-                .then(|| format!("StopReplica: error {} and {failed} partition errors", resp.error_code))
+            let error = (resp.error_code != 0 || failed > 0)
+                .then(|| format!("StopReplica: error {} and {failed} partition errors", resp.error_code));
+            (error, Vec::new())
         }
     })
 }

@@ -123,6 +123,9 @@ struct Candidate<'a> {
     decision: Decision,
     /// Its leader is gone: it is unavailable until this change is written.
     leaderless: bool,
+    /// The brokers that may lead it or stay in its ISR, when some of its replicas are in
+    /// offline log dirs (None: every live broker).
+    live: Option<BTreeSet<i32>>,
 }
 
 /// Partition-state changes in flight at once. ZooKeeper commits a pipeline of writes in a few
@@ -162,19 +165,29 @@ impl Broker {
             _ => snapshot.topics.values().collect(),
         };
         let epoch = self.controller_epoch();
+        // A replica in an offline log dir counts as a dead broker for its partition only.
+        let offline = self.offline_replicas_by_partition();
         let mut candidates = Vec::new();
         for topic in topics {
             let unclean =
                 topic.configs.get("unclean.leader.election.enable").map(|v| v == "true").unwrap_or(unclean_default);
             for p in &topic.partitions {
+                let here: Option<BTreeSet<i32>> = match offline.is_empty() {
+                    true => None,
+                    false => offline
+                        .get(&(topic.name.clone(), p.index))
+                        .map(|gone| live.iter().copied().filter(|b| !gone.contains(b)).collect()),
+                };
+                let live_here = here.as_ref().unwrap_or(live);
                 let current = cached_state(p);
-                if next_state(&p.replicas, current.as_ref(), live, unclean, epoch).is_some() {
+                if next_state(&p.replicas, current.as_ref(), live_here, unclean, epoch).is_some() {
                     candidates.push(Candidate {
                         topic: &topic.name,
                         partition: p.index,
                         replicas: &p.replicas,
                         decision: Decision::Membership { unclean },
-                        leaderless: !live.contains(&p.leader),
+                        leaderless: !live_here.contains(&p.leader),
+                        live: here,
                     });
                 }
             }
@@ -198,6 +211,7 @@ impl Broker {
                         replicas: &p.replicas,
                         decision: Decision::Preferred,
                         leaderless: false,
+                        live: None,
                     });
                 }
             }
@@ -237,6 +251,7 @@ impl Broker {
                     return Ok(());
                 }
                 let state = parsed.as_ref().map(|(s, _)| s);
+                let live = cand.live.as_ref().unwrap_or(live);
                 let next = match cand.decision {
                     Decision::Membership { unclean } => next_state(cand.replicas, state, live, unclean, epoch),
                     Decision::Preferred => state.and_then(|s| preferred_leader_state(cand.replicas, s, live, epoch)),

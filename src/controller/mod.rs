@@ -7,6 +7,7 @@ pub mod auto_create;
 pub mod channel;
 pub mod election;
 pub mod features;
+pub mod log_dir_events;
 pub mod messages;
 pub mod propagate;
 pub mod reassign;
@@ -433,6 +434,7 @@ impl Broker {
                 partition_epoch: 0,
                 adding_replicas: Vec::new(),
                 removing_replicas: Vec::new(),
+                offline_replicas: Vec::new(),
             });
         }
         partitions.sort_by_key(|p| p.index);
@@ -637,6 +639,7 @@ impl Broker {
                     partition_epoch: 0,
                     adding_replicas: Vec::new(),
                     removing_replicas: Vec::new(),
+                    offline_replicas: Vec::new(),
                 });
             }
             let info = Arc::new(TopicInfo { name: name.clone(), id, partitions, configs });

@@ -129,6 +129,7 @@ impl Broker {
             self.channels.retain(&me, &live_ids);
         }
         let epoch = self.controller_epoch();
+        let offline = self.offline_replicas_by_partition();
         let mut own = (None, None);
         for (&id, &broker_epoch) in &live {
             if id != me && new_brokers.contains(&id) {
@@ -162,7 +163,7 @@ impl Broker {
             }
             if !batch.metadata.is_empty() || !batch.deleted.is_empty() || live_changed {
                 let items: Vec<&Item> = batch.metadata.iter().collect();
-                let um = update_metadata(me, epoch, broker_epoch, &items, &batch.deleted, &snapshot);
+                let um = update_metadata(me, epoch, broker_epoch, &items, &batch.deleted, &snapshot, &offline);
                 self.channels.send(id, ControlRequest::UpdateMetadata(um));
             }
             if let Some(r) = stop {
@@ -174,7 +175,11 @@ impl Broker {
         // under the lock); its image is already current.
         let (lai, stop) = own;
         if let (Some(r), Some(me)) = (lai, self.arc()) {
-            me.become_leader_or_follower(&r);
+            let resp = me.become_leader_or_follower(&r);
+            // Its own replicas in an offline log dir, as another broker's answer would name them.
+            let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+            let offline: Vec<_> = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
+            self.on_replicas_offline(self.config.broker_id, offline);
         }
         if let Some(r) = stop {
             self.stop_replicas(&r);
@@ -206,7 +211,15 @@ impl Broker {
         let mine: Vec<&Item> = all.iter().filter(|i| i.state.replicas.contains(&target)).collect();
         let every: Vec<&Item> = all.iter().collect();
         vec![
-            ControlRequest::UpdateMetadata(update_metadata(me, epoch, broker_epoch, &every, &[], &snapshot)),
+            ControlRequest::UpdateMetadata(update_metadata(
+                me,
+                epoch,
+                broker_epoch,
+                &every,
+                &[],
+                &snapshot,
+                &self.offline_replicas_by_partition(),
+            )),
             ControlRequest::LeaderAndIsr(leader_and_isr(me, epoch, broker_epoch, &mine, &snapshot, true)),
         ]
     }
@@ -290,8 +303,9 @@ fn update_metadata(
     items: &[&Item],
     deleted: &[(String, Uuid, i32, Vec<i32>)],
     snapshot: &ClusterSnapshot,
+    offline: &BTreeMap<(String, i32), Vec<i32>>,
 ) -> UpdateMetadataRequest {
-    let state = |p: &PartitionInfo| UpdateMetadataPartitionState {
+    let state = |name: &str, p: &PartitionInfo| UpdateMetadataPartitionState {
         partition_index: p.index,
         controller_epoch: epoch,
         leader: p.leader,
@@ -299,14 +313,22 @@ fn update_metadata(
         isr: p.isr.clone(),
         zk_version: p.partition_epoch,
         replicas: p.replicas.clone(),
-        offline_replicas: p.replicas.iter().copied().filter(|r| !snapshot.brokers.iter().any(|b| b.id == *r)).collect(),
+        offline_replicas: p
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| {
+                !snapshot.brokers.iter().any(|b| b.id == *r)
+                    || (!offline.is_empty() && offline.get(&(name.to_string(), p.index)).is_some_and(|o| o.contains(r)))
+            })
+            .collect(),
     };
     let mut topics: Vec<UpdateMetadataTopicState> = by_topic(items)
         .into_iter()
         .map(|(name, id, parts)| UpdateMetadataTopicState {
             topic_name: name.to_string(),
             topic_id: id,
-            partitions: parts.into_iter().map(state).collect(),
+            partitions: parts.into_iter().map(|p| state(name, p)).collect(),
         })
         .collect();
     let mut gone: BTreeMap<&str, (Uuid, Vec<UpdateMetadataPartitionState>)> = BTreeMap::new();

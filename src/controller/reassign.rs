@@ -367,6 +367,7 @@ mod tests {
             partition_epoch: 1,
             adding_replicas: adding.to_vec(),
             removing_replicas: removing.to_vec(),
+            offline_replicas: Vec::new(),
         }
     }
 

@@ -31,6 +31,7 @@ use super::checkpoint::{
     read_offset_checkpoint, sync_dir, write_atomic, write_offset_checkpoint, CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
 };
+use super::dir_failure::{DirHealth, LogDirFailureChannel};
 use super::partition_log::{Log, LogStats};
 use super::{parse_partition_dir_name, partition_dir_name, validate_topic_name, LogConfig, LogError};
 
@@ -52,7 +53,8 @@ struct FutureEntry {
 
 struct State {
     logs: HashMap<Key, Entry>,
-    /// Partitions whose directory exists but failed to load.
+    /// Partitions whose directory exists but cannot be served: it failed to load, or its log
+    /// dir went offline. Never created again elsewhere: the copy there may be the only one.
     failed: HashSet<Key>,
     /// Copies being made for log dir moves, at most one per partition.
     futures: HashMap<Key, FutureEntry>,
@@ -103,7 +105,8 @@ pub enum SwapOutcome {
 
 pub struct LogManager {
     dirs: Vec<PathBuf>,
-    online: Vec<bool>,
+    /// Which dirs are offline (unreadable at start, or an I/O error since).
+    failures: Arc<LogDirFailureChannel>,
     default_config: LogConfig,
     state: Mutex<State>,
 }
@@ -116,25 +119,66 @@ fn lock_log(l: &Mutex<Log>) -> MutexGuard<'_, Log> {
 
 impl LogManager {
     pub fn open(dirs: Vec<PathBuf>, default_config: LogConfig) -> Result<LogManager, LogError> {
-        let mut online = vec![false; dirs.len()];
+        let mut offline = Vec::new();
         let mut logs: HashMap<Key, Entry> = HashMap::new();
         let mut failed = HashSet::new();
         let mut found = Vec::new();
         for (i, dir) in dirs.iter().enumerate() {
-            match Self::load_dir(i, dir, &default_config, &mut logs, &mut failed, &mut found) {
-                Ok(()) => online[i] = true,
-                Err(e) => {
-                    tracing::error!(dir = %dir.display(), error = %e, "log dir is unusable; leaving it offline")
-                }
+            if let Err(e) = Self::load_dir(i, dir, &default_config, &mut logs, &mut failed, &mut found) {
+                tracing::error!(dir = %dir.display(), error = %e, "log dir is unusable; leaving it offline");
+                offline.push(i);
             }
         }
-        if !dirs.is_empty() && !online.iter().any(|&o| o) {
+        if !dirs.is_empty() && offline.len() == dirs.len() {
             tracing::error!("no log dir is usable");
         }
-        let all_online = online.iter().all(|&o| o);
-        let futures = Self::load_futures(&dirs, all_online, &default_config, found, &mut logs, &failed);
+        let all_online = offline.is_empty();
+        let failures = Arc::new(LogDirFailureChannel::new(dirs.len(), &offline));
+        let mut futures = Self::load_futures(&dirs, all_online, &default_config, found, &mut logs, &failed);
+        for e in logs.values() {
+            lock_log(&e.log).set_dir_health(DirHealth::new(e.dir_idx, failures.clone()));
+        }
+        for f in futures.values_mut() {
+            lock_log(&f.log).set_dir_health(DirHealth::new(f.dir_idx, failures.clone()));
+        }
         let state = State { logs, failed, futures, preferred: HashMap::new() };
-        Ok(LogManager { dirs, online, default_config, state: Mutex::new(state) })
+        Ok(LogManager { dirs, failures, default_config, state: Mutex::new(state) })
+    }
+
+    /// Where logs report I/O errors, and where the replica manager learns of them.
+    pub fn failure_channel(&self) -> &Arc<LogDirFailureChannel> {
+        &self.failures
+    }
+
+    fn health(&self, dir_idx: usize) -> DirHealth {
+        DirHealth::new(dir_idx, self.failures.clone())
+    }
+
+    /// Kafka's `LogManager.handleLogDirFailure`, for a dir the failure channel reported: its
+    /// logs leave the manager (no checkpoint, flush or retention touches them again, and
+    /// nothing recreates them in another dir), moves into or out of it are dropped without
+    /// touching its files. Returns the partitions that were there.
+    pub fn handle_log_dir_failure(&self, dir_idx: usize) -> Vec<Key> {
+        let mut st = self.state();
+        let gone: Vec<Key> = st.logs.iter().filter(|(_, e)| e.dir_idx == dir_idx).map(|(k, _)| k.clone()).collect();
+        for k in &gone {
+            st.logs.remove(k);
+            st.failed.insert(k.clone());
+        }
+        let failed = st.failed.clone();
+        st.futures.retain(|k, f| f.dir_idx != dir_idx && !failed.contains(k));
+        st.preferred.retain(|_, d| *d != dir_idx);
+        gone
+    }
+
+    /// Whether the partition's log cannot be served here: in an offline dir, or failed to load.
+    pub fn is_offline_partition(&self, topic: &str, partition: i32) -> bool {
+        self.state().failed.contains(&(topic.to_string(), partition))
+    }
+
+    /// Whether any log dir is still online.
+    pub fn any_online(&self) -> bool {
+        (0..self.dirs.len()).any(|i| self.is_online(i))
     }
 
     /// Opens the future logs found at startup. One whose current log is loaded from another
@@ -279,7 +323,7 @@ impl LogManager {
         &self.dirs
     }
     pub fn is_online(&self, dir_idx: usize) -> bool {
-        self.online.get(dir_idx).copied().unwrap_or(false)
+        !self.failures.is_offline(dir_idx)
     }
     pub fn default_config(&self) -> &LogConfig {
         &self.default_config
@@ -303,7 +347,9 @@ impl LogManager {
             return Ok(e.log.clone());
         }
         if st.failed.contains(&key) {
-            return Err(LogError::StorageUnavailable(format!("{topic}-{partition} failed to load at startup")));
+            return Err(LogError::StorageUnavailable(format!(
+                "{topic}-{partition} is in an offline log dir or failed to load"
+            )));
         }
         let mut counts = vec![0usize; self.dirs.len()];
         for e in st.logs.values() {
@@ -311,12 +357,23 @@ impl LogManager {
         }
         let preferred = st.preferred.remove(&key).filter(|&i| self.is_online(i));
         let idx = preferred
-            .or_else(|| (0..self.dirs.len()).filter(|&i| self.online[i]).min_by_key(|&i| (counts[i], i)))
+            .or_else(|| (0..self.dirs.len()).filter(|&i| self.is_online(i)).min_by_key(|&i| (counts[i], i)))
             .ok_or_else(|| LogError::StorageUnavailable("no online log dir".into()))?;
         let path = self.dirs[idx].join(partition_dir_name(topic, partition));
         // A fresh directory has nothing to recover; an existing one (not
         // loaded at startup) gets a full check.
-        let log = Log::open(path, config, 0, 0, false)?;
+        let mut log = match Log::open(path, config, 0, 0, false) {
+            Ok(l) => l,
+            Err(e) => {
+                if let LogError::Io(io) = &e {
+                    if super::dir_failure::is_disk_failure(io) {
+                        self.failures.report(idx, &io);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        log.set_dir_health(self.health(idx));
         let log = Arc::new(Mutex::new(log));
         st.logs.insert(key, Entry { dir_idx: idx, log: log.clone() });
         Ok(log)
@@ -342,7 +399,7 @@ impl LogManager {
                 }
                 for (i, d) in self.dirs.iter().enumerate() {
                     let p = d.join(partition_dir_name(topic, partition));
-                    if self.online[i] && p.is_dir() {
+                    if self.is_online(i) && p.is_dir() {
                         fs::remove_dir_all(&p)?;
                     }
                 }
@@ -356,7 +413,7 @@ impl LogManager {
     pub fn placement(&self) -> Vec<(&Path, bool, Vec<Key>)> {
         let st = self.state();
         let mut out: Vec<(&Path, bool, Vec<Key>)> =
-            self.dirs.iter().zip(&self.online).map(|(d, &on)| (d.as_path(), on, Vec::new())).collect();
+            self.dirs.iter().enumerate().map(|(i, d)| (d.as_path(), self.is_online(i), Vec::new())).collect();
         for (k, e) in &st.logs {
             if let Some(slot) = out.get_mut(e.dir_idx) {
                 slot.2.push(k.clone());
@@ -426,7 +483,8 @@ impl LogManager {
             (g.config().clone(), g.log_start_offset(), g.dir().to_path_buf())
         };
         let path = self.dirs[dir_idx].join(future_dir_name(&key.0, key.1));
-        let log = Log::open(path.clone(), config, 0, start, false)?;
+        let mut log = Log::open(path.clone(), config, 0, start, false)?;
+        log.set_dir_health(self.health(dir_idx));
         if let Ok(Some(id)) = super::read_partition_metadata(&current_dir) {
             super::write_partition_metadata(&path, &id)?;
         }
@@ -543,6 +601,16 @@ impl LogManager {
         Ok(SwapOutcome::Swapped { old_dir: doomed, new_dir })
     }
 
+    /// A checkpoint the disk refused takes its dir offline, as a log's I/O error does.
+    fn report_io(&self, dir_idx: usize, e: &LogError) {
+        if let LogError::Io(io) = e {
+            if !super::dir_failure::is_disk_failure(io) {
+                return;
+            }
+            self.failures.report(dir_idx, &format_args!("{}: {io}", self.dirs[dir_idx].display()));
+        }
+    }
+
     pub fn all(&self) -> Vec<(Key, Arc<Mutex<Log>>)> {
         self.state().logs.iter().map(|(k, e)| (k.clone(), e.log.clone())).collect()
     }
@@ -571,13 +639,14 @@ impl LogManager {
         }
         let mut first_err = None;
         for (i, d) in self.dirs.iter().enumerate() {
-            if !self.online[i] {
+            if !self.is_online(i) {
                 continue;
             }
             let r = write_offset_checkpoint(&d.join(RECOVERY_POINT_CHECKPOINT), &rps[i])
                 .and_then(|_| write_offset_checkpoint(&d.join(LOG_START_OFFSET_CHECKPOINT), &lsos[i]));
             if let Err(e) = r {
                 tracing::error!(dir = %d.display(), error = %e, "could not write checkpoints");
+                self.report_io(i, &e);
                 first_err.get_or_insert(e);
             }
         }
@@ -596,11 +665,12 @@ impl LogManager {
         }
         let mut first_err = None;
         for (i, d) in self.dirs.iter().enumerate() {
-            if !self.online[i] {
+            if !self.is_online(i) {
                 continue;
             }
             if let Err(e) = write_offset_checkpoint(&d.join(REPLICATION_OFFSET_CHECKPOINT), &per_dir[i]) {
                 tracing::error!(dir = %d.display(), error = %e, "could not write high watermarks");
+                self.report_io(i, &e);
                 first_err.get_or_insert(e);
             }
         }
@@ -612,7 +682,7 @@ impl LogManager {
     pub fn read_high_watermarks(&self) -> HashMap<Key, i64> {
         let mut out = HashMap::new();
         for (i, d) in self.dirs.iter().enumerate() {
-            if !self.online[i] {
+            if !self.is_online(i) {
                 continue;
             }
             match read_offset_checkpoint(&d.join(REPLICATION_OFFSET_CHECKPOINT)) {
@@ -665,7 +735,7 @@ impl LogManager {
             first_err.get_or_insert(e);
         }
         for (i, d) in self.dirs.iter().enumerate() {
-            if !self.online[i] || dirty[i] {
+            if !self.is_online(i) || dirty[i] {
                 continue;
             }
             if let Err(e) = write_atomic(&d.join(CLEAN_SHUTDOWN_FILE), b"{\"version\":0,\"brokerEpoch\":-1}") {
@@ -767,5 +837,53 @@ mod tests {
         let l = m.get_or_create("t", 0, cfg()).unwrap();
         assert!(l.lock().unwrap().dir().starts_with(&good));
         m.shutdown().unwrap();
+    }
+
+    /// A segment whose writes fail with ENOSPC (its file is /dev/full): the append answers an
+    /// I/O error, the dir goes offline with every log in it, the other dir keeps working, and
+    /// the manager stops serving the failed dir's partitions without recreating them elsewhere.
+    #[test]
+    fn an_io_error_takes_the_log_dir_offline() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = vec![root.path().join("full"), root.path().join("ok")];
+        let m = LogManager::open(dirs.clone(), cfg()).unwrap();
+        let full = m.get_or_create("t", 0, cfg()).unwrap();
+        let other = m.get_or_create("t", 1, cfg()).unwrap();
+        let neighbour = m.get_or_create("t", 2, cfg()).unwrap();
+        assert!(full.lock().unwrap().dir().starts_with(&dirs[0]));
+        assert!(neighbour.lock().unwrap().dir().starts_with(&dirs[0]));
+        assert!(other.lock().unwrap().dir().starts_with(&dirs[1]));
+        full.lock().unwrap().append(&mut simple_batch(2, 10, 5), 0).unwrap();
+        // The next segment's file is /dev/full: every write to it fails with ENOSPC.
+        let next = full.lock().unwrap().dir().join("00000000000000000002.log");
+        std::os::unix::fs::symlink("/dev/full", next).unwrap();
+        full.lock().unwrap().roll(2).unwrap();
+        assert!(m.is_online(0) && m.is_online(1));
+
+        let err = full.lock().unwrap().append(&mut simple_batch(2, 10, 5), 0).unwrap_err();
+        assert!(matches!(err, LogError::Io(_)), "{err}");
+        assert_eq!(err.kafka_code(), 56);
+        assert!(!m.is_online(0) && m.is_online(1));
+        // Every log of the dir refuses work from now on, not only the one that failed.
+        let err = neighbour.lock().unwrap().append(&mut simple_batch(1, 10, 5), 0).unwrap_err();
+        assert!(matches!(err, LogError::StorageUnavailable(_)), "{err}");
+        assert!(neighbour.lock().unwrap().read(0, 1024, None).is_err());
+        other.lock().unwrap().append(&mut simple_batch(2, 10, 5), 0).unwrap();
+
+        assert_eq!(m.failure_channel().take(), vec![0]);
+        let mut gone = m.handle_log_dir_failure(0);
+        gone.sort();
+        assert_eq!(gone, vec![("t".to_string(), 0), ("t".to_string(), 2)]);
+        assert!(m.get("t", 0).is_none() && m.is_offline_partition("t", 0));
+        assert!(matches!(m.get_or_create("t", 0, cfg()), Err(LogError::StorageUnavailable(_))));
+        // New partitions go to the dir that is left.
+        let fresh = m.get_or_create("u", 0, cfg()).unwrap();
+        assert!(fresh.lock().unwrap().dir().starts_with(&dirs[1]));
+        let placement = m.placement();
+        assert!(!placement[0].1 && placement[0].2.is_empty() && placement[1].1);
+        m.shutdown().unwrap();
+        // No clean shutdown marker for the failed dir: its logs are recovered at the next start.
+        assert!(!dirs[0].join(CLEAN_SHUTDOWN_FILE).exists());
+        assert!(dirs[1].join(CLEAN_SHUTDOWN_FILE).exists());
     }
 }

@@ -15,6 +15,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod compression;
+pub mod dir_failure;
 pub mod index;
 pub mod legacy;
 pub mod manager;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, HEADER_SIZE, OFF_BASE_OFFSET, OFF_LEADER_EPOCH};
 use super::checkpoint::{sync_dir, write_atomic};
+use super::dir_failure::DirHealth;
 use super::segment::{LogSegment, PATCHED_HEAD, SWAP_SUFFIX};
 use super::{
     index_file_path, log_file_path, now_ms, time_index_file_path, txn_index_file_path, AppendInfo, FileRange,
@@ -83,6 +84,9 @@ pub struct Log {
     /// The base of the segment the last roll started, until the replica layer takes it to
     /// write a producer-state snapshot there.
     rolled_at: Option<i64>,
+    /// Whether this log's dir went offline, and where to report an I/O error in it (None for a
+    /// log outside a log manager).
+    health: Option<DirHealth>,
 }
 
 /// What the log cleaner needs of one segment, taken under the log lock and used without it.
@@ -318,6 +322,7 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: now,
             deleted: false,
+            health: None,
             stats: Arc::default(),
             latest_delete_horizon: -1,
             high_watermark: Arc::new(AtomicI64::new(0)),
@@ -380,7 +385,27 @@ impl Log {
         if self.deleted {
             return Err(LogError::StorageUnavailable(format!("log {} was deleted", self.dir.display())));
         }
+        if self.health.as_ref().is_some_and(DirHealth::is_offline) {
+            return Err(LogError::StorageUnavailable(format!("the log dir of {} is offline", self.dir.display())));
+        }
         Ok(())
+    }
+
+    /// Ties this log to its log dir's health: from then on an I/O error takes the dir offline.
+    pub fn set_dir_health(&mut self, health: DirHealth) {
+        self.health = Some(health);
+    }
+
+    /// An I/O error means the disk under this log failed a read or a write (ENOSPC, EIO): the
+    /// dir goes offline, so no later write lands after what may be a hole. Other errors are
+    /// the request's or the data's, not the disk's.
+    fn watch_io<T>(&self, r: Result<T, LogError>) -> Result<T, LogError> {
+        if let (Err(LogError::Io(e)), Some(h)) = (&r, &self.health) {
+            if super::dir_failure::is_disk_failure(e) {
+                h.report(&format_args!("{}: {e}", self.dir.display()));
+            }
+        }
+        r
     }
 
     /// Whether this log was deleted or replaced by its copy in another log dir.
@@ -676,8 +701,20 @@ impl Log {
         self.append_pieces(records, headers, &[], now)
     }
 
-    /// Appends `records`, each batch's head replaced by `heads[i]` if there are heads.
+    /// Appends `records`, each batch's head replaced by `heads[i]` if there are heads. A
+    /// failed write is cut back by the segment, so the log never holds part of a batch.
     fn append_pieces(
+        &mut self,
+        records: &[u8],
+        headers: &[BatchHeader],
+        heads: &[[u8; PATCHED_HEAD]],
+        now: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let r = self.append_pieces_unwatched(records, headers, heads, now);
+        self.watch_io(r)
+    }
+
+    fn append_pieces_unwatched(
         &mut self,
         records: &[u8],
         headers: &[BatchHeader],
@@ -739,6 +776,11 @@ impl Log {
     /// is trimmed and fsynced here, synchronously, which is what lets the
     /// recovery point advance without a flush policy.
     pub fn roll(&mut self, new_base: i64) -> Result<(), LogError> {
+        let r = self.roll_unwatched(new_base);
+        self.watch_io(r)
+    }
+
+    fn roll_unwatched(&mut self, new_base: i64) -> Result<(), LogError> {
         self.check_live()?;
         let new_base = new_base.max(self.log_end_offset);
         let now = now_ms();
@@ -776,6 +818,15 @@ impl Log {
     /// segments (one `FileRange` per segment). `offset == log end` gives an
     /// empty result; outside `[log_start, log_end]` is `OffsetOutOfRange`.
     pub fn read(&self, offset: i64, max_bytes: usize, max_offset: Option<i64>) -> Result<Vec<FileRange>, LogError> {
+        self.watch_io(self.read_unwatched(offset, max_bytes, max_offset))
+    }
+
+    fn read_unwatched(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: Option<i64>,
+    ) -> Result<Vec<FileRange>, LogError> {
         self.check_live()?;
         if offset < self.log_start_offset || offset > self.log_end_offset {
             return Err(LogError::OffsetOutOfRange {
@@ -995,6 +1046,11 @@ impl Log {
     /// `offset` (whole batches, so the new log end may be below `offset` if
     /// a batch straddled it).
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        let r = self.truncate_to_unwatched(offset);
+        self.watch_io(r)
+    }
+
+    fn truncate_to_unwatched(&mut self, offset: i64) -> Result<(), LogError> {
         self.check_live()?;
         if offset >= self.log_end_offset {
             return Ok(());
@@ -1055,6 +1111,12 @@ impl Log {
     /// Drops the whole log and restarts it empty at `offset` (a follower whose leader no
     /// longer has its offsets).
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.check_live()?;
+        let r = self.truncate_fully_unwatched(offset);
+        self.watch_io(r)
+    }
+
+    fn truncate_fully_unwatched(&mut self, offset: i64) -> Result<(), LogError> {
         self.note_truncation(i64::MIN);
         let all = std::mem::take(&mut self.segments);
         for (_, seg) in all {
@@ -1174,6 +1236,11 @@ impl Log {
     /// fsyncs every segment holding data at or above the recovery point
     /// (data and both indexes) and advances the recovery point to the log end.
     pub fn flush(&mut self) -> Result<(), LogError> {
+        let r = self.flush_unwatched();
+        self.watch_io(r)
+    }
+
+    fn flush_unwatched(&mut self) -> Result<(), LogError> {
         self.check_live()?;
         let rp = self.recovery_point;
         let from = self.segments.range(..=rp).next_back().map(|(k, _)| *k).unwrap_or(i64::MIN);

@@ -47,6 +47,9 @@ pub struct PartitionInfo {
     /// the controller's image has them (UpdateMetadata does not carry them).
     pub adding_replicas: Vec<i32>,
     pub removing_replicas: Vec<i32>,
+    /// Replicas on dead brokers or in offline log dirs, as the controller's UpdateMetadata
+    /// last said (empty in the controller's own image).
+    pub offline_replicas: Vec<i32>,
 }
 
 impl PartitionInfo {

@@ -37,6 +37,27 @@ pub const TOP_LEVEL_PATHS: &[&str] = &[
     "/log_dir_event_notification",
 ];
 
+/// Where a broker tells the controller a log dir of its went offline (Kafka's
+/// `LogDirEventNotificationZNode`), one persistent sequential child per event.
+pub const LOG_DIR_EVENT_NOTIFICATION: &str = "/log_dir_event_notification";
+pub const LOG_DIR_EVENT_PREFIX: &str = "log_dir_event_";
+/// Kafka's `LogDirEventNotificationHandler.LogDirFailureEvent`.
+pub const LOG_DIR_FAILURE_EVENT: i64 = 1;
+
+/// A log dir event's JSON, as Kafka's `LogDirEventNotificationSequenceZNode.encode` writes it.
+pub fn log_dir_event_json(broker: i32) -> String {
+    serde_json::json!({"version": 1, "broker": broker, "event": LOG_DIR_FAILURE_EVENT}).to_string()
+}
+
+/// The broker a log dir failure notification names (None for another event or bad JSON).
+pub fn parse_log_dir_event(data: &str) -> Option<i32> {
+    let v: serde_json::Value = serde_json::from_str(data).ok()?;
+    if v.get("event")?.as_i64()? != LOG_DIR_FAILURE_EVENT {
+        return None;
+    }
+    i32::try_from(v.get("broker")?.as_i64()?).ok()
+}
+
 pub fn broker_path(id: i32) -> String {
     format!("{BROKER_IDS}/{id}")
 }
@@ -280,6 +301,16 @@ pub fn parse_producer_id_block_end(data: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_dir_events_are_written_and_read_as_kafka_does() {
+        let json = log_dir_event_json(3);
+        let v: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v, json!({"version": 1, "broker": 3, "event": 1}));
+        assert_eq!(parse_log_dir_event(&json), Some(3));
+        assert_eq!(parse_log_dir_event(r#"{"version":1,"broker":3,"event":2}"#), None);
+        assert_eq!(parse_log_dir_event("not json"), None);
+    }
 
     #[test]
     fn uuid_base64_roundtrip_is_22_chars() {

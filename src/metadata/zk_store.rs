@@ -102,8 +102,8 @@ where
 /// And `/feature`, whose version is the finalized-features epoch each broker reports.
 const WATCHED: &[&str] = &["/controller", "/config", "/kafka-acl-changes", "/kafka-acl-extended-changes", "/feature"];
 /// What the controller watches besides (Kafka's controller: broker registrations, topics and
-/// their partition states, admin requests, ISR change notifications).
-const CONTROLLER_WATCHED: &[&str] = &["/brokers", "/admin", "/isr_change_notification"];
+/// their partition states, admin requests, ISR change and log dir event notifications).
+const CONTROLLER_WATCHED: &[&str] = &["/brokers", "/admin", "/isr_change_notification", "/log_dir_event_notification"];
 
 impl Drop for ZkStore {
     fn drop(&mut self) {
@@ -216,6 +216,14 @@ impl ZkStore {
     /// Takes what changed since the last call.
     pub fn take_dirty(&self) -> Dirty {
         std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Has the next pass read `paths` again as if their watches had fired (the controller
+    /// learned by RPC, not from ZooKeeper, that those partitions need deciding again).
+    pub fn touch(&self, paths: impl IntoIterator<Item = String>) {
+        for p in paths {
+            self.watches.touch(Some(p));
+        }
     }
 
     /// Makes the next [`ZkStore::take_dirty`] ask for a full re-read (after a failed pass).

@@ -60,6 +60,8 @@ pub struct Changes {
     pub config_changes: bool,
     /// `/feature`: the finalized features are read again.
     pub feature: bool,
+    /// `/log_dir_event_notification/*`: a broker's log dir went offline.
+    pub log_dir_events: bool,
 }
 
 impl Changes {
@@ -80,6 +82,7 @@ impl Changes {
                     }
                 }
                 ["admin", ..] | ["isr_change_notification", ..] => c.admin = true,
+                ["log_dir_event_notification", ..] => c.log_dir_events = true,
                 ["config", "brokers", ..] => c.broker_configs = true,
                 ["config", "changes", ..] => {
                     c.broker_configs = true;
@@ -123,6 +126,7 @@ fn partition_info(
         partition_epoch,
         adding_replicas: moving.map(|m| m.adding.clone()).unwrap_or_default(),
         removing_replicas: moving.map(|m| m.removing.clone()).unwrap_or_default(),
+        offline_replicas: Vec::new(),
     }
 }
 
@@ -240,6 +244,7 @@ impl Broker {
             Some(c) if !c.brokers => None,
             _ => Some(self.read_brokers()?),
         };
+        let brokers_read = brokers.is_some();
         let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
         {
             // A broker in controlled shutdown stays out of leadership and ISRs until it is gone.
@@ -329,6 +334,12 @@ impl Broker {
             let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
             live.difference(&leaving).copied().collect()
         };
+        if brokers_read {
+            self.forget_offline_replicas_of_gone_brokers();
+        }
+        if scope.is_none_or(|c| c.log_dir_events) {
+            self.process_log_dir_events()?;
+        }
         self.controller_duties(&eligible, scope)?;
         let touched: Option<BTreeSet<String>> =
             scope.map(|c| c.topics.iter().chain(c.partitions.keys()).cloned().collect());
@@ -549,7 +560,9 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         let c = Changes::from_paths(&paths);
-        assert!(c.brokers && c.admin && !c.controller);
+        assert!(c.brokers && c.admin && !c.controller && !c.log_dir_events);
+        let dir_event = ["/log_dir_event_notification/log_dir_event_0000000004".to_string()];
+        assert!(Changes::from_paths(&dir_event).log_dir_events);
         assert_eq!(
             c.acl_changes.iter().map(String::as_str).collect::<Vec<_>>(),
             ["/kafka-acl-changes/acl_changes_0000000003"]

@@ -272,6 +272,7 @@ impl Broker {
                         partition_epoch: p.zk_version,
                         adding_replicas: Vec::new(),
                         removing_replicas: Vec::new(),
+                        offline_replicas: p.offline_replicas.clone(),
                     };
                     match info.partitions.binary_search_by_key(&p.partition_index, |x| x.index) {
                         Ok(i) => {

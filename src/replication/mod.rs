@@ -11,6 +11,7 @@ pub mod control;
 pub mod fetch_session;
 pub mod fetcher;
 pub mod leader_epoch;
+pub mod log_dir_failure;
 pub mod partition;
 pub mod quota;
 
