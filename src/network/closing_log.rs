@@ -1,11 +1,12 @@
-//! Log lines about refused and closed connections, at most one per client address per
-//! `gregor.connection.log.interval.ms`.
+//! Log lines about refused and closed connections, at most one per client address and kind of
+//! problem per `gregor.connection.log.interval.ms`.
 //!
 //! A client whose request is refused with a closed connection (a version it should not have
 //! sent, a failed handshake) usually reconnects at once and sends the same thing again; one
 //! line per attempt measured 342,321 lines (56 MB) per broker in two minutes. The first line
 //! of an interval is written, the others are counted and that count is written with the next
-//! line the address earns.
+//! line the address earns for the same kind. Kinds apart (a malformed frame, a failed
+//! authentication, an expired session), so one problem's lines never hide another's.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -19,7 +20,7 @@ const MAX_TRACKED: usize = 10_000;
 
 pub struct ClosingLog {
     interval: Duration,
-    seen: Mutex<HashMap<IpAddr, Window>>,
+    seen: Mutex<HashMap<(IpAddr, &'static str), Window>>,
 }
 
 struct Window {
@@ -32,11 +33,12 @@ impl ClosingLog {
         ClosingLog { interval, seen: Mutex::new(HashMap::new()) }
     }
 
-    /// Whether a line about `client` may be written now: `Some(n)` with the number of lines
-    /// suppressed for it since its last one, or `None` when this one is suppressed.
-    pub fn admit(&self, client: IpAddr, now: Instant) -> Option<u64> {
+    /// Whether a line of `kind` about `client` may be written now: `Some(n)` with the number
+    /// of such lines suppressed since the last one, or `None` when this one is suppressed.
+    pub fn admit(&self, client: IpAddr, kind: &'static str, now: Instant) -> Option<u64> {
+        let key = (client, kind);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = seen.get_mut(&client) {
+        if let Some(w) = seen.get_mut(&key) {
             if now.duration_since(w.started) < self.interval {
                 w.suppressed += 1;
                 return None;
@@ -54,17 +56,18 @@ impl ClosingLog {
                 return Some(0);
             }
         }
-        seen.insert(client, Window { started: now, suppressed: 0 });
+        seen.insert(key, Window { started: now, suppressed: 0 });
         Some(0)
     }
 }
 
-/// Writes one line about a connection of `$client` (an `IpAddr`) through `$log` (a
-/// [`ClosingLog`]) at `$level` (a `tracing` macro), unless the address already had its line
-/// in this interval; the count of lines left out since its last one is a field of the line.
+/// Writes one line of `$kind` (a `&'static str`) about a connection of `$client` (an
+/// `IpAddr`) through `$log` (a [`ClosingLog`]) at `$level` (a `tracing` macro), unless the
+/// address already had such a line in this interval; the count of lines left out since its
+/// last one is a field of the line.
 macro_rules! closing_line {
-    ($log:expr, $client:expr, $level:ident, $($arg:tt)+) => {
-        if let Some(suppressed) = $log.admit($client, std::time::Instant::now()) {
+    ($log:expr, $client:expr, $kind:expr, $level:ident, $($arg:tt)+) => {
+        if let Some(suppressed) = $log.admit($client, $kind, std::time::Instant::now()) {
             tracing::$level!(suppressed, $($arg)+);
         }
     };
@@ -80,15 +83,17 @@ mod tests {
         let log = ClosingLog::new(Duration::from_secs(60));
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let t0 = Instant::now();
-        assert_eq!(log.admit(a, t0), Some(0));
+        assert_eq!(log.admit(a, "frame", t0), Some(0));
         for i in 1..=1000 {
-            assert_eq!(log.admit(a, t0 + Duration::from_millis(i)), None);
+            assert_eq!(log.admit(a, "frame", t0 + Duration::from_millis(i)), None);
         }
         // Another address has its own interval.
-        assert_eq!(log.admit(b, t0 + Duration::from_secs(1)), Some(0));
-        assert_eq!(log.admit(a, t0 + Duration::from_secs(60)), Some(1000));
-        assert_eq!(log.admit(a, t0 + Duration::from_secs(61)), None);
-        assert_eq!(log.admit(a, t0 + Duration::from_secs(120)), Some(1));
+        assert_eq!(log.admit(b, "frame", t0 + Duration::from_secs(1)), Some(0));
+        assert_eq!(log.admit(a, "frame", t0 + Duration::from_secs(60)), Some(1000));
+        assert_eq!(log.admit(a, "frame", t0 + Duration::from_secs(61)), None);
+        assert_eq!(log.admit(a, "frame", t0 + Duration::from_secs(120)), Some(1));
+        // Another kind of problem from the same address has its own interval.
+        assert_eq!(log.admit(a, "authentication", t0 + Duration::from_secs(121)), Some(0));
     }
 
     #[test]
@@ -97,12 +102,12 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..(MAX_TRACKED as u32 + 50) {
             let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
-            assert_eq!(log.admit(ip, t0), Some(0));
+            assert_eq!(log.admit(ip, "frame", t0), Some(0));
         }
         assert!(log.seen.lock().unwrap().len() <= MAX_TRACKED);
         // Once their intervals end, old addresses make room for new ones.
         let late = IpAddr::from(std::net::Ipv4Addr::new(192, 168, 0, 1));
-        assert_eq!(log.admit(late, t0 + Duration::from_secs(61)), Some(0));
+        assert_eq!(log.admit(late, "frame", t0 + Duration::from_secs(61)), Some(0));
         assert_eq!(log.seen.lock().unwrap().len(), 1);
     }
 }

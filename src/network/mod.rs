@@ -340,10 +340,10 @@ pub async fn serve_listener(
                 match tokio::time::timeout(std::time::Duration::from_millis(100), listener.accept()).await {
                     Ok(Ok((stream, peer))) => {
                         drop(stream);
-                        closing_line!(quotas.closings, peer.ip(), warn, listener = %listener_name,
+                        closing_line!(quotas.closings, peer.ip(), "descriptors", warn, listener = %listener_name,
                             "out of file descriptors: connection closed at once (ulimit -n; fewer partitions or connections)");
                     }
-                    Ok(Err(e)) => closing_line!(quotas.closings, nobody, warn, error = %e, "accept failed"),
+                    Ok(Err(e)) => closing_line!(quotas.closings, nobody, "accept", warn, error = %e, "accept failed"),
                     Err(_) => {}
                 }
                 reserve = std::fs::File::open("/dev/null").ok();
@@ -353,7 +353,7 @@ pub async fn serve_listener(
                 // spinning on accept. No client to name: the failures share the unspecified
                 // address's interval.
                 let nobody = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
-                closing_line!(quotas.closings, nobody, warn, error = %e, "accept failed");
+                closing_line!(quotas.closings, nobody, "accept", warn, error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 if reserve.is_none() {
                     reserve = std::fs::File::open("/dev/null").ok();
@@ -390,12 +390,12 @@ impl Connection {
         let tls = match tokio::time::timeout(idle, acceptor.accept(stream)).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, error = %e, "TLS handshake failed; closing");
+                closing_line!(self.admitted.quotas.closings, self.admitted.ip, "tls", info, error = %e, "TLS handshake failed; closing");
                 return;
             }
             Err(_) => {
                 let why = "no TLS handshake within connections.max.idle.ms; closing";
-                closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, "{why}");
+                closing_line!(self.admitted.quotas.closings, self.admitted.ip, "tls", info, "{why}");
                 return;
             }
         };
@@ -479,13 +479,19 @@ impl Connection {
                         break;
                     }
                     if let Some(why) = self.path.closing() {
-                        closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, "{why}; closing");
+                        closing_line!(self.admitted.quotas.closings, self.admitted.ip, "sasl", info, "{why}; closing");
                         break;
                     }
                 }
                 Ok(None) => {}
                 Err(FrameError::Authentication(why)) => {
-                    closing_line!(self.admitted.quotas.closings, self.admitted.ip, info, "{why}; closing");
+                    closing_line!(
+                        self.admitted.quotas.closings,
+                        self.admitted.ip,
+                        "authentication",
+                        info,
+                        "{why}; closing"
+                    );
                     break;
                 }
                 Err(FrameError::Closed) => break,
@@ -494,7 +500,7 @@ impl Connection {
                     break;
                 }
                 Err(e) => {
-                    closing_line!(self.admitted.quotas.closings, self.admitted.ip, warn, error = %e, "closing connection");
+                    closing_line!(self.admitted.quotas.closings, self.admitted.ip, "frame", warn, error = %e, "closing connection");
                     break;
                 }
             }
