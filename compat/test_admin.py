@@ -260,6 +260,7 @@ def test_delete_topic_without_a_replica_on_the_controller_is_answered_when_done(
         t0 = time.monotonic()
         a.delete_topics([topic], operation_timeout=timeout, request_timeout=timeout + 10)[topic].result(timeout + 20)
         took = time.monotonic() - t0
+        print(f"DeleteTopics rf {len(assignment[0])}, controller without replica: {took:.3f} s")
         # Far below the timeout: the answer follows the deletion, not the deadline.
         assert took < timeout / 4, f"DeleteTopics (rf {len(assignment[0])}) answered after {took:.1f} s"
         assert not c.exists(f"/brokers/topics/{topic}")
