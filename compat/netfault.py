@@ -480,7 +480,12 @@ class TxnProducer(threading.Thread):
         self.halt = threading.Event()
         self.txns: List[dict] = []
         self.notes: List[str] = []
+        self.no_offset: List[Tuple[str, int, int]] = []
         self.exc: Optional[BaseException] = None
+
+    def _cb(self, err, msg):
+        if err is None and (msg.offset() is None or msg.offset() < 0):
+            self.no_offset.append((msg.value().decode(), msg.partition(), msg.offset()))
 
     def _new(self):
         from confluent_kafka import Producer
@@ -518,7 +523,8 @@ class TxnProducer(threading.Thread):
                     for i, v in enumerate(vals):
                         while True:
                             try:
-                                p.produce(TXN_TOPIC, key=v.encode(), value=v.encode(), partition=(k + i) % TXN_PARTS)
+                                p.produce(TXN_TOPIC, key=v.encode(), value=v.encode(), partition=(k + i) % TXN_PARTS,
+                                          on_delivery=self._cb)
                                 break
                             except BufferError:
                                 p.poll(0.1)
@@ -810,6 +816,8 @@ class Schedule:
             if txn_all.get((p, o)) != val:
                 v.append(f"inconsistent-read: read_committed read-back {val!r} at {TXN_TOPIC}-{p}@{o}, "
                          f"read_uncommitted has {txn_all.get((p, o))!r}")
+        for val, p, o in txn.no_offset:
+            v.append(f"missing-offset: transactional ack for {val!r} on {TXN_TOPIC}-{p} with offset {o}")
         outcome = {val: t for t in txn.txns for val in t["values"]}
         counts = {"committed": 0, "aborted": 0, "unknown": 0, None: 0}
         for t in txn.txns:
@@ -840,6 +848,9 @@ class Schedule:
         self.info["txns"] = counts
         self.check_replicas()
         for b in self.brokers.values():
+            if not b.alive():
+                v.append(f"crash: broker {b.id} exited on its own (code {b.proc.returncode if b.proc else None}):\n"
+                         + b.tail(15))
             for s in range(1, b.starts + 1):
                 for hit in scan_log(b.log_path(s), FATAL_LOG_PATTERNS):
                     v.append(f"crash: {hit}")

@@ -47,6 +47,9 @@ def net():
         netfault.close_net(n)
 
 
+# A short schedule takes about 65 s; the timeout is the suite's time budget per seed, so a hung
+# schedule fails (and its namespaces are removed by the fixture) instead of stalling scripts/test.
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("seed", _seeds())
 def test_network_fault_schedule(net, seed):
     plan = netfault.make_schedule(seed, n_faults=(3, 3), hold=(10, 15))
