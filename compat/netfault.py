@@ -403,9 +403,10 @@ class IdemProducer(threading.Thread):
     """acks=all, idempotent; value = "<name>-<n>", each value produced once.  A producer that
     hits a fatal error is replaced (its outstanding messages fail, nothing is re-sent)."""
 
-    def __init__(self, bootstrap: str, name: str):
+    def __init__(self, bootstrap: str, name: str, logdir: Optional[Path] = None):
         super().__init__(daemon=True, name=name)
         self.bootstrap, self.pname = bootstrap, name
+        self.logfile = (logdir / f"{name}.rdkafka.log") if logdir else None
         self.halt = threading.Event()
         self.lock = threading.Lock()
         self.acks: Dict[str, Tuple[int, int]] = {}
@@ -424,7 +425,7 @@ class IdemProducer(threading.Thread):
             if err is not None:
                 self.failed += 1
             elif msg.offset() is None or msg.offset() < 0:
-                self.no_offset.append((v, msg.partition(), msg.offset()))
+                self.no_offset.append((v, msg.partition(), f"{msg.offset()} at {time.strftime('%H:%M:%S')}"))
             elif v in self.acks:
                 self.double.append(v)
             else:
@@ -438,9 +439,21 @@ class IdemProducer(threading.Thread):
 
     def _new(self):
         from confluent_kafka import Producer
-        return Producer(dict(_quiet({"bootstrap.servers": self.bootstrap, "acks": "all",
-                                     "enable.idempotence": True, "linger.ms": 5,
-                                     "message.timeout.ms": 60000}), error_cb=self._err))
+        conf = dict(_quiet({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                            "linger.ms": 5, "message.timeout.ms": 60000}), error_cb=self._err)
+        if self.logfile is not None:
+            # librdkafka's idempotence decisions (retries, implicit acks, epoch bumps) go to a file,
+            # which is what explains an acknowledgement without an offset
+            import logging
+            lg = logging.getLogger(f"netfault.{self.pname}.{id(self)}")
+            lg.propagate = False
+            if not lg.handlers:
+                h = logging.FileHandler(self.logfile)
+                h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+                lg.addHandler(h)
+            lg.setLevel(logging.DEBUG)
+            conf.update({"debug": "eos,msg", "log_level": 7, "logger": lg})
+        return Producer(conf)
 
     def run(self):
         try:
@@ -931,7 +944,7 @@ class Schedule:
         txn = None
         try:
             self.start()
-            producers = [IdemProducer(self.bootstrap, f"p{i}") for i in range(3)]
+            producers = [IdemProducer(self.bootstrap, f"p{i}", self.base) for i in range(3)]
             txn = TxnProducer(self.bootstrap, plan["txn_seed"], f"nf-txn-{plan['seed']}")
             data_reader = GroupReader(self.bootstrap, DATA_TOPIC, "nf-g-data", read_committed=False)
             rc_reader = GroupReader(self.bootstrap, TXN_TOPIC, "nf-g-rc", read_committed=True)
@@ -990,6 +1003,12 @@ class Schedule:
         out = []
         for b in self.brokers.values():
             out += b.grep(pat, limit)
+        if any(x.startswith("missing-offset") for x in self.violations):
+            rx = re.compile(r"(?i)(implicit|duplicat|persisted|out.of.order|OUT_OF_ORDER|epoch bump|drain)")
+            for f in sorted(self.base.glob("p*.rdkafka.log")):
+                hits = [f"{f.name}: {ln.strip()[:300]}" for ln in f.read_text(errors="replace").splitlines()
+                        if rx.search(ln)]
+                out += hits[:limit]
         return out
 
     def stop(self) -> None:
