@@ -42,8 +42,9 @@ from gregor_harness import (FATAL_LOG_PATTERNS, ZK_SERVER_SH, _die_with_parent, 
 
 SESSION_MS = 6000
 BROKERS = (1, 2, 3)
-DATA_TOPIC, DATA_PARTS = "nf-data", 6
-TXN_TOPIC, TXN_PARTS = "nf-txn", 3
+# Topic names carry the seed: a client of an earlier schedule that outlived it (the addresses are
+# reused) can then at worst auto-create a topic nobody uses, never this schedule's.
+DATA_PARTS, TXN_PARTS = 6, 3
 CHROOT = "/gregor-netfault"
 KAFKA_PORT, ZK_PORT = 9092, 2181
 # The issue's liveness bounds, measured from the last heal.
@@ -96,16 +97,19 @@ def _pid_alive(pid: int) -> bool:
 def _kill_ns_pids(ns: str) -> None:
     # Every process in one of our namespaces was started by this suite (a JVM orphaned by a
     # killed zkServer.sh included), so ending them all is ending only our own.
-    pids = [int(p) for p in run("ip", "netns", "pids", ns, check=False).stdout.split()]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGCONT)
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    # Listed again until empty: a killed child of ours stays a zombie until reaped, and a zombie
+    # is no longer in the namespace while os.kill(pid, 0) would still find it.
     deadline = time.monotonic() + 10
-    while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if _pid_alive(p)]
+    while time.monotonic() < deadline:
+        pids = [int(p) for p in run("ip", "netns", "pids", ns, check=False).stdout.split()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         time.sleep(0.05)
 
 
@@ -394,18 +398,33 @@ def describe_fault(f: dict) -> str:
 # workload
 # ---------------------------------------------------------------------------
 
+def _debug_to_file(conf: dict, path: Path, contexts: str) -> dict:
+    """librdkafka debug output for `contexts` into `path` (not stderr): what explains a client's
+    decisions (retries, implicit acks, epoch bumps, transaction state) after the fact."""
+    import logging
+    lg = logging.getLogger(f"netfault.{path}")
+    lg.propagate = False
+    if not lg.handlers:
+        h = logging.FileHandler(path)
+        h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        lg.addHandler(h)
+    lg.setLevel(logging.DEBUG)
+    return dict(conf, debug=contexts, log_level=7, logger=lg)
+
+
 def _quiet(conf: dict) -> dict:
-    # librdkafka would otherwise print every refused connection during a fault
-    return dict(conf, log_level=0, error_cb=lambda e: None)
+    # librdkafka would otherwise print every refused connection during a fault; and no client of
+    # the suite may create a topic by asking for its metadata (a stray one would skew the checks)
+    return dict(conf, log_level=0, error_cb=lambda e: None, **{"allow.auto.create.topics": False})
 
 
 class IdemProducer(threading.Thread):
     """acks=all, idempotent; value = "<name>-<n>", each value produced once.  A producer that
     hits a fatal error is replaced (its outstanding messages fail, nothing is re-sent)."""
 
-    def __init__(self, bootstrap: str, name: str, logdir: Optional[Path] = None):
+    def __init__(self, bootstrap: str, topic: str, name: str, logdir: Optional[Path] = None):
         super().__init__(daemon=True, name=name)
-        self.bootstrap, self.pname = bootstrap, name
+        self.bootstrap, self.topic, self.pname = bootstrap, topic, name
         self.logfile = (logdir / f"{name}.rdkafka.log") if logdir else None
         self.halt = threading.Event()
         self.lock = threading.Lock()
@@ -442,17 +461,8 @@ class IdemProducer(threading.Thread):
         conf = dict(_quiet({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
                             "linger.ms": 5, "message.timeout.ms": 60000}), error_cb=self._err)
         if self.logfile is not None:
-            # librdkafka's idempotence decisions (retries, implicit acks, epoch bumps) go to a file,
-            # which is what explains an acknowledgement without an offset
-            import logging
-            lg = logging.getLogger(f"netfault.{self.pname}.{id(self)}")
-            lg.propagate = False
-            if not lg.handlers:
-                h = logging.FileHandler(self.logfile)
-                h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-                lg.addHandler(h)
-            lg.setLevel(logging.DEBUG)
-            conf.update({"debug": "eos,msg", "log_level": 7, "logger": lg})
+            # an acknowledgement without an offset is explained by librdkafka's idempotence log
+            conf = _debug_to_file(conf, self.logfile, "eos,msg")
         return Producer(conf)
 
     def run(self):
@@ -468,7 +478,7 @@ class IdemProducer(threading.Thread):
                     p = self._new()
                 for _ in range(2):
                     try:
-                        p.produce(DATA_TOPIC, key=f"k{n % 50}".encode(), value=f"{self.pname}-{n}".encode(),
+                        p.produce(self.topic, key=f"k{n % 50}".encode(), value=f"{self.pname}-{n}".encode(),
                                   on_delivery=self._cb)
                         n += 1
                         self.sent = n
@@ -486,9 +496,10 @@ class TxnProducer(threading.Thread):
     schedule's txn_seed says.  outcome: committed / aborted (the call returned OK) or unknown
     (a fatal error mid-way: the transaction may have gone either way, but must be all-or-nothing)."""
 
-    def __init__(self, bootstrap: str, txn_seed: int, tid: str):
+    def __init__(self, bootstrap: str, topic: str, txn_seed: int, tid: str, logdir: Optional[Path] = None):
         super().__init__(daemon=True, name="txn-producer")
-        self.bootstrap, self.tid = bootstrap, tid
+        self.bootstrap, self.topic, self.tid = bootstrap, topic, tid
+        self.logfile = (logdir / "txn.rdkafka.log") if logdir else None
         self.rng = random.Random(txn_seed)
         self.halt = threading.Event()
         self.txns: List[dict] = []
@@ -502,8 +513,11 @@ class TxnProducer(threading.Thread):
 
     def _new(self):
         from confluent_kafka import Producer
-        p = Producer(_quiet({"bootstrap.servers": self.bootstrap, "transactional.id": self.tid,
-                             "transaction.timeout.ms": 30000, "message.timeout.ms": 30000, "linger.ms": 5}))
+        conf = _quiet({"bootstrap.servers": self.bootstrap, "transactional.id": self.tid,
+                       "transaction.timeout.ms": 30000, "message.timeout.ms": 30000, "linger.ms": 5})
+        if self.logfile is not None:
+            conf = _debug_to_file(conf, self.logfile, "eos")
+        p = Producer(conf)
         self._retry(lambda: p.init_transactions(10), deadline=time.monotonic() + 120)
         return p
 
@@ -536,7 +550,7 @@ class TxnProducer(threading.Thread):
                     for i, v in enumerate(vals):
                         while True:
                             try:
-                                p.produce(TXN_TOPIC, key=v.encode(), value=v.encode(), partition=(k + i) % TXN_PARTS,
+                                p.produce(self.topic, key=v.encode(), value=v.encode(), partition=(k + i) % TXN_PARTS,
                                           on_delivery=self._cb)
                                 break
                             except BufferError:
@@ -634,6 +648,8 @@ class Schedule:
         self.liveness: Dict[str, Optional[float]] = {}
         self.info: Dict[str, object] = {}
         self.killed: List[int] = []
+        self.data_topic = f"nf-data-{plan['seed']}"
+        self.txn_topic = f"nf-txn-{plan['seed']}"
 
     @property
     def bootstrap(self) -> str:
@@ -662,8 +678,8 @@ class Schedule:
             return all(len(AdminClient(_quiet({"bootstrap.servers": b.bootstrap})).list_topics(timeout=5).brokers) == 3
                        for b in self.brokers.values())
         wait_until(all_listed, 60, "every broker's Metadata lists 3 brokers", interval=0.2)
-        fs = a.create_topics([NewTopic(DATA_TOPIC, DATA_PARTS, 3, config={"min.insync.replicas": "2"}),
-                              NewTopic(TXN_TOPIC, TXN_PARTS, 3, config={"min.insync.replicas": "2"})])
+        fs = a.create_topics([NewTopic(self.data_topic, DATA_PARTS, 3, config={"min.insync.replicas": "2"}),
+                              NewTopic(self.txn_topic, TXN_PARTS, 3, config={"min.insync.replicas": "2"})])
         for f in fs.values():
             f.result(timeout=60)
         wait_until(lambda: self.isr_full(), 60, "every ISR full after topic creation", interval=0.2)
@@ -725,7 +741,8 @@ class Schedule:
             from confluent_kafka import Producer
             p = Producer(_quiet({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
                                  "message.timeout.ms": 15000, "linger.ms": 0}))
-            want = [(DATA_TOPIC, i) for i in range(DATA_PARTS)] + [(TXN_TOPIC, i) for i in range(TXN_PARTS)]
+            want = ([(self.data_topic, i) for i in range(DATA_PARTS)]
+                    + [(self.txn_topic, i) for i in range(TXN_PARTS)])
             acked: Dict[Tuple[str, int], int] = {}
             inflight = set()
             errors: List[str] = []
@@ -791,7 +808,7 @@ class Schedule:
     def check(self, producers: List[IdemProducer], txn: TxnProducer, data_reader: GroupReader,
               rc_reader: GroupReader) -> None:
         v = self.violations
-        _, data_log = read_back(self.bootstrap, DATA_TOPIC, DATA_PARTS, read_committed=False)
+        _, data_log = read_back(self.bootstrap, self.data_topic, DATA_PARTS, read_committed=False)
         where: Dict[str, List[Tuple[int, int]]] = {}
         for (p, o), val in data_log.items():
             where.setdefault(val, []).append((p, o))
@@ -810,27 +827,27 @@ class Schedule:
                 if got == val:
                     continue
                 if val not in where:
-                    v.append(f"lost: {val!r} acknowledged at {DATA_TOPIC}-{p}@{o}, not in the log "
+                    v.append(f"lost: {val!r} acknowledged at {self.data_topic}-{p}@{o}, not in the log "
                              f"(that offset holds {got!r})")
                 else:
-                    v.append(f"wrong-offset: {val!r} acknowledged at {DATA_TOPIC}-{p}@{o}, found at {where[val]} "
-                             f"(that offset holds {got!r})")
+                    v.append(f"wrong-offset: {val!r} acknowledged at {self.data_topic}-{p}@{o}, found at "
+                             f"{where[val]} (that offset holds {got!r})")
         self.info["acks"] = acks
         for p, o, val in data_reader.reads:
             if data_log.get((p, o)) != val:
-                v.append(f"inconsistent-read: group read {val!r} at {DATA_TOPIC}-{p}@{o}; the log holds "
+                v.append(f"inconsistent-read: group read {val!r} at {self.data_topic}-{p}@{o}; the log holds "
                          f"{data_log.get((p, o))!r}")
 
-        _, txn_all = read_back(self.bootstrap, TXN_TOPIC, TXN_PARTS, read_committed=False)
-        _, txn_rc = read_back(self.bootstrap, TXN_TOPIC, TXN_PARTS, read_committed=True)
+        _, txn_all = read_back(self.bootstrap, self.txn_topic, TXN_PARTS, read_committed=False)
+        _, txn_rc = read_back(self.bootstrap, self.txn_topic, TXN_PARTS, read_committed=True)
         seen_rc: Dict[str, List[Tuple[int, int]]] = {}
         for (p, o), val in txn_rc.items():
             seen_rc.setdefault(val, []).append((p, o))
             if txn_all.get((p, o)) != val:
-                v.append(f"inconsistent-read: read_committed read-back {val!r} at {TXN_TOPIC}-{p}@{o}, "
+                v.append(f"inconsistent-read: read_committed read-back {val!r} at {self.txn_topic}-{p}@{o}, "
                          f"read_uncommitted has {txn_all.get((p, o))!r}")
         for val, p, o in txn.no_offset:
-            v.append(f"missing-offset: transactional ack for {val!r} on {TXN_TOPIC}-{p} with offset {o}")
+            v.append(f"missing-offset: transactional ack for {val!r} on {self.txn_topic}-{p} with offset {o}")
         outcome = {val: t for t in txn.txns for val in t["values"]}
         counts = {"committed": 0, "aborted": 0, "unknown": 0, None: 0}
         for t in txn.txns:
@@ -852,11 +869,11 @@ class Schedule:
         for p, o, val in rc_reader.reads:
             t = outcome.get(val)
             if t is not None and t["outcome"] == "aborted":
-                v.append(f"aborted-read: read_committed group read {val!r} at {TXN_TOPIC}-{p}@{o} of aborted "
+                v.append(f"aborted-read: read_committed group read {val!r} at {self.txn_topic}-{p}@{o} of aborted "
                          f"txn {t['id']}")
             if txn_all.get((p, o)) != val:
-                v.append(f"inconsistent-read: read_committed group read {val!r} at {TXN_TOPIC}-{p}@{o}; the log "
-                         f"holds {txn_all.get((p, o))!r}")
+                v.append(f"inconsistent-read: read_committed group read {val!r} at {self.txn_topic}-{p}@{o}; "
+                         f"the log holds {txn_all.get((p, o))!r}")
         counts.pop(None)
         self.info["txns"] = counts
         self.check_replicas()
@@ -944,10 +961,10 @@ class Schedule:
         txn = None
         try:
             self.start()
-            producers = [IdemProducer(self.bootstrap, f"p{i}", self.base) for i in range(3)]
-            txn = TxnProducer(self.bootstrap, plan["txn_seed"], f"nf-txn-{plan['seed']}")
-            data_reader = GroupReader(self.bootstrap, DATA_TOPIC, "nf-g-data", read_committed=False)
-            rc_reader = GroupReader(self.bootstrap, TXN_TOPIC, "nf-g-rc", read_committed=True)
+            producers = [IdemProducer(self.bootstrap, self.data_topic, f"p{i}", self.base) for i in range(3)]
+            txn = TxnProducer(self.bootstrap, self.txn_topic, plan["txn_seed"], f"nf-txn-{plan['seed']}", self.base)
+            data_reader = GroupReader(self.bootstrap, self.data_topic, "nf-g-data", read_committed=False)
+            rc_reader = GroupReader(self.bootstrap, self.txn_topic, "nf-g-rc", read_committed=True)
             readers = [data_reader, rc_reader]
             for th in producers + [txn] + readers:
                 th.start()
@@ -985,6 +1002,8 @@ class Schedule:
             for th in producers + readers + ([txn] if txn else []):
                 th.halt.set()
             self.info["producer_fatal"] = sum(len(p.fatal_errors) for p in producers)
+            self.info["lingering_threads"] = [th.name for th in producers + readers + ([txn] if txn else [])
+                                              if th.is_alive()]
             self.info["txn_notes"] = txn.notes[-10:] if txn else []
             self.stop()
         self.info["duration"] = time.monotonic() - t0
@@ -1004,11 +1023,12 @@ class Schedule:
         for b in self.brokers.values():
             out += b.grep(pat, limit)
         if any(x.startswith("missing-offset") for x in self.violations):
-            rx = re.compile(r"(?i)(implicit|duplicat|persisted|out.of.order|OUT_OF_ORDER|epoch bump|drain)")
+            rx = re.compile(r"(IMPLICITACK|PossiblyPersisted|OUT_OF_ORDER|Out of order|DUPLICATE_SEQ|epoch bump)")
             for f in sorted(self.base.glob("p*.rdkafka.log")):
                 hits = [f"{f.name}: {ln.strip()[:300]}" for ln in f.read_text(errors="replace").splitlines()
                         if rx.search(ln)]
-                out += hits[:limit]
+                # the implicit acks first: each is an acknowledgement librdkafka gave without an offset
+                out += sorted(hits, key=lambda h: "IMPLICITACK" not in h)[:limit]
         return out
 
     def stop(self) -> None:
@@ -1042,7 +1062,10 @@ def _cleanup_all() -> None:
 
 def _on_signal(signum, _frame):
     _cleanup_all()
-    raise SystemExit(128 + signum)
+    # Not SystemExit: a heal in a `finally` that fails (its namespace is gone) would replace it,
+    # be reported as a failed schedule, and the campaign would go on without a network.
+    sys.stdout.flush()
+    os._exit(128 + signum)
 
 
 def open_net() -> Net:
@@ -1116,7 +1139,7 @@ def report(r: dict) -> str:
         lines.append(f"    ERROR {r['error']}")
     if lines:
         info = {k: r["info"][k] for k in ("probe", "isr_not_full", "registered_at_end", "producer_fatal",
-                                          "txn_notes") if k in r["info"]}
+                                          "txn_notes", "lingering_threads") if k in r["info"]}
         lines.append(f"    details: {json.dumps(info, default=str)[:3000]}")
         for e in r.get("evidence", [])[:40]:
             lines.append(f"    log {e}")
@@ -1126,6 +1149,7 @@ def report(r: dict) -> str:
 
 def campaign(seeds: List[int], n_faults=(3, 5), hold=(10, 25)) -> int:
     net = open_net()
+    signal.signal(signal.SIGINT, _on_signal)
     results = []
     try:
         print(f"network {net.prefix}0/24, namespaces {net.tag}-*, broker {gregor_bin()}", flush=True)
