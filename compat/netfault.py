@@ -308,6 +308,12 @@ class NsBroker:
             "log.dirs": str(self.data),
             "zookeeper.connect": self.zk_connect,
             "zookeeper.session.timeout.ms": str(SESSION_MS),
+            # Kafka's default (30 s) equals librdkafka's request.timeout.ms: an acks=all produce
+            # waiting on a stalled follower then times out just before the ISR drops it, the
+            # next batch succeeds, and librdkafka counts the timed-out one as delivered without
+            # an offset (an "implicit ack"; Kafka's brokers race the same way). With the ISR
+            # decided well inside the client's timeout, every acknowledgement carries its offset.
+            "replica.lag.time.max.ms": "10000",
         }
         cmd = ["ip", "netns", "exec", self.net.ns(self.node), str(gregor_bin())]
         for k, v in cfg.items():
