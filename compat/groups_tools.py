@@ -323,3 +323,14 @@ if __name__ == "__main__":
     else:
         print("usage: groups_tools.py worker '<json config>'", file=sys.stderr)
         sys.exit(2)
+
+
+def offsets_partition(group: str, partitions: int = 50) -> int:
+    """The group's __consumer_offsets partition, as Kafka picks it: abs(javaHash(group)) % n."""
+    h = 0
+    data = group.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % partitions

@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from cluster_harness import Cluster  # noqa: E402
 from gregor_fixtures import _failed, _register  # noqa: E402
 from gregor_harness import wait_until  # noqa: E402
+from groups_tools import offsets_partition  # noqa: E402
 
 WAIT = 60
 PARTS = 3
@@ -121,17 +122,6 @@ def check_gone(bs: str, mixed: str, only: str, gone: str, kept: str) -> None:
     a = admin(bs)
     for f in a.describe_consumer_groups([mixed, only]).values():
         f.result(timeout=WAIT)  # answers (a group that is gone is described as Dead)
-
-
-def offsets_partition(group: str) -> int:
-    """abs(javaHash(group)) % offsets.topic.num.partitions (50)."""
-    h = 0
-    data = group.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    if h >= 1 << 31:
-        h -= 1 << 32
-    return (0 if h == -(1 << 31) else abs(h)) % 50
 
 
 def replicated_tombstones(bs: str, group: str, topic: str) -> int:

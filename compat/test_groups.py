@@ -37,7 +37,7 @@ from kafka.admin import KafkaAdminClient  # noqa: E402
 from cluster_harness import Cluster  # noqa: E402
 from gregor_fixtures import _failed, _register  # noqa: E402
 from gregor_harness import wait_until  # noqa: E402
-from groups_tools import Worker  # noqa: E402
+from groups_tools import Worker, offsets_partition  # noqa: E402
 
 WAIT = 60
 SESSION_MS = 6000
@@ -347,15 +347,9 @@ def member_partitions(m: dict) -> Set[int]:
 
 
 def group_coordinator(c: Cluster, group: str) -> int:
-    """Leader of __consumer_offsets partition abs(javaHash(group)) % 50, read from ZooKeeper."""
-    h = 0
-    data = group.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    if h >= 1 << 31:
-        h -= 1 << 32
-    h = 0 if h == -(1 << 31) else abs(h)
-    return c.partition_state("__consumer_offsets", h % 50)["leader"], h % 50
+    """Leader of the group's __consumer_offsets partition, read from ZooKeeper."""
+    p = offsets_partition(group)
+    return c.partition_state("__consumer_offsets", p)["leader"], p
 
 
 # ---------------------------------------------------------------------------

@@ -21,6 +21,18 @@ def fetch(c: kp.Conn, topic: str, offset: int) -> dict:
     return p
 
 
+def read_records(c: kp.Conn, topic: str, count: int) -> list:
+    """The first `count` records of partition 0, fetched batch by batch from offset 0."""
+    got, offset = [], 0
+    while offset < count:
+        batches = kp.decode_batches(fetch(c, topic, offset)["records"])
+        assert batches and all(bt.crc_ok for bt in batches)
+        recs = [r for bt in batches for r in bt.records if r.offset >= offset]
+        got += recs
+        offset = recs[-1].offset + 1
+    return got
+
+
 def test_rolls_fsyncs_and_reads_below_the_active_segment_go_through_the_pool(broker_factory):
     mport = free_port()
     b = broker_factory({"num.io.threads": "1", "log.segment.bytes": "4096", "log.flush.interval.messages": "50",
@@ -40,14 +52,7 @@ def test_rolls_fsyncs_and_reads_below_the_active_segment_go_through_the_pool(bro
         # times; every other append only writes to the page cache.
         assert start < produced < start + 60, (start, produced)
 
-        got, offset = [], 0
-        while offset < len(sent):
-            p = fetch(c, topic, offset)
-            batches = kp.decode_batches(p["records"])
-            assert batches and all(bt.crc_ok for bt in batches)
-            recs = [r for bt in batches for r in bt.records if r.offset >= offset]
-            got += [(r.key, r.value) for r in recs]
-            offset = recs[-1].offset + 1
+        got = [(r.key, r.value) for r in read_records(c, topic, len(sent))]
         assert got == sent
         read = metric(mport, JOBS)
         assert read > produced, "reads of rolled segments did not go through the pool"
@@ -159,12 +164,5 @@ def test_num_io_threads_is_dynamic_per_broker_and_cluster_wide(broker_factory):
         assert not errors, errors
         assert metric(mport, JOBS) > jobs, "the appends did not go through the pool"
 
-        got, offset = [], 0
-        while offset < len(sent):
-            p = fetch(c, topic, offset)
-            batches = kp.decode_batches(p["records"])
-            assert batches and all(bt.crc_ok for bt in batches)
-            recs = [r for bt in batches for r in bt.records if r.offset >= offset]
-            got += [r.value for r in recs]
-            offset = recs[-1].offset + 1
+        got = [r.value for r in read_records(c, topic, len(sent))]
         assert got == sent
