@@ -185,7 +185,12 @@ impl Broker {
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let broker = Arc::new(Broker {
             replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
-            io: crate::io_pool::IoPool::new(config.num_io_threads, metrics.io_jobs.clone(), metrics.io_threads.clone()),
+            io: crate::io_pool::IoPool::new(
+                config.num_io_threads,
+                config.log_dirs.len(),
+                metrics.io_jobs.clone(),
+                metrics.io_threads.clone(),
+            ),
             metrics,
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
