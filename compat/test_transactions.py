@@ -68,8 +68,8 @@ def produce_txn(p: Producer, topic: str, values, partition=None, commit=True) ->
 
 def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int, timeout: float = WAIT):
     """Every value in `topic` as a consumer with `isolation` sees it: polls until `expect`
-    values arrived and every partition reported EOF after that (its end: the last stable
-    offset for read_committed)."""
+    values arrived and every partition reported EOF after its last value (its end: the last
+    stable offset for read_committed)."""
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": uniq("reader"),
@@ -80,6 +80,9 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect
     })
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = []
+    # The partitions at their end since their last value. librdkafka reports a partition's EOF
+    # once per arrival at its end: one that got there before the others delivered their last
+    # values is not told again, so its EOF is kept until a value of its own arrives.
     eof = set()
     deadline = time.monotonic() + timeout
     try:
@@ -89,12 +92,12 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect
                 continue
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
-                    if len(got) >= expect:
-                        eof.add(m.partition())
-                    if len(eof) == partitions:
+                    eof.add(m.partition())
+                    if len(got) >= expect and len(eof) == partitions:
                         break
                     continue
                 raise KafkaException(m.error())
+            eof.discard(m.partition())
             got.append((m.partition(), m.value().decode()))
         else:
             raise AssertionError(f"{isolation} reader got {len(got)} of {expect} values before the timeout")
@@ -769,6 +772,9 @@ def test_commit_across_coordinator_move(cluster_factory):
     # takes over, after fetching the PrepareCommit; `lagging` is stopped meanwhile so the
     # PrepareCommit cannot reach the high watermark (and EndTxn stays unanswered).
     successor, lagging = others
+    # Every replica in the ISR: the PrepareCommit waits for the stopped one.
+    wait_until(lambda: len(c.partition_state("__transaction_state", tp)["isr"]) == 3, WAIT,
+               f"__transaction_state-{tp}'s ISR to be full")
 
     # One partition on the successor, one only on the coordinator's broker: its marker waits
     # for that broker's return.
