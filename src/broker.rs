@@ -203,7 +203,7 @@ impl Broker {
             ),
             leader_quota: Default::default(),
             follower_quota: Default::default(),
-            quotas: Default::default(),
+            quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
             dynamic: crate::dynamic_config::DynamicConfigs::new(&config),
             config,
             cache,
@@ -230,7 +230,7 @@ impl Broker {
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
-        broker.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
+        broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
