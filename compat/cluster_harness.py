@@ -81,6 +81,9 @@ class Cluster:
         o = {
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": str(self.session_timeout_ms),
+            # Kafka's default (1 s) would slow every failover and restart these tests make;
+            # 200 ms was gregor's fixed pause before the key existed.
+            "replica.fetch.backoff.ms": "200",
         }
         o.update(self.extra_overrides)
         return o

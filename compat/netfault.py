@@ -308,6 +308,8 @@ class NsBroker:
             "log.dirs": str(self.data),
             "zookeeper.connect": self.zk_connect,
             "zookeeper.session.timeout.ms": str(SESSION_MS),
+            # As in the cluster harness: the follower's retry pause gregor used before the key.
+            "replica.fetch.backoff.ms": "200",
             # Kafka's default (30 s) equals librdkafka's request.timeout.ms: an acks=all produce
             # waiting on a stalled follower then times out just before the ISR drops it, the
             # next batch succeeds, and librdkafka counts the timed-out one as delivered without

@@ -22,9 +22,6 @@ use crate::replication::fetcher::FetcherManager;
 use crate::replication::{Partition, ReplicaManager};
 use crate::txn::ProducerIdManager;
 
-/// How long a controlled shutdown waits for leadership to move (Kafka: 3 retries x 5 s).
-const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
@@ -674,15 +671,14 @@ impl Broker {
         if !self.store.is_zookeeper() || !enabled {
             return;
         }
-        let retries: u32 =
-            self.config.values.get("controlled.shutdown.max.retries").and_then(|v| v.parse().ok()).unwrap_or(3);
-        let backoff = Duration::from_millis(
-            self.config.values.get("controlled.shutdown.retry.backoff.ms").and_then(|v| v.parse().ok()).unwrap_or(5000),
-        );
+        let retries = self.config.controlled_shutdown_max_retries;
+        let backoff = self.config.controlled_shutdown_retry_backoff;
         // A departing broker must not look like a caught-up follower.
         self.shutting_down.store(true, Ordering::Release);
         self.fetchers.stop_all();
-        let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_TIMEOUT;
+        // Kafka spends at most `retries` backoffs waiting; gregor asks again sooner (below) but
+        // gives up after the same time.
+        let deadline = tokio::time::Instant::now() + backoff * retries;
         for attempt in 0..=retries {
             match self.ask_controlled_shutdown().await {
                 Ok(0) => {
@@ -864,6 +860,7 @@ fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorConfig
         max_session_timeout_ms: get("group.max.session.timeout.ms")? as i32,
         offsets_retention_ms: positive("offsets.retention.minutes")?.saturating_mul(60_000),
         offsets_retention_check_interval_ms: positive("offsets.retention.check.interval.ms")? as u64,
+        offset_metadata_max_bytes: config.offset_metadata_max_bytes,
     })
 }
 

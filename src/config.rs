@@ -200,6 +200,12 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("follower.replication.throttled.rate", "9223372036854775807"),
     ("replica.alter.log.dirs.io.max.bytes.per.second", "9223372036854775807"),
     ("controlled.shutdown.enable", "true"),
+    ("controlled.shutdown.max.retries", "3"),
+    ("controlled.shutdown.retry.backoff.ms", "5000"),
+    ("replica.fetch.backoff.ms", "1000"),
+    ("offset.metadata.max.bytes", "4096"),
+    ("offsets.commit.timeout.ms", "5000"),
+    ("request.timeout.ms", "30000"),
     ("auto.leader.rebalance.enable", "true"),
     ("leader.imbalance.check.interval.seconds", "300"),
     ("broker.id.generation.enable", "true"),
@@ -330,6 +336,21 @@ pub struct BrokerConfig {
     pub config_change_expiration_ms: i64,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
+    /// `offset.metadata.max.bytes`: the longest metadata string an offset commit may carry.
+    pub offset_metadata_max_bytes: usize,
+    /// `offsets.commit.timeout.ms`: how long an offset commit waits for its append to
+    /// `__consumer_offsets` to be replicated before it answers REQUEST_TIMED_OUT.
+    pub offsets_commit_timeout: std::time::Duration,
+    /// `replica.fetch.backoff.ms`: how long a follower waits after a failed fetch.
+    pub replica_fetch_backoff: std::time::Duration,
+    /// `controlled.shutdown.max.retries`: how often a stopping broker asks the controller
+    /// again to move its leaderships.
+    pub controlled_shutdown_max_retries: u32,
+    /// `controlled.shutdown.retry.backoff.ms`: the pause between those attempts.
+    pub controlled_shutdown_retry_backoff: std::time::Duration,
+    /// `request.timeout.ms`: how long an inter-broker request the coordinators send
+    /// (WriteTxnMarkers) may wait for its answer.
+    pub request_timeout: std::time::Duration,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,
     /// The `log.cleaner.*` settings.
@@ -800,6 +821,27 @@ impl BrokerConfig {
                 get("gregor.config.change.expiration.ms"),
             )?,
             transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
+            offset_metadata_max_bytes: num::<usize>("offset.metadata.max.bytes", get("offset.metadata.max.bytes"))?,
+            offsets_commit_timeout: std::time::Duration::from_millis(positive::<u64>(
+                "offsets.commit.timeout.ms",
+                get("offsets.commit.timeout.ms"),
+            )?),
+            replica_fetch_backoff: std::time::Duration::from_millis(num::<u64>(
+                "replica.fetch.backoff.ms",
+                get("replica.fetch.backoff.ms"),
+            )?),
+            controlled_shutdown_max_retries: num::<u32>(
+                "controlled.shutdown.max.retries",
+                get("controlled.shutdown.max.retries"),
+            )?,
+            controlled_shutdown_retry_backoff: std::time::Duration::from_millis(num::<u64>(
+                "controlled.shutdown.retry.backoff.ms",
+                get("controlled.shutdown.retry.backoff.ms"),
+            )?),
+            request_timeout: std::time::Duration::from_millis(positive::<u64>(
+                "request.timeout.ms",
+                get("request.timeout.ms"),
+            )?),
             log,
             cleaner,
             values: values.clone(),
@@ -1654,6 +1696,46 @@ mod tests {
         assert_eq!(c.log.max_message_bytes, 1_048_588);
         assert_eq!(c.socket_request_max_bytes, 104_857_600);
         assert!(c.zookeeper_connect.is_none());
+    }
+
+    #[test]
+    fn limits_default_to_kafkas_and_bad_values_are_refused() {
+        use std::time::Duration;
+        let c = load(&[]).unwrap();
+        assert_eq!(c.offset_metadata_max_bytes, 4096);
+        assert_eq!(c.offsets_commit_timeout, Duration::from_millis(5000));
+        assert_eq!(c.replica_fetch_backoff, Duration::from_millis(1000));
+        assert_eq!(c.controlled_shutdown_max_retries, 3);
+        assert_eq!(c.controlled_shutdown_retry_backoff, Duration::from_millis(5000));
+        assert_eq!(c.request_timeout, Duration::from_millis(30000));
+        let c = load(&[
+            ("offset.metadata.max.bytes", "0"),
+            ("offsets.commit.timeout.ms", "1"),
+            ("replica.fetch.backoff.ms", "0"),
+            ("controlled.shutdown.max.retries", "0"),
+            ("controlled.shutdown.retry.backoff.ms", "0"),
+            ("request.timeout.ms", "250"),
+        ])
+        .unwrap();
+        assert_eq!((c.offset_metadata_max_bytes, c.controlled_shutdown_max_retries), (0, 0));
+        assert_eq!(c.offsets_commit_timeout, Duration::from_millis(1));
+        assert_eq!(c.replica_fetch_backoff, Duration::ZERO);
+        assert_eq!(c.controlled_shutdown_retry_backoff, Duration::ZERO);
+        assert_eq!(c.request_timeout, Duration::from_millis(250));
+        let bad: &[(&str, &[&str])] = &[
+            ("offset.metadata.max.bytes", &["-1", "4k"]),
+            ("offsets.commit.timeout.ms", &["0", "-5", "soon"]),
+            ("replica.fetch.backoff.ms", &["-1", "1s"]),
+            ("controlled.shutdown.max.retries", &["-1", "three"]),
+            ("controlled.shutdown.retry.backoff.ms", &["-1", ""]),
+            ("request.timeout.ms", &["0", "30s"]),
+        ];
+        for (key, values) in bad {
+            for value in *values {
+                let err = refusal(&[(key, value)]);
+                assert!(err.starts_with(&format!("invalid value {value:?} for configuration {key}")), "{err}");
+            }
+        }
     }
 
     #[test]

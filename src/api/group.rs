@@ -21,11 +21,11 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::error::ErrorCode;
 use super::RequestContext;
-use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest, OFFSET_METADATA_MAX_BYTES};
+use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest};
 use crate::group::OFFSETS_TOPIC;
 use crate::security::authorizer::{Operation, ResourceType};
 
@@ -257,10 +257,6 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
     r
 }
 
-/// Kafka's `offsets.commit.timeout.ms`: how long a commit waits for the offsets partition's
-/// replicas before it is answered with an error.
-const OFFSETS_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
-
 pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let store = ctx.broker.group_store();
     let group_check = check_group(ctx, Operation::Read, req.group_id.0.as_str());
@@ -339,7 +335,7 @@ async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
         return false;
     };
     let target = p.log_end_offset();
-    let deadline = Instant::now() + OFFSETS_COMMIT_TIMEOUT;
+    let deadline = Instant::now() + ctx.broker.config.offsets_commit_timeout;
     let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
     loop {
         p.watch(&waiter);
@@ -376,7 +372,11 @@ pub fn offset_commit_v0(ctx: &RequestContext, req: OffsetCommitRequest) -> Offse
                 TOPIC_AUTHORIZATION_FAILED
             } else if !partition_exists(ctx, &name, p.partition_index) {
                 codes::UNKNOWN_TOPIC_OR_PARTITION
-            } else if p.committed_metadata.as_ref().is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES) {
+            } else if p
+                .committed_metadata
+                .as_ref()
+                .is_some_and(|m| m.len() > ctx.broker.config.offset_metadata_max_bytes)
+            {
                 codes::OFFSET_METADATA_TOO_LARGE
             } else if !is_znode_name(&group) {
                 codes::INVALID_GROUP_ID

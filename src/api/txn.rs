@@ -3,7 +3,7 @@
 //! DescribeTransactions. The rules live in `txn`; this file translates between them and the
 //! wire types and checks ACLs as Kafka does.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
@@ -36,8 +36,6 @@ fn s(v: impl Into<String>) -> StrBytes {
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = ErrorCode::TransactionalIdAuthorizationFailed as i16;
 const TOPIC_AUTHORIZATION_FAILED: i16 = ErrorCode::TopicAuthorizationFailed as i16;
 const GROUP_AUTHORIZATION_FAILED: i16 = ErrorCode::GroupAuthorizationFailed as i16;
-/// Kafka's `offsets.commit.timeout.ms`, as OffsetCommit waits.
-const OFFSETS_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
 
 /// Before KIP-588 (request versions below 2) clients knew a fenced producer as
 /// INVALID_PRODUCER_EPOCH.
@@ -255,7 +253,7 @@ pub async fn txn_offset_commit(ctx: &RequestContext, req: TxnOffsetCommitRequest
                 Some(c) => c,
                 None if !readable => TOPIC_AUTHORIZATION_FAILED,
                 None if !partition_exists(ctx, &name, p.partition_index) => codes::UNKNOWN_TOPIC_OR_PARTITION,
-                None if metadata.len() > crate::group::coordinator::OFFSET_METADATA_MAX_BYTES => {
+                None if metadata.len() > broker.config.offset_metadata_max_bytes => {
                     crate::group::coordinator::codes::OFFSET_METADATA_TOO_LARGE
                 }
                 None => {
@@ -347,7 +345,7 @@ async fn write_txn_offsets(
         }
     }
     broker.groups.add_txn_offsets(producer_id, p, offsets);
-    let deadline = Instant::now() + OFFSETS_COMMIT_TIMEOUT;
+    let deadline = Instant::now() + broker.config.offsets_commit_timeout;
     // Woken by this partition's high-watermark moves; registered before each check.
     let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
     loop {

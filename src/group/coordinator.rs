@@ -43,9 +43,6 @@ pub type TopicPartition = (String, i32);
 /// (partition, offset, leader epoch, metadata) as OffsetCommit carries it.
 pub type OffsetToCommit = (TopicPartition, i64, i32, Option<String>);
 
-/// Kafka's `offset.metadata.max.bytes`.
-pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {
     Empty,
@@ -241,6 +238,8 @@ pub struct CoordinatorConfig {
     pub offsets_retention_ms: i64,
     /// offsets.retention.check.interval.ms
     pub offsets_retention_check_interval_ms: u64,
+    /// offset.metadata.max.bytes
+    pub offset_metadata_max_bytes: usize,
 }
 
 pub struct GroupCoordinator {
@@ -932,7 +931,7 @@ impl GroupCoordinator {
         let mut to_store = Vec::new();
         for (tp, offset, epoch, metadata) in offsets {
             let metadata = metadata.unwrap_or_default();
-            if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+            if metadata.len() > self.config.offset_metadata_max_bytes {
                 results.push((tp, OFFSET_METADATA_TOO_LARGE));
             } else if !store.topic_partition_exists(&tp.0, tp.1) {
                 results.push((tp, UNKNOWN_TOPIC_OR_PARTITION));
@@ -1258,6 +1257,7 @@ mod tests {
             max_session_timeout_ms: 300000,
             offsets_retention_ms: 7 * 24 * 3_600_000,
             offsets_retention_check_interval_ms: 600_000,
+            offset_metadata_max_bytes: 4096,
         }))
     }
 

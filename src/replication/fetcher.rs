@@ -25,8 +25,6 @@ use crate::security::client::BrokerConnection;
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
 /// `diverging_epoch`, and still naming topics rather than ids.
 const FETCH_VERSION: i16 = 12;
-/// Pause after an error before retrying, so a dead leader is not hammered.
-const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`):
 /// a leader that refuses this broker's credentials is not asked five times a second.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
@@ -154,14 +152,17 @@ async fn run(
             conn = connect(&broker, leader).await;
             if conn.is_none() {
                 connect_failures = connect_failures.saturating_add(1);
-                tokio::time::sleep((RETRY_BACKOFF * connect_failures.min(5)).min(MAX_CONNECT_BACKOFF)).await;
+                tokio::time::sleep(
+                    (broker.config.replica_fetch_backoff * connect_failures.min(5)).min(MAX_CONNECT_BACKOFF),
+                )
+                .await;
                 continue;
             }
             connect_failures = 0;
         }
         let Some(stream) = conn.as_mut() else { continue };
         let Some(built) = build_request(&broker, leader, &wanted, &session) else {
-            tokio::time::sleep(RETRY_BACKOFF).await;
+            tokio::time::sleep(broker.config.replica_fetch_backoff).await;
             continue;
         };
         let request = &built.request;
@@ -198,13 +199,13 @@ async fn run(
                     session.sent.extend(built.sent);
                 }
                 if !apply(&broker, leader, response) {
-                    tokio::time::sleep(RETRY_BACKOFF).await;
+                    tokio::time::sleep(broker.config.replica_fetch_backoff).await;
                 }
             }
             Ok(Err(e)) => {
                 tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
                 conn = None;
-                tokio::time::sleep(RETRY_BACKOFF).await;
+                tokio::time::sleep(broker.config.replica_fetch_backoff).await;
             }
             Err(_) => {
                 tracing::warn!(leader, "replica fetch timed out; reconnecting");

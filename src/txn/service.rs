@@ -36,7 +36,6 @@ const STATE_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The WriteTxnMarkers version sent to other brokers (the only one Kafka 4 still knows).
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 const MARKER_RETRY_MAX: Duration = Duration::from_secs(1);
-const MARKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One partition's answer to a marker: (topic, partition) and the error code.
 pub type MarkerResult = ((String, i32), i16);
@@ -536,7 +535,7 @@ impl Broker {
         let connector = &self.security.inter_broker;
         let key = kafka_protocol::messages::ApiKey::WriteTxnMarkers;
         let resp = tokio::time::timeout(
-            MARKER_REQUEST_TIMEOUT,
+            self.config.request_timeout,
             pooled_round_trip::<_, WriteTxnMarkersResponse>(
                 connector,
                 &host,
