@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use crate::api::error::ErrorCode;
 use crate::config::BrokerConfig;
-use crate::controller::channel::ControllerChannels;
-use crate::controller::propagate::Propagated;
+use crate::controller::Controller;
 use crate::group::coordinator::CoordinatorConfig;
 use crate::group::GroupCoordinator;
 use crate::log::LogManager;
@@ -39,7 +38,7 @@ pub struct Broker {
     /// The static configuration; what is in force is `effective_config()`.
     pub config: BrokerConfig,
     pub dynamic: crate::dynamic_config::DynamicConfigs,
-    pub cache: MetadataCache,
+    pub cache: Arc<MetadataCache>,
     pub store: Arc<ZnodeStore>,
     pub replicas: ReplicaManager,
     pub producer_ids: ProducerIdManager,
@@ -62,17 +61,12 @@ pub struct Broker {
     pub request_slots: Arc<tokio::sync::Semaphore>,
     /// `num.io.threads`: where produce appends and fetch reads touch the disk.
     pub io: crate::io_pool::IoPool,
-    controller_epoch: AtomicI32,
-    is_controller: AtomicBool,
-    /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
-    /// preferred replicas (auto.leader.rebalance.enable).
-    preferred_election_due: AtomicBool,
+    /// The controller's state and operations; active only while this broker is the controller.
+    pub controller: Arc<Controller>,
     /// Set once controlled shutdown starts: this broker no longer follows anyone.
     pub shutting_down: AtomicBool,
     /// `__consumer_offsets` partitions whose groups are being loaded.
     loading_offsets: std::sync::Mutex<std::collections::HashSet<i32>>,
-    /// Serializes topic creation, deletion and partition changes (the controller's event queue).
-    pub admin_lock: std::sync::Mutex<()>,
     /// ISR changes proposed by this broker's leaders, waiting to be written (latest wins).
     pending_isr: std::sync::Mutex<std::collections::HashMap<(String, i32), IsrChange>>,
     isr_queued: tokio::sync::Notify,
@@ -80,13 +74,6 @@ pub struct Broker {
     known_controller_epoch: AtomicI32,
     /// The czxid of this broker's registration, renewed with each ZooKeeper session.
     broker_epoch: AtomicI64,
-    /// Controller only: its connections to the other brokers, and what it last told them.
-    pub channels: ControllerChannels,
-    pub propagated: std::sync::Mutex<Propagated>,
-    /// Controller only: brokers in controlled shutdown, which may neither lead nor join an ISR.
-    pub shutting_down_brokers: std::sync::Mutex<std::collections::BTreeSet<i32>>,
-    /// Controller only: replicas brokers reported in offline log dirs (KIP-112).
-    pub replicas_on_offline_dirs: std::sync::Mutex<crate::controller::log_dir_events::OfflineReplicas>,
     /// Serializes the application of LeaderAndIsr and StopReplica.
     pub replica_state_lock: std::sync::Mutex<()>,
     /// For the few places that hold `&Broker` and must start tasks that keep it.
@@ -162,7 +149,7 @@ impl Broker {
         let id = config.broker_id;
         register(&config, &store).await?;
 
-        let cache = MetadataCache::default();
+        let cache = Arc::new(MetadataCache::default());
         let me: Vec<BrokerInfo> = config
             .advertised_listeners
             .first()
@@ -183,7 +170,9 @@ impl Broker {
         });
 
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
+        let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone());
         let broker = Arc::new(Broker {
+            controller,
             replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
             io: crate::io_pool::IoPool::new(config.num_io_threads, metrics.io_jobs.clone(), metrics.io_threads.clone()),
             metrics,
@@ -208,20 +197,12 @@ impl Broker {
             config,
             cache,
             store,
-            controller_epoch: AtomicI32::new(0),
-            is_controller: AtomicBool::new(false),
-            preferred_election_due: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             loading_offsets: std::sync::Mutex::new(Default::default()),
-            admin_lock: std::sync::Mutex::new(()),
             pending_isr: std::sync::Mutex::new(Default::default()),
             isr_queued: tokio::sync::Notify::new(),
             known_controller_epoch: AtomicI32::new(0),
             broker_epoch: AtomicI64::new(-1),
-            channels: ControllerChannels::default(),
-            propagated: std::sync::Mutex::new(Propagated::default()),
-            shutting_down_brokers: std::sync::Mutex::new(Default::default()),
-            replicas_on_offline_dirs: std::sync::Mutex::new(Default::default()),
             replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
@@ -229,13 +210,15 @@ impl Broker {
             security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
+        let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(&broker) as _;
+        broker.controller.attach(local);
         broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         broker.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
-            broker.try_become_controller()?;
-            broker.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
+            broker.controller.try_become_controller()?;
+            broker.controller.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
         }
         if !broker.store.is_zookeeper() {
             // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
@@ -250,10 +233,6 @@ impl Broker {
         self.self_ref.get().and_then(std::sync::Weak::upgrade)
     }
 
-    pub fn is_controller(&self) -> bool {
-        self.is_controller.load(Ordering::Acquire)
-    }
-
     pub fn set_loading_offsets(&self, partition: i32, loading: bool) {
         let mut set = self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner());
         if loading {
@@ -265,23 +244,6 @@ impl Broker {
 
     pub fn is_loading_offsets(&self, partition: i32) -> bool {
         self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner()).contains(&partition)
-    }
-
-    pub fn request_preferred_election(&self) {
-        self.preferred_election_due.store(true, Ordering::Release);
-    }
-
-    pub fn take_preferred_election(&self) -> bool {
-        let enabled = self.config.values.get("auto.leader.rebalance.enable").map(String::as_str) != Some("false");
-        self.preferred_election_due.swap(false, Ordering::AcqRel) && enabled
-    }
-
-    pub fn resign_controller(&self) {
-        self.is_controller.store(false, Ordering::Release);
-        self.channels.clear();
-        if let ZnodeStore::ZooKeeper(zk) = &*self.store {
-            let _ = zk.set_controller_watches(false);
-        }
     }
 
     pub fn broker_epoch(&self) -> i64 {
@@ -307,54 +269,6 @@ impl Broker {
         }
         self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
         Ok(())
-    }
-
-    pub fn controller_epoch(&self) -> i32 {
-        self.controller_epoch.load(Ordering::Acquire)
-    }
-
-    /// Controller election, as Kafka runs it: whoever creates the ephemeral `/controller`
-    /// first is the controller, and bumps `/controller_epoch` so that writes stamped with an
-    /// older epoch can be told apart.
-    pub fn try_become_controller(&self) -> Result<bool, StoreError> {
-        let id = self.config.broker_id;
-        match self.store.create(zk_data::CONTROLLER, &zk_data::controller_json(id, now_ms()), true) {
-            Ok(()) => {}
-            Err(StoreError::NodeExists(_)) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-        if let ZnodeStore::ZooKeeper(zk) = &*self.store {
-            // Before anything is read, so that no change goes unseen.
-            if let Err(e) = zk.set_controller_watches(true) {
-                let _ = self.store.delete_recursive(zk_data::CONTROLLER);
-                return Err(e);
-            }
-        }
-        let epoch = loop {
-            let current = self.store.get_versioned(zk_data::CONTROLLER_EPOCH)?;
-            let next = current.as_ref().and_then(|(d, _)| d.trim().parse::<i32>().ok()).unwrap_or(0) + 1;
-            let written = match current {
-                Some((_, version)) => self.store.set_if_version(zk_data::CONTROLLER_EPOCH, &next.to_string(), version),
-                None => self.store.create(zk_data::CONTROLLER_EPOCH, &next.to_string(), false),
-            };
-            match written {
-                Ok(()) => break next,
-                Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        self.controller_epoch.store(epoch, Ordering::Release);
-        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
-        if let Err(e) = self.setup_feature_versioning() {
-            // Only ApiVersions' finalized-features epoch depends on it; the next election
-            // tries again.
-            tracing::warn!(error = %e, "cannot set up /feature");
-        }
-        self.reset_propagated();
-        self.is_controller.store(true, Ordering::Release);
-        self.cache.update(|c| c.controller_id = id);
-        tracing::info!(broker_id = id, epoch, "became controller");
-        Ok(true)
     }
 
     /// The state the metrics scrape reports. Each partition's replica state is read under its
@@ -392,7 +306,7 @@ impl Broker {
                 }
             })
             .collect();
-        let active_controller = self.is_controller();
+        let active_controller = self.controller.is_controller();
         let (mut offline_partitions, mut global_partitions, mut global_topics) = (0, 0, 0);
         if active_controller {
             // Kafka's controller counts these; other brokers report 0.
@@ -585,9 +499,9 @@ impl Broker {
             return Ok(());
         }
         let req = AlterPartitionRequest { broker_id: me, broker_epoch: self.broker_epoch(), topics };
-        let resp: AlterPartitionResponse = if self.is_controller() {
+        let resp: AlterPartitionResponse = if self.controller.is_controller() {
             let b = self.clone();
-            tokio::task::spawn_blocking(move || b.handle_alter_partition(&req)).await?
+            tokio::task::spawn_blocking(move || b.controller.handle_alter_partition(&req)).await?
         } else {
             let controller = snapshot.controller_id;
             if conn.as_ref().is_none_or(|(id, c)| *id != controller || c.session_expiring()) {
@@ -696,9 +610,9 @@ impl Broker {
         let me = self.config.broker_id;
         let epoch = self.broker_epoch();
         let snapshot = self.cache.snapshot();
-        let resp: ControlledShutdownResponse = if self.is_controller() {
-            let b = self.clone();
-            tokio::task::spawn_blocking(move || b.handle_controlled_shutdown(me, epoch)).await?
+        let resp: ControlledShutdownResponse = if self.controller.is_controller() {
+            let c = self.controller.clone();
+            tokio::task::spawn_blocking(move || c.handle_controlled_shutdown(me, epoch)).await?
         } else {
             let target = snapshot
                 .brokers
@@ -728,7 +642,7 @@ impl Broker {
         // Leaving /brokers/ids and /controller at once lets the others react now rather than
         // after the session timeout.
         let _ = self.store.delete_recursive(&zk_data::broker_path(self.config.broker_id));
-        if self.is_controller() {
+        if self.controller.is_controller() {
             let _ = self.store.delete_recursive(zk_data::CONTROLLER);
         }
         if let Err(e) = self.replicas.checkpoint_high_watermarks() {
@@ -744,6 +658,58 @@ impl Broker {
             Ok(()) => tracing::info!("logs flushed; clean shutdown recorded"),
             Err(e) => tracing::error!(error = %e, "log shutdown failed; the next start will run recovery"),
         }
+    }
+}
+
+impl crate::controller::LocalBroker for Broker {
+    fn become_leader_or_follower(
+        &self,
+        req: &crate::controller::messages::LeaderAndIsrRequest,
+    ) -> crate::controller::messages::LeaderAndIsrResponse {
+        match self.arc() {
+            Some(b) => b.become_leader_or_follower(req),
+            // Shutting down: nothing is applied any more.
+            None => crate::controller::messages::LeaderAndIsrResponse {
+                error_code: ErrorCode::UnknownServerError.code(),
+                partition_errors: Vec::new(),
+            },
+        }
+    }
+
+    fn stop_replicas(&self, req: &crate::controller::messages::StopReplicaRequest) {
+        Broker::stop_replicas(self, req);
+    }
+
+    fn make_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        topic_id: &str,
+        config: crate::log::LogConfig,
+    ) -> Result<(), crate::log::LogError> {
+        self.replicas.make_leader(topic, partition, topic_id, config).map(|_| ())
+    }
+
+    fn remove_partition(&self, topic: &str, partition: i32) -> Result<(), crate::log::LogError> {
+        self.replicas.remove_partition(topic, partition)
+    }
+
+    fn set_log_config(&self, topic: &str, partition: i32, config: crate::log::LogConfig) {
+        if let Some(part) = self.replicas.partition(topic, partition) {
+            part.set_config(config);
+        }
+    }
+
+    fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
+        Broker::on_partitions_deleted(self, deleted);
+    }
+
+    fn effective_config(&self) -> Arc<BrokerConfig> {
+        Broker::effective_config(self)
+    }
+
+    fn saw_controller_epoch(&self, epoch: i32) {
+        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
     }
 }
 
