@@ -13,6 +13,8 @@ pub mod propagate;
 pub mod reassign;
 pub mod requests;
 pub mod state;
+#[cfg(test)]
+mod unit_tests;
 
 pub use state::{Controller, LocalBroker};
 
