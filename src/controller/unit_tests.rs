@@ -228,8 +228,13 @@ fn a_preferred_election_moves_leadership_back_to_the_first_replica() {
     one_partition(c, &[1, 2, 3], 2, 4, &[1, 2, 3]);
     let elected = c.elect_leaders(ElectionType::Preferred, &[("t".to_string(), 0)]);
     assert_eq!(elected[0].as_ref().map_err(|e| e.code), Ok(&(1, 5)));
-    let again = c.elect_leaders(ElectionType::Unclean, &[("t".to_string(), 0)]);
+    let s = stored_state(c);
+    assert_eq!((s.leader, s.leader_epoch, s.isr), (1, 5, vec![1, 2, 3]));
+    // Decided again from the store, which the first election wrote.
+    let again = c.elect_leaders(ElectionType::Preferred, &[("t".to_string(), 0)]);
     assert_eq!(again[0].as_ref().map_err(|e| e.code).err(), Some(ErrorCode::ElectionNotNeeded.code()));
+    let unclean = c.elect_leaders(ElectionType::Unclean, &[("t".to_string(), 0)]);
+    assert_eq!(unclean[0].as_ref().map_err(|e| e.code).err(), Some(ErrorCode::ElectionNotNeeded.code()));
 }
 
 #[test]
