@@ -56,7 +56,7 @@ impl Broker {
         let Some(me) = self.arc() else { return };
         for r in self.full_state_for(broker) {
             if let super::channel::ControlRequest::LeaderAndIsr(req) = r {
-                let resp = me.become_leader_or_follower(&req);
+                let resp = me.replicas.become_leader_or_follower(&req);
                 let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
                 let offline = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
                 self.on_replicas_offline(broker, offline);

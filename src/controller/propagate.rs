@@ -175,14 +175,14 @@ impl Broker {
         // under the lock); its image is already current.
         let (lai, stop) = own;
         if let (Some(r), Some(me)) = (lai, self.arc()) {
-            let resp = me.become_leader_or_follower(&r);
+            let resp = me.replicas.become_leader_or_follower(&r);
             // Its own replicas in an offline log dir, as another broker's answer would name them.
             let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
             let offline: Vec<_> = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
             self.on_replicas_offline(self.config.broker_id, offline);
         }
         if let Some(r) = stop {
-            self.stop_replicas(&r);
+            self.replicas.stop_replicas(&r);
         }
         // The controller sends itself no UpdateMetadata: its groups learn of deletions here.
         let deleted: Vec<(String, i32)> = batch.deleted.iter().map(|(t, _, p, _)| (t.clone(), *p)).collect();
