@@ -61,8 +61,6 @@ pub struct Broker {
     loading_offsets: std::sync::Mutex<std::collections::HashSet<i32>>,
     /// Serializes topic creation, deletion and partition changes (the controller's event queue).
     pub admin_lock: std::sync::Mutex<()>,
-    /// The highest controller epoch any controller request carried: older ones are fenced.
-    known_controller_epoch: AtomicI32,
     /// The czxid of this broker's registration, renewed with each ZooKeeper session.
     broker_epoch: AtomicI64,
     /// Controller only: its connections to the other brokers, and what it last told them.
@@ -199,7 +197,6 @@ impl Broker {
             preferred_election_due: AtomicBool::new(false),
             loading_offsets: std::sync::Mutex::new(Default::default()),
             admin_lock: std::sync::Mutex::new(()),
-            known_controller_epoch: AtomicI32::new(0),
             broker_epoch: AtomicI64::new(-1),
             channels: ControllerChannels::default(),
             propagated: std::sync::Mutex::new(Propagated::default()),
@@ -282,14 +279,7 @@ impl Broker {
     /// Fencing of a controller request, as Kafka checks it: an older controller epoch than
     /// one already seen, or a broker epoch from before this broker's current registration.
     pub fn check_controller_request(&self, controller_epoch: i32, broker_epoch: i64) -> Result<(), ErrorCode> {
-        if controller_epoch < self.known_controller_epoch.load(Ordering::Acquire) {
-            return Err(ErrorCode::StaleControllerEpoch);
-        }
-        if broker_epoch != -1 && broker_epoch < self.broker_epoch() {
-            return Err(ErrorCode::StaleBrokerEpoch);
-        }
-        self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
-        Ok(())
+        self.replicas.check_controller_request(controller_epoch, broker_epoch, self.broker_epoch())
     }
 
     pub fn controller_epoch(&self) -> i32 {
@@ -327,7 +317,7 @@ impl Broker {
             }
         };
         self.controller_epoch.store(epoch, Ordering::Release);
-        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
+        self.replicas.observe_controller_epoch(epoch);
         if let Err(e) = self.setup_feature_versioning() {
             // Only ApiVersions' finalized-features epoch depends on it; the next election
             // tries again.

@@ -200,3 +200,238 @@ impl ReplicaManager {
 fn partition_error(topic: &str, id: Uuid, partition: i32, error_code: i16) -> LeaderAndIsrPartitionError {
     LeaderAndIsrPartitionError { topic_name: topic.to_string(), topic_id: id, partition_index: partition, error_code }
 }
+
+#[cfg(test)]
+mod tests {
+    //! LeaderAndIsr and StopReplica applied to a replica manager over a temporary log dir and
+    //! the embedded store, with a listener that records what the coordinators would be told.
+
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::controller::messages::{
+        LeaderAndIsrPartitionState, LeaderAndIsrTopicState, StopReplicaPartitionState, StopReplicaTopicState,
+    };
+    use crate::metadata::{EmbeddedStore, MetadataCache, ZnodeStore};
+    use crate::replication::{LeadershipListener, ReplicaHandles, Role, TopicPartition};
+
+    const ME: i32 = 1;
+    const OTHER: i32 = 2;
+    const TOPIC: &str = "orders";
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+        fn push(&self, what: &str, tp: &TopicPartition) {
+            self.0.lock().unwrap().push(format!("{what} {}-{}", tp.0, tp.1));
+        }
+    }
+
+    impl LeadershipListener for Recorder {
+        fn before_become_leader(&self, tp: &TopicPartition) {
+            self.push("loading", tp);
+        }
+        fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
+            self.push(if new_term { "load" } else { "loaded" }, tp);
+        }
+        fn forget_partition(&self, tp: &TopicPartition) {
+            self.push("forget", tp);
+        }
+        fn on_resign(&self, tp: &TopicPartition) {
+            self.push("unload", tp);
+        }
+    }
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        replicas: Arc<ReplicaManager>,
+        listener: Arc<Recorder>,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let logs_dir = dir.path().join("logs");
+        std::fs::create_dir_all(&logs_dir).unwrap();
+        let mut given = BTreeMap::new();
+        given.insert("broker.id".to_string(), ME.to_string());
+        given.insert("log.dirs".to_string(), logs_dir.display().to_string());
+        let config = BrokerConfig::from_map(given).unwrap();
+        let logs = crate::log::LogManager::open(vec![logs_dir], config.log.clone()).unwrap();
+        let store = ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("metadata.json")).unwrap());
+        let metrics = crate::metrics::BrokerMetrics::new().unwrap();
+        let handles = ReplicaHandles {
+            dynamic: Arc::new(crate::dynamic_config::DynamicConfigs::new(&config)),
+            cache: Arc::new(MetadataCache::default()),
+            store: Arc::new(store),
+            inter_broker: Arc::new(crate::security::client::InterBrokerClient::from_config(&config).unwrap()),
+            config: Arc::new(config),
+        };
+        let replicas = Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles));
+        let listener = Arc::new(Recorder::default());
+        replicas.set_leadership_listener(listener.clone());
+        Fixture { dir, replicas, listener }
+    }
+
+    fn leader_and_isr(request_type: i8, leader: i32, leader_epoch: i32) -> LeaderAndIsrRequest {
+        LeaderAndIsrRequest {
+            controller_id: OTHER,
+            controller_epoch: 1,
+            broker_epoch: -1,
+            request_type,
+            topics: vec![LeaderAndIsrTopicState {
+                topic_name: TOPIC.to_string(),
+                topic_id: Uuid::from_u128(7),
+                partitions: vec![LeaderAndIsrPartitionState {
+                    partition_index: 0,
+                    controller_epoch: 1,
+                    leader,
+                    leader_epoch,
+                    isr: vec![ME, OTHER],
+                    partition_epoch: leader_epoch,
+                    replicas: vec![ME, OTHER],
+                    ..Default::default()
+                }],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn stop_replica(leader_epoch: i32, delete_partition: bool) -> StopReplicaRequest {
+        StopReplicaRequest {
+            controller_id: OTHER,
+            controller_epoch: 1,
+            broker_epoch: -1,
+            topics: vec![StopReplicaTopicState {
+                topic_name: TOPIC.to_string(),
+                partitions: vec![StopReplicaPartitionState { partition_index: 0, leader_epoch, delete_partition }],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn codes(resp: &LeaderAndIsrResponse) -> Vec<i16> {
+        resp.partition_errors.iter().map(|e| e.error_code).collect()
+    }
+
+    fn tp() -> TopicPartition {
+        (TOPIC.to_string(), 0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn become_leader_opens_the_log_and_tells_the_listener() {
+        let f = fixture();
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 3));
+        assert_eq!((resp.error_code, codes(&resp)), (0, vec![0]));
+        let p = f.replicas.partition(TOPIC, 0).expect("led here");
+        assert_eq!(p.role(), (Role::Leader, 3));
+        assert_eq!(p.partition_epoch(), 3);
+        assert!(f.replicas.logs().get(TOPIC, 0).is_some());
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+        assert_eq!(f.listener.take(), ["loading orders-0", "forget orders-0", "load orders-0"]);
+        // The same state again is no new term: nothing to load.
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 3));
+        assert_eq!(f.listener.take(), ["loading orders-0", "loaded orders-0"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn become_follower_fetches_from_the_leader_and_resigns() {
+        let f = fixture();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 3));
+        f.listener.take();
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 4));
+        assert_eq!(codes(&resp), vec![0]);
+        let p = f.replicas.hosted(TOPIC, 0).expect("hosted");
+        assert_eq!(p.role(), (Role::Follower { leader: OTHER }, 4));
+        assert!(f.replicas.partition(TOPIC, 0).is_none(), "client requests see no leader here");
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), Some(OTHER));
+        assert_eq!(f.listener.take(), ["forget orders-0", "unload orders-0"]);
+        // Leading again stops the fetcher.
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 5));
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_departing_broker_follows_no_one() {
+        let f = fixture();
+        f.replicas.begin_shutdown();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 4));
+        assert_eq!(f.replicas.hosted(TOPIC, 0).map(|p| p.role()), Some((Role::Follower { leader: OTHER }, 4)));
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_older_leader_epoch_is_fenced() {
+        let f = fixture();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 5));
+        f.listener.take();
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 3));
+        assert_eq!(codes(&resp), vec![ErrorCode::StaleControllerEpoch.code()]);
+        assert_eq!(f.replicas.hosted(TOPIC, 0).map(|p| p.role()), Some((Role::Leader, 5)));
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+        assert!(f.listener.take().is_empty(), "a fenced request changes nothing");
+        // StopReplica for an older epoch is fenced too, and keeps the log.
+        let resp = f.replicas.stop_replicas(&stop_replica(3, true));
+        assert_eq!(resp.partition_errors[0].error_code, ErrorCode::FencedLeaderEpoch.code());
+        assert!(f.replicas.hosted(TOPIC, 0).is_some());
+        assert!(f.replicas.logs().get(TOPIC, 0).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_from_an_older_controller_or_registration_are_fenced() {
+        let f = fixture();
+        assert_eq!(f.replicas.check_controller_request(3, -1, 100), Ok(()));
+        assert_eq!(f.replicas.check_controller_request(2, -1, 100), Err(ErrorCode::StaleControllerEpoch));
+        assert_eq!(f.replicas.check_controller_request(3, 99, 100), Err(ErrorCode::StaleBrokerEpoch));
+        assert_eq!(f.replicas.check_controller_request(3, 100, 100), Ok(()));
+        f.replicas.observe_controller_epoch(5);
+        assert_eq!(f.replicas.check_controller_request(4, 100, 100), Err(ErrorCode::StaleControllerEpoch));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_replica_with_delete_removes_the_log() {
+        let f = fixture();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 2));
+        let dir = f.dir.path().join("logs").join(format!("{TOPIC}-0"));
+        assert!(dir.exists());
+        f.listener.take();
+        // Without delete: no longer served, the log stays.
+        let resp = f.replicas.stop_replicas(&stop_replica(2, false));
+        assert_eq!(resp.partition_errors[0].error_code, 0);
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+        assert!(f.replicas.logs().get(TOPIC, 0).is_some());
+        assert_eq!(f.listener.take(), ["forget orders-0"]);
+        // -2: the topic is being deleted, whatever the epoch.
+        let resp = f.replicas.stop_replicas(&stop_replica(-2, true));
+        assert_eq!(resp.partition_errors[0].error_code, 0);
+        assert!(f.replicas.hosted(TOPIC, 0).is_none());
+        assert!(f.replicas.logs().get(TOPIC, 0).is_none());
+        assert!(!dir.exists(), "log dir {} still there", dir.display());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn full_state_deletes_replicas_no_longer_assigned_here() {
+        let f = fixture();
+        let mut req = leader_and_isr(INCREMENTAL_STATE, ME, 1);
+        req.topics[0].partitions.push(LeaderAndIsrPartitionState {
+            partition_index: 1,
+            leader: ME,
+            leader_epoch: 1,
+            isr: vec![ME],
+            replicas: vec![ME],
+            ..Default::default()
+        });
+        f.replicas.become_leader_or_follower(&req);
+        assert!(f.replicas.hosted(TOPIC, 1).is_some());
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(FULL_STATE, ME, 1));
+        assert_eq!(codes(&resp), vec![0]);
+        assert!(f.replicas.hosted(TOPIC, 0).is_some());
+        assert!(f.replicas.hosted(TOPIC, 1).is_none());
+        assert!(f.replicas.logs().get(TOPIC, 1).is_none());
+    }
+}

@@ -115,6 +115,15 @@ impl FetcherManager {
         }
     }
 
+    /// The leader whose fetcher copies `tp`, if any.
+    pub fn leader_of(&self, tp: &TopicPartition) -> Option<i32> {
+        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        fetchers
+            .iter()
+            .find(|(_, f)| f.partitions.lock().unwrap_or_else(|p| p.into_inner()).contains(tp))
+            .map(|(id, _)| *id)
+    }
+
     /// Stops fetching `tp` from anyone (this broker leads it now, or no longer hosts it).
     pub fn unfollow(&self, tp: &TopicPartition) {
         let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());

@@ -18,7 +18,7 @@ pub mod quota;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use tokio::sync::Notify;
@@ -91,6 +91,8 @@ pub struct ReplicaManager {
     /// Set once controlled shutdown starts: this broker no longer follows anyone.
     shutting_down: AtomicBool,
     listener: OnceLock<Arc<dyn LeadershipListener>>,
+    /// The highest controller epoch any controller request carried: older ones are fenced.
+    known_controller_epoch: AtomicI32,
 }
 
 impl ReplicaManager {
@@ -111,6 +113,7 @@ impl ReplicaManager {
             state_lock: std::sync::Mutex::new(()),
             shutting_down: AtomicBool::new(false),
             listener: OnceLock::new(),
+            known_controller_epoch: AtomicI32::new(0),
             handles,
             broker_id,
             logs: Arc::new(logs),
@@ -145,6 +148,30 @@ impl ReplicaManager {
 
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Fencing of a controller request, as Kafka checks it: an older controller epoch than
+    /// one already seen, or a broker epoch from before this broker's current registration
+    /// (`current_broker_epoch`).
+    pub fn check_controller_request(
+        &self,
+        controller_epoch: i32,
+        broker_epoch: i64,
+        current_broker_epoch: i64,
+    ) -> Result<(), crate::api::error::ErrorCode> {
+        if controller_epoch < self.known_controller_epoch.load(Ordering::Acquire) {
+            return Err(crate::api::error::ErrorCode::StaleControllerEpoch);
+        }
+        if broker_epoch != -1 && broker_epoch < current_broker_epoch {
+            return Err(crate::api::error::ErrorCode::StaleBrokerEpoch);
+        }
+        self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// This broker became controller at `epoch`: requests from older controllers are fenced.
+    pub fn observe_controller_epoch(&self, epoch: i32) {
+        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
     }
 
     pub fn logs(&self) -> &LogManager {
