@@ -187,7 +187,7 @@ impl Broker {
                 config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
             ),
             membership_zk_mirror: Default::default(),
-            quotas: Default::default(),
+            quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
             dynamic,
             config,
             cache,
@@ -210,7 +210,7 @@ impl Broker {
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         broker.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
         broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
-        broker.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
+        broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {

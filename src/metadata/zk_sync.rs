@@ -178,7 +178,7 @@ impl Broker {
             self.reload_broker_configs()?;
         }
         if changes.is_none_or(|c| c.quotas) {
-            self.reload_client_quotas()?;
+            self.quotas.reload_client_quotas()?;
         }
         if changes.is_none_or(|c| c.feature) {
             self.load_finalized_features()?;

@@ -14,9 +14,10 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::leader_epoch::LeaderEpochCache;
+use crate::log::producer_snapshot as snapshot;
+use crate::log::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::log::{zero_copy, AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
 use crate::metrics::{IsrMetrics, TopicMetrics};
-use crate::txn::{snapshot, ProducerStateManager, SequenceCheck};
 
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 const FENCED_LEADER_EPOCH: i16 = 74;
@@ -636,7 +637,7 @@ impl Partition {
     }
 
     /// The idempotent producers this replica has state for (DescribeProducers).
-    pub fn active_producers(&self) -> Vec<crate::txn::producer_state::ActiveProducer> {
+    pub fn active_producers(&self) -> Vec<crate::log::producer_state::ActiveProducer> {
         lock(&self.producers).active()
     }
 

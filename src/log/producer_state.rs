@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::snapshot::SnapshotEntry;
+use super::producer_snapshot::SnapshotEntry;
 use crate::log::batch::EndTxnMarker;
 
 /// How many recent batches per producer are remembered for duplicate detection.
