@@ -1,6 +1,7 @@
 //! What a broker does with the controller's requests (Kafka's `ReplicaManager`
-//! `becomeLeaderOrFollower` and `stopReplicas`). The fencing of stale controllers and broker epochs happens before these are called; here each
-//! partition is checked against its own leader epoch.
+//! `becomeLeaderOrFollower` and `stopReplicas`). The fencing of stale controllers and broker
+//! epochs ([`ReplicaManager::check_controller_request`]) happens before these are called; here
+//! each partition is checked against its own leader epoch.
 
 use std::collections::HashSet;
 use std::sync::Arc;
