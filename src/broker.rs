@@ -51,7 +51,7 @@ pub struct Broker {
     /// `queued.max.requests`: one permit per request being decoded and handled.
     pub request_slots: Arc<tokio::sync::Semaphore>,
     /// `num.io.threads`: where produce appends and fetch reads touch the disk.
-    pub io: crate::io_pool::IoPool,
+    pub io: Arc<crate::io_pool::IoPool>,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
@@ -74,8 +74,6 @@ pub struct Broker {
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     /// The log cleaner, once the log tasks are started.
     pub cleaner: std::sync::OnceLock<Arc<crate::log::cleaner::LogCleaner>>,
-    /// The listeners' connection limits, once they serve (reconfigured by dynamic configs).
-    pub connection_quotas: std::sync::OnceLock<Arc<crate::network::ConnectionQuotas>>,
     /// Each listener's TLS and SASL settings, and the SCRAM credentials.
     pub security: crate::security::Security,
 }
@@ -164,7 +162,7 @@ impl Broker {
         });
 
         let cache = Arc::new(cache);
-        let dynamic = Arc::new(crate::dynamic_config::DynamicConfigs::new(&config));
+        let dynamic = Arc::new(crate::dynamic_config::DynamicConfigs::new(&config, store.clone()));
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let handles = ReplicaHandles {
             config: Arc::new(config.clone()),
@@ -175,7 +173,11 @@ impl Broker {
         };
         let broker = Arc::new(Broker {
             replicas: Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles)),
-            io: crate::io_pool::IoPool::new(config.num_io_threads, metrics.io_jobs.clone(), metrics.io_threads.clone()),
+            io: Arc::new(crate::io_pool::IoPool::new(
+                config.num_io_threads,
+                metrics.io_jobs.clone(),
+                metrics.io_threads.clone(),
+            )),
             metrics,
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
@@ -204,12 +206,12 @@ impl Broker {
             replicas_on_offline_dirs: std::sync::Mutex::new(Default::default()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
-            connection_quotas: std::sync::OnceLock::new(),
             security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         broker.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
-        broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
+        broker.subscribe_to_dynamic_configs();
+        broker.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
@@ -400,7 +402,8 @@ impl Broker {
             self.replicas.logs_handle(),
             self.effective_config().cleaner.clone(),
         );
-        let _ = self.cleaner.set(cleaner);
+        let _ = self.cleaner.set(cleaner.clone());
+        self.dynamic.subscribe(move |c| cleaner.reconfigure(c.cleaner.clone()));
         let b = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(b.config.log_retention_check_interval_ms));
@@ -546,6 +549,35 @@ impl Broker {
             anyhow::bail!("controller answered error {}", resp.error_code);
         }
         Ok(resp.remaining_partitions.len())
+    }
+
+    /// The configuration in force: static values with the dynamic ones over them.
+    pub fn effective_config(&self) -> Arc<BrokerConfig> {
+        self.dynamic.effective()
+    }
+
+    /// What follows a change of the dynamic broker configs: the I/O pool's size and the open
+    /// logs' topic defaults. (The cleaner and the listeners' limits subscribe as they start.)
+    fn subscribe_to_dynamic_configs(self: &Arc<Self>) {
+        let io = self.io.clone();
+        self.dynamic.subscribe(move |c| io.resize(c.num_io_threads));
+        let me = Arc::downgrade(self);
+        self.dynamic.subscribe(move |c| {
+            if let Some(b) = me.upgrade() {
+                b.apply_topic_defaults(c);
+            }
+        });
+    }
+
+    fn apply_topic_defaults(&self, effective: &BrokerConfig) {
+        let snapshot = self.cache.snapshot();
+        for p in self.replicas.all_partitions() {
+            let overrides = snapshot.topics.get(&p.topic).map(|t| t.configs.clone()).unwrap_or_default();
+            match effective.log_config_for(&overrides) {
+                Ok(c) => p.set_config(c),
+                Err(e) => tracing::warn!(topic = %p.topic, error = %e, "invalid topic config; keeping the log's"),
+            }
+        }
     }
 
     pub fn shutdown(&self) {

@@ -264,12 +264,12 @@ mod tests {
         given.insert("log.dirs".to_string(), logs_dir.display().to_string());
         let config = BrokerConfig::from_map(given).unwrap();
         let logs = crate::log::LogManager::open(vec![logs_dir], config.log.clone()).unwrap();
-        let store = ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("metadata.json")).unwrap());
+        let store = Arc::new(ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("metadata.json")).unwrap()));
         let metrics = crate::metrics::BrokerMetrics::new().unwrap();
         let handles = ReplicaHandles {
-            dynamic: Arc::new(crate::dynamic_config::DynamicConfigs::new(&config)),
+            dynamic: Arc::new(crate::dynamic_config::DynamicConfigs::new(&config, store.clone())),
             cache: Arc::new(MetadataCache::default()),
-            store: Arc::new(store),
+            store,
             inter_broker: Arc::new(crate::security::client::InterBrokerClient::from_config(&config).unwrap()),
             config: Arc::new(config),
         };
