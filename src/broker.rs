@@ -166,7 +166,10 @@ impl Broker {
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let handles = ReplicaHandles {
             config: Arc::new(config.clone()),
-            dynamic: dynamic.clone(),
+            effective: {
+                let dynamic = dynamic.clone();
+                Arc::new(move || dynamic.effective())
+            },
             cache: cache.clone(),
             store: store.clone(),
             inter_broker: security.inter_broker.clone(),

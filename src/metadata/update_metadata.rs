@@ -10,7 +10,10 @@ use uuid::Uuid;
 use crate::broker::Broker;
 use crate::controller::messages::{UpdateMetadataRequest, UpdateMetadataResponse};
 use crate::metadata::{zk_data, BrokerInfo, PartitionInfo, TopicInfo, ZnodeStore};
-use crate::replication::control::LEADER_DURING_DELETE;
+
+/// The leader of a partition whose topic is being deleted, in UpdateMetadata (Kafka's
+/// `LeaderAndIsr.LeaderDuringDelete`).
+pub const LEADER_DURING_DELETE: i32 = -2;
 
 impl Broker {
     /// Brings this broker's metadata image up to date with the controller's: the live

@@ -268,7 +268,7 @@ pub async fn run(replicas: Arc<super::ReplicaManager>) {
             }
         }
         let changed = replicas.changed();
-        let config = replicas.handles.dynamic.effective();
+        let config = replicas.handles.effective_config();
         let (max_bytes, rate) =
             (config.replica_fetch_max_bytes.max(1) as usize, config.replica_alter_log_dirs_io_max_bytes_per_second);
         let (r, q) = (replicas.clone(), quota.clone());

@@ -16,9 +16,7 @@ use crate::controller::messages::{
 };
 use crate::metadata::zk_data;
 
-/// The leader of a partition whose topic is being deleted, in UpdateMetadata (Kafka's
-/// `LeaderAndIsr.LeaderDuringDelete`).
-pub const LEADER_DURING_DELETE: i32 = -2;
+pub use crate::metadata::update_metadata::LEADER_DURING_DELETE;
 /// LeaderAndIsr `type` (Kafka's `AbstractControlRequest.Type`): an increment, or every
 /// partition the broker replicates.
 pub const INCREMENTAL_STATE: i8 = 1;
@@ -42,7 +40,7 @@ impl ReplicaManager {
                 Some(t) => t.configs.clone(),
                 None => self.read_topic_config(&topic.topic_name),
             };
-            let effective = self.handles.dynamic.effective();
+            let effective = self.handles.effective_config();
             let log_config = match effective.log_config_for(&configs) {
                 Ok(c) => c,
                 Err(e) => {
@@ -267,7 +265,10 @@ mod tests {
         let store = Arc::new(ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("metadata.json")).unwrap()));
         let metrics = crate::metrics::BrokerMetrics::new().unwrap();
         let handles = ReplicaHandles {
-            dynamic: Arc::new(crate::dynamic_config::DynamicConfigs::new(&config, store.clone())),
+            effective: {
+                let c = Arc::new(config.clone());
+                Arc::new(move || c.clone())
+            },
             cache: Arc::new(MetadataCache::default()),
             store,
             inter_broker: Arc::new(crate::security::client::InterBrokerClient::from_config(&config).unwrap()),

@@ -252,7 +252,7 @@ fn build_request(
     let mut slot: HashMap<&str, usize> = HashMap::new();
     let mut sent = Vec::new();
     let mut following = std::collections::HashSet::new();
-    let rate = broker.handles.dynamic.effective().follower_replication_throttled_rate;
+    let rate = broker.handles.effective_config().follower_replication_throttled_rate;
     let snapshot = (rate < quota::UNLIMITED).then(|| broker.handles.cache.snapshot());
     let over_quota = snapshot.is_some() && broker.follower_quota.exceeded(rate);
     for tp in wanted {
@@ -421,7 +421,7 @@ fn follower_throttled(broker: &ReplicaManager, snapshot: &ClusterSnapshot, topic
 /// for (leadership in flux).
 fn apply(broker: &ReplicaManager, leader: i32, response: FetchResponse) -> bool {
     let mut healthy = response.error_code == 0;
-    let rate = broker.handles.dynamic.effective().follower_replication_throttled_rate;
+    let rate = broker.handles.effective_config().follower_replication_throttled_rate;
     let snapshot = (rate < quota::UNLIMITED).then(|| broker.handles.cache.snapshot());
     for t in response.responses {
         let topic = t.topic.0.to_string();

@@ -26,7 +26,6 @@ use tokio::sync::Notify;
 pub use partition::{FetchResult, Partition, ProduceResult, ReplicaCounts, Role};
 
 use crate::config::BrokerConfig;
-use crate::dynamic_config::DynamicConfigs;
 use crate::log::{LogConfig, LogError, LogManager};
 use crate::metadata::{MetadataCache, ZnodeStore};
 use crate::metrics::{BrokerTopicMetrics, IsrMetrics};
@@ -39,11 +38,17 @@ pub struct ReplicaHandles {
     /// The static configuration (what `replica.fetch.*` and the socket limits come from).
     pub config: Arc<BrokerConfig>,
     /// The configuration in force, with dynamic overrides (throttle rates, topic defaults).
-    pub dynamic: Arc<DynamicConfigs>,
+    pub effective: Arc<dyn Fn() -> Arc<BrokerConfig> + Send + Sync>,
     pub cache: Arc<MetadataCache>,
     pub store: Arc<ZnodeStore>,
     /// How followers and the ISR writer reach other brokers.
     pub inter_broker: Arc<InterBrokerClient>,
+}
+
+impl ReplicaHandles {
+    pub fn effective_config(&self) -> Arc<BrokerConfig> {
+        (self.effective)()
+    }
 }
 
 /// Told when this broker's leadership of a partition changes, so that the coordinators whose
