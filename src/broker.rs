@@ -4,7 +4,7 @@
 //! topics from the store, then the listeners. Shutdown reverses it and ends by writing the
 //! clean-shutdown marker so the next start skips recovery.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +17,8 @@ use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
 use crate::metrics::BrokerMetrics;
-use crate::replication::fetcher::FetcherManager;
-use crate::replication::{Partition, ReplicaManager};
+use crate::replication::alter_partition::ControllerGateway;
+use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
 use crate::txn::ProducerIdManager;
 
 /// How long a controlled shutdown waits for leadership to move (Kafka: 3 retries x 5 s).
@@ -27,20 +27,16 @@ const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
-/// AlterPartition v2: the first that names topics by id.
-const ALTER_PARTITION_VERSION: i16 = 2;
 const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
-
-/// A leader's proposed ISR for one of its partitions.
-type IsrChange = (Arc<Partition>, Vec<i32>);
 
 pub struct Broker {
     /// The static configuration; what is in force is `effective_config()`.
     pub config: BrokerConfig,
-    pub dynamic: crate::dynamic_config::DynamicConfigs,
+    pub dynamic: Arc<crate::dynamic_config::DynamicConfigs>,
     pub cache: Arc<MetadataCache>,
     pub store: Arc<ZnodeStore>,
-    pub replicas: ReplicaManager,
+    /// The replicas hosted here, their fetchers, and the ISR writer.
+    pub replicas: Arc<ReplicaManager>,
     pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
     pub txns: crate::txn::TransactionCoordinator,
@@ -48,12 +44,6 @@ pub struct Broker {
     pub offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror,
     /// Group membership waiting to be written under `/consumers/<group>`.
     pub membership_zk_mirror: crate::group::zk_mirror::MembershipMirror,
-    pub fetchers: FetcherManager,
-    /// Leader side of the followers' fetch sessions.
-    pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
-    /// Bytes sent to throttled followers and fetched for throttled replicas (KIP-73).
-    pub leader_quota: crate::replication::quota::ReplicationQuota,
-    pub follower_quota: crate::replication::quota::ReplicationQuota,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
     pub quotas: crate::client_quota::ClientQuotas,
     pub metrics: BrokerMetrics,
@@ -63,19 +53,10 @@ pub struct Broker {
     pub io: Arc<crate::io_pool::IoPool>,
     /// The controller's state and operations; active only while this broker is the controller.
     pub controller: Arc<Controller>,
-    /// Set once controlled shutdown starts: this broker no longer follows anyone.
-    pub shutting_down: AtomicBool,
     /// `__consumer_offsets` partitions whose groups are being loaded.
     loading_offsets: std::sync::Mutex<std::collections::HashSet<i32>>,
-    /// ISR changes proposed by this broker's leaders, waiting to be written (latest wins).
-    pending_isr: std::sync::Mutex<std::collections::HashMap<(String, i32), IsrChange>>,
-    isr_queued: tokio::sync::Notify,
-    /// The highest controller epoch any controller request carried: older ones are fenced.
-    known_controller_epoch: AtomicI32,
     /// The czxid of this broker's registration, renewed with each ZooKeeper session.
     broker_epoch: AtomicI64,
-    /// Serializes the application of LeaderAndIsr and StopReplica.
-    pub replica_state_lock: std::sync::Mutex<()>,
     /// For the few places that hold `&Broker` and must start tasks that keep it.
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     /// The log cleaner, once the log tasks are started.
@@ -167,11 +148,22 @@ impl Broker {
             c.brokers = me;
         });
 
+        let dynamic = Arc::new(crate::dynamic_config::DynamicConfigs::new(&config, store.clone()));
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
+        let handles = ReplicaHandles {
+            config: Arc::new(config.clone()),
+            effective: {
+                let dynamic = dynamic.clone();
+                Arc::new(move || dynamic.effective())
+            },
+            cache: cache.clone(),
+            store: store.clone(),
+            inter_broker: security.inter_broker.clone(),
+        };
         let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone());
         let broker = Arc::new(Broker {
             controller,
-            replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
+            replicas: Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles)),
             io: Arc::new(crate::io_pool::IoPool::new(
                 config.num_io_threads,
                 config.log_dirs.len(),
@@ -189,24 +181,13 @@ impl Broker {
                 config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
             ),
             membership_zk_mirror: Default::default(),
-            fetchers: FetcherManager::default(),
-            fetch_sessions: crate::replication::fetch_session::FetchSessions::new(
-                config.max_incremental_fetch_session_cache_slots,
-            ),
-            leader_quota: Default::default(),
-            follower_quota: Default::default(),
             quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
-            dynamic: crate::dynamic_config::DynamicConfigs::new(&config, store.clone()),
+            dynamic,
             config,
             cache,
             store,
-            shutting_down: AtomicBool::new(false),
             loading_offsets: std::sync::Mutex::new(Default::default()),
-            pending_isr: std::sync::Mutex::new(Default::default()),
-            isr_queued: tokio::sync::Notify::new(),
-            known_controller_epoch: AtomicI32::new(0),
             broker_epoch: AtomicI64::new(-1),
-            replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
             security,
@@ -214,6 +195,7 @@ impl Broker {
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(&broker) as _;
         broker.controller.attach(local);
+        broker.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
         broker.subscribe_to_dynamic_configs();
         broker.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
@@ -264,14 +246,7 @@ impl Broker {
     /// Fencing of a controller request, as Kafka checks it: an older controller epoch than
     /// one already seen, or a broker epoch from before this broker's current registration.
     pub fn check_controller_request(&self, controller_epoch: i32, broker_epoch: i64) -> Result<(), ErrorCode> {
-        if controller_epoch < self.known_controller_epoch.load(Ordering::Acquire) {
-            return Err(ErrorCode::StaleControllerEpoch);
-        }
-        if broker_epoch != -1 && broker_epoch < self.broker_epoch() {
-            return Err(ErrorCode::StaleBrokerEpoch);
-        }
-        self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
-        Ok(())
+        self.replicas.check_controller_request(controller_epoch, broker_epoch, self.broker_epoch())
     }
 
     /// The state the metrics scrape reports. Each partition's replica state is read under its
@@ -337,8 +312,8 @@ impl Broker {
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
     pub fn spawn_log_tasks(self: &Arc<Self>) {
-        tokio::spawn(crate::replication::alter_log_dirs::run(self.clone()));
-        self.spawn_log_dir_failure_handler();
+        tokio::spawn(crate::replication::alter_log_dirs::run(self.replicas.clone()));
+        self.replicas.spawn_log_dir_failure_handler();
         // The dynamic values read at startup count from the first pass.
         let cleaner = crate::log::cleaner::LogCleaner::start(
             self.replicas.logs_handle(),
@@ -400,23 +375,6 @@ impl Broker {
         }
     }
 
-    /// Queues a leader's ISR change. The data plane never waits on ZooKeeper: a follower's
-    /// fetch that brings it back into the ISR is answered at once, and the change is
-    /// recorded by [`Broker::spawn_isr_writer`] with others queued meanwhile.
-    pub fn record_isr_change(&self, partition: &Arc<Partition>, isr: Vec<i32>) {
-        if !self.store.is_zookeeper() {
-            partition.set_isr(isr);
-            return;
-        }
-        let key = (partition.topic.clone(), partition.index);
-        self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (partition.clone(), isr));
-        self.isr_queued.notify_one();
-    }
-
-    /// Sends queued ISR changes to the controller in AlterPartition requests (the controller
-    /// alone writes partition state), then applies each one it accepted. A change is skipped
-    /// if leadership moved meanwhile; one the controller refused is dropped, and the leader
-    /// proposes it again if it still holds.
     /// Every `gregor.ssl.store.check.interval.ms` (30 s; 0: never), looks whether a TLS
     /// listener's keystore or truststore file changed and serves new connections with it, so
     /// a renewed certificate needs no restart.
@@ -438,144 +396,14 @@ impl Broker {
         });
     }
 
+    /// Starts the ISR writer, which reaches the controller in process when it is this broker.
     pub fn spawn_isr_writer(self: &Arc<Self>) {
-        let b = self.clone();
-        tokio::spawn(async move {
-            let mut conn: Option<(i32, crate::security::client::BrokerConnection)> = None;
-            let mut correlation_id = 0i32;
-            loop {
-                b.isr_queued.notified().await;
-                loop {
-                    let batch: Vec<IsrChange> = {
-                        let mut q = b.pending_isr.lock().unwrap_or_else(|p| p.into_inner());
-                        q.drain().map(|(_, v)| v).collect()
-                    };
-                    if batch.is_empty() {
-                        break;
-                    }
-                    correlation_id = correlation_id.wrapping_add(1);
-                    match b.alter_partition(batch, &mut conn, correlation_id).await {
-                        Ok(()) => {}
-                        Err(e) => {
-                            tracing::info!(error = %e, "cannot send ISR changes to the controller; the leaders will propose them again");
-                            conn = None;
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-    }
-
-    async fn alter_partition(
-        self: &Arc<Self>,
-        batch: Vec<IsrChange>,
-        conn: &mut Option<(i32, crate::security::client::BrokerConnection)>,
-        correlation_id: i32,
-    ) -> anyhow::Result<()> {
-        use crate::controller::messages::{
-            AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionTopicData,
-            BrokerState,
-        };
-        let me = self.config.broker_id;
-        let snapshot = self.cache.snapshot();
-        let mut topics: Vec<AlterPartitionTopicData> = Vec::new();
-        let mut sent: std::collections::HashMap<(uuid::Uuid, i32), (Arc<Partition>, i32)> = Default::default();
-        for (partition, isr) in batch {
-            let (role, epoch) = partition.role();
-            let Some(topic) = snapshot.topics.get(&partition.topic) else { continue };
-            if role != crate::replication::Role::Leader {
-                continue;
-            }
-            let data = AlterPartitionPartitionData {
-                partition_index: partition.index,
-                leader_epoch: epoch,
-                new_isr_with_epochs: isr.iter().map(|&broker_id| BrokerState { broker_id, broker_epoch: -1 }).collect(),
-                leader_recovery_state: 0,
-                partition_epoch: partition.partition_epoch(),
-            };
-            match topics.iter_mut().find(|t| t.topic_id == topic.id) {
-                Some(t) => t.partitions.push(data),
-                None => topics.push(AlterPartitionTopicData {
-                    topic_name: topic.name.clone(),
-                    topic_id: topic.id,
-                    partitions: vec![data],
-                }),
-            }
-            sent.insert((topic.id, partition.index), (partition, epoch));
-        }
-        if topics.is_empty() {
-            return Ok(());
-        }
-        let req = AlterPartitionRequest { broker_id: me, broker_epoch: self.broker_epoch(), topics };
-        let resp: AlterPartitionResponse = if self.controller.is_controller() {
-            let b = self.clone();
-            tokio::task::spawn_blocking(move || b.controller.handle_alter_partition(&req)).await?
-        } else {
-            let controller = snapshot.controller_id;
-            if conn.as_ref().is_none_or(|(id, c)| *id != controller || c.session_expiring()) {
-                let target = snapshot
-                    .brokers
-                    .iter()
-                    .find(|b| b.id == controller)
-                    .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
-                let stream = self
-                    .security
-                    .inter_broker
-                    .connect(&target.host, target.port, &format!("gregor-broker-{me}"))
-                    .await?;
-                *conn = Some((controller, stream));
-            }
-            let Some((_, stream)) = conn.as_mut() else { anyhow::bail!("no connection to the controller") };
-            let client_id = format!("gregor-broker-{me}");
-            let max = self.config.socket_request_max_bytes;
-            let call = crate::controller::channel::round_trip(
-                stream,
-                correlation_id,
-                &client_id,
-                &req,
-                ALTER_PARTITION_VERSION,
-                max,
-            );
-            tokio::time::timeout(self.security.inter_broker.request_timeout, call).await??
-        };
-        if resp.error_code != 0 {
-            anyhow::bail!("AlterPartition refused with error {}", resp.error_code);
-        }
-        for t in resp.topics {
-            for p in t.partitions {
-                let Some((partition, epoch)) = sent.get(&(t.topic_id, p.partition_index)) else { continue };
-                if p.error_code != 0 {
-                    tracing::info!(topic = %partition.topic, partition = p.partition_index, error = p.error_code, "ISR change refused by the controller");
-                    continue;
-                }
-                // Applied only if this broker still leads at the epoch it proposed for.
-                if partition.role() == (crate::replication::Role::Leader, *epoch) && p.leader_epoch == *epoch {
-                    partition.set_partition_epoch(p.partition_epoch);
-                    partition.set_isr(p.isr);
-                }
-            }
-        }
-        self.replicas.notify_changed();
-        Ok(())
+        self.replicas.spawn_isr_writer(Arc::new(BrokerLink(Arc::downgrade(self))));
     }
 
     /// Drops followers that stopped keeping up (checked every replica.lag.time.max.ms / 2).
     pub fn spawn_isr_expiry(self: &Arc<Self>) {
-        let b = self.clone();
-        let lag = Duration::from_millis(self.config.replica_lag_time_max_ms);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval((lag / 2).max(Duration::from_millis(100)));
-            loop {
-                tick.tick().await;
-                for p in b.replicas.all_partitions() {
-                    if let Some(isr) = p.isr_to_shrink(lag) {
-                        b.record_isr_change(&p, isr);
-                    }
-                }
-            }
-        });
+        self.replicas.spawn_isr_expiry();
     }
 
     /// Controlled shutdown as Kafka does it: ask the controller (ControlledShutdown) to move
@@ -594,8 +422,7 @@ impl Broker {
             self.config.values.get("controlled.shutdown.retry.backoff.ms").and_then(|v| v.parse().ok()).unwrap_or(5000),
         );
         // A departing broker must not look like a caught-up follower.
-        self.shutting_down.store(true, Ordering::Release);
-        self.fetchers.stop_all();
+        self.replicas.begin_shutdown();
         let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_TIMEOUT;
         for attempt in 0..=retries {
             match self.ask_controlled_shutdown().await {
@@ -705,18 +532,11 @@ impl crate::controller::LocalBroker for Broker {
         &self,
         req: &crate::controller::messages::LeaderAndIsrRequest,
     ) -> crate::controller::messages::LeaderAndIsrResponse {
-        match self.arc() {
-            Some(b) => b.become_leader_or_follower(req),
-            // Shutting down: nothing is applied any more.
-            None => crate::controller::messages::LeaderAndIsrResponse {
-                error_code: ErrorCode::UnknownServerError.code(),
-                partition_errors: Vec::new(),
-            },
-        }
+        self.replicas.become_leader_or_follower(req)
     }
 
     fn stop_replicas(&self, req: &crate::controller::messages::StopReplicaRequest) {
-        Broker::stop_replicas(self, req);
+        self.replicas.stop_replicas(req);
     }
 
     fn make_leader(
@@ -748,7 +568,7 @@ impl crate::controller::LocalBroker for Broker {
     }
 
     fn saw_controller_epoch(&self, epoch: i32) {
-        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
+        self.replicas.observe_controller_epoch(epoch);
     }
 }
 
@@ -879,4 +699,78 @@ fn write_meta_properties(config: &BrokerConfig, cluster_id: &str) -> anyhow::Res
         std::fs::write(&path, text)?;
     }
     Ok(())
+}
+
+/// What the replica manager sees of the broker's other components: the coordinators that load
+/// and drop their state with leadership of their topics' partitions, and the controller.
+/// Weak, as the broker owns the replica manager.
+struct BrokerLink(std::sync::Weak<Broker>);
+
+impl LeadershipListener for BrokerLink {
+    fn before_become_leader(&self, tp: &TopicPartition) {
+        let Some(b) = self.0.upgrade() else { return };
+        if tp.0 == crate::group::OFFSETS_TOPIC {
+            b.set_loading_offsets(tp.1, true);
+        }
+        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+            b.txns.set_loading(tp.1, true);
+        }
+    }
+
+    fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
+        let Some(b) = self.0.upgrade() else { return };
+        let offsets = tp.0 == crate::group::OFFSETS_TOPIC;
+        let txn_state = tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
+        if new_term && offsets {
+            b.load_groups(Some(tp.1));
+        }
+        if new_term && txn_state {
+            b.load_txns(Some(tp.1));
+        }
+        if txn_state {
+            b.txns.set_loading(tp.1, false);
+        }
+        if offsets {
+            b.set_loading_offsets(tp.1, false);
+        }
+    }
+
+    fn forget_partition(&self, tp: &TopicPartition) {
+        if let Some(b) = self.0.upgrade() {
+            b.txns.forget_partition(tp);
+        }
+    }
+
+    fn on_resign(&self, tp: &TopicPartition) {
+        let Some(b) = self.0.upgrade() else { return };
+        if tp.0 == crate::group::OFFSETS_TOPIC {
+            b.unload_groups(tp.1);
+        }
+        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+            b.unload_txns(tp.1);
+        }
+    }
+}
+
+impl ControllerGateway for BrokerLink {
+    fn broker_epoch(&self) -> i64 {
+        self.0.upgrade().map_or(-1, |b| b.broker_epoch())
+    }
+
+    fn is_controller(&self) -> bool {
+        self.0.upgrade().is_some_and(|b| b.controller.is_controller())
+    }
+
+    fn handle_alter_partition(
+        &self,
+        req: &crate::controller::messages::AlterPartitionRequest,
+    ) -> crate::controller::messages::AlterPartitionResponse {
+        match self.0.upgrade() {
+            Some(b) => b.controller.handle_alter_partition(req),
+            None => crate::controller::messages::AlterPartitionResponse {
+                error_code: ErrorCode::NotController.code(),
+                ..Default::default()
+            },
+        }
+    }
 }

@@ -110,7 +110,7 @@ async fn leader_and_isr(broker: &Arc<Broker>, req: LeaderAndIsrRequest) -> Leade
     }
     let b = broker.clone();
     let req2 = req.clone();
-    match blocking(move || b.become_leader_or_follower(&req2)).await {
+    match blocking(move || b.replicas.become_leader_or_follower(&req2)).await {
         Ok(r) => r,
         Err(code) => refuse(code, &req),
     }
@@ -161,5 +161,5 @@ async fn stop_replica(broker: &Arc<Broker>, req: StopReplicaRequest) -> StopRepl
     }
     let b = broker.clone();
     let req2 = req.clone();
-    blocking(move || b.stop_replicas(&req2)).await.unwrap_or_else(|code| refuse(code, &req))
+    blocking(move || b.replicas.stop_replicas(&req2)).await.unwrap_or_else(|code| refuse(code, &req))
 }
