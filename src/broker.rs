@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::error::ErrorCode;
 use crate::config::BrokerConfig;
 use crate::controller::channel::ControllerChannels;
 use crate::controller::propagate::Propagated;
@@ -18,6 +17,7 @@ use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
 use crate::metrics::BrokerMetrics;
+use crate::protocol::ErrorCode;
 use crate::replication::fetcher::FetcherManager;
 use crate::replication::{Partition, ReplicaManager};
 use crate::txn::ProducerIdManager;

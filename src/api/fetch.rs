@@ -20,16 +20,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::error::ErrorCode;
 use super::RequestContext;
 use crate::client_quota::CONSUMER_BYTE_RATE;
 use crate::log::zero_copy;
+use crate::protocol::ErrorCode;
 use crate::replication::fetch_session::{Changes, Session, SessionPartition};
 use crate::replication::{quota, FetchResult, Partition};
 use crate::security::authorizer::{Operation, ResourceType};
-
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
@@ -103,13 +100,13 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     }
     let wanted = if !full {
         let Some(s) = sessions.get(req.session_id, now) else {
-            r.error_code = FETCH_SESSION_ID_NOT_FOUND;
+            r.error_code = ErrorCode::FetchSessionIdNotFound.code();
             return r;
         };
         {
             let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
             if req.session_epoch != g.epoch || g.replica != replica {
-                r.error_code = INVALID_FETCH_SESSION_EPOCH;
+                r.error_code = ErrorCode::InvalidFetchSessionEpoch.code();
                 return r;
             }
             g.epoch = if g.epoch == i32::MAX { 1 } else { g.epoch + 1 };

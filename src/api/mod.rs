@@ -24,6 +24,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 
 use crate::broker::Broker;
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME};
 
 /// Every API key gregor serves with the versions it really implements, within Kafka 3.9's. The
@@ -95,13 +96,13 @@ pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
     // As Kafka answers for a partition of an offline log dir, whoever leads it now: the
     // client refreshes its metadata and finds the new leader.
     if broker.replicas.logs().is_offline_partition(topic, partition) {
-        return error::ErrorCode::KafkaStorageError.code();
+        return ErrorCode::KafkaStorageError.code();
     }
     let exists = broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition));
     if exists {
-        error::ErrorCode::NotLeaderOrFollower.code()
+        ErrorCode::NotLeaderOrFollower.code()
     } else {
-        error::ErrorCode::UnknownTopicOrPartition.code()
+        ErrorCode::UnknownTopicOrPartition.code()
     }
 }
 
@@ -170,9 +171,7 @@ impl RequestContext {
     pub fn require_cluster(&self, op: Operation) -> Result<(), error::ApiError> {
         match self.authorized_cluster(op) {
             true => Ok(()),
-            false => {
-                Err(error::ApiError::new(error::ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed."))
-            }
+            false => Err(error::ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
         }
     }
 

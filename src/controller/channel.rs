@@ -18,6 +18,7 @@ use super::messages::{
     StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
 };
 use crate::broker::Broker;
+use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
 
 /// The versions the controller sends: the newest ZooKeeper-mode ones that name topics by id
@@ -225,7 +226,7 @@ async fn exchange(
             let resp: LeaderAndIsrResponse =
                 round_trip(stream, correlation_id, client_id, r, LEADER_AND_ISR_VERSION, max).await?;
             let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
-            let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+            let storage = ErrorCode::KafkaStorageError.code();
             let offline = resp.partition_errors.iter().filter(|p| p.error_code == storage).cloned().collect();
             let error = (resp.error_code != 0 || failed > 0)
                 .then(|| format!("LeaderAndIsr: error {} and {failed} partition errors", resp.error_code));

@@ -6,12 +6,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::api::error::{ApiError, ErrorCode};
+use crate::api::error::ApiError;
 use crate::broker::Broker;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::{PartitionInfo, TopicInfo};
+use crate::protocol::ErrorCode;
 
 pub const ADMIN_DELETE_TOPICS: &str = "/admin/delete_topics";
 pub const ADMIN_REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";

@@ -15,6 +15,7 @@ use super::messages::LeaderAndIsrPartitionError;
 use crate::broker::Broker;
 use crate::metadata::store::{StoreError, ZnodeStore};
 use crate::metadata::zk_data;
+use crate::protocol::ErrorCode;
 
 /// Per broker: the broker epoch its offline replicas were reported under, and the replicas.
 pub type OfflineReplicas = BTreeMap<i32, (i64, BTreeSet<(String, i32)>)>;
@@ -57,7 +58,7 @@ impl Broker {
         for r in self.full_state_for(broker) {
             if let super::channel::ControlRequest::LeaderAndIsr(req) = r {
                 let resp = me.become_leader_or_follower(&req);
-                let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+                let storage = ErrorCode::KafkaStorageError.code();
                 let offline = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
                 self.on_replicas_offline(broker, offline);
             }

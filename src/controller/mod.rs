@@ -18,10 +18,11 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::api::error::{ApiError, ErrorCode};
+use crate::api::error::ApiError;
 use crate::broker::Broker;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{PartitionInfo, TopicInfo};
+use crate::protocol::ErrorCode;
 
 /// Kafka's limit: 249, so that `<topic>-<partition>` plus a deletion suffix fits in 255 bytes.
 const MAX_TOPIC_NAME_LEN: usize = 249;

@@ -16,6 +16,7 @@ use super::messages::{
 use crate::broker::Broker;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::PartitionInfo;
+use crate::protocol::ErrorCode;
 use crate::replication::control::{FULL_STATE, INCREMENTAL_STATE, LEADER_DURING_DELETE};
 
 /// What the brokers were last told, per partition, and which brokers (with their epochs).
@@ -177,7 +178,7 @@ impl Broker {
         if let (Some(r), Some(me)) = (lai, self.arc()) {
             let resp = me.become_leader_or_follower(&r);
             // Its own replicas in an offline log dir, as another broker's answer would name them.
-            let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+            let storage = ErrorCode::KafkaStorageError.code();
             let offline: Vec<_> = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
             self.on_replicas_offline(self.config.broker_id, offline);
         }

@@ -15,12 +15,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::error::{ApiError, ErrorCode};
+use crate::api::error::ApiError;
 use crate::broker::Broker;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, Moving, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::PartitionInfo;
+use crate::protocol::ErrorCode;
 
 use super::election::{elect_leader, parse_reassignment, ADMIN_REASSIGN_PARTITIONS};
 

@@ -12,11 +12,11 @@ use super::messages::{
     AlterPartitionPartitionResult, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionTopicResult,
     ControlledShutdownResponse, RemainingPartition,
 };
-use crate::api::error::ErrorCode;
 use crate::broker::Broker;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::StoreError;
+use crate::protocol::ErrorCode;
 
 /// How long a ControlledShutdown waits for the moved leaderships to be read back before it
 /// answers with what remains (the broker then asks again).

@@ -862,7 +862,7 @@ mod tests {
 
         let err = full.lock().unwrap().append(&mut simple_batch(2, 10, 5), 0).unwrap_err();
         assert!(matches!(err, LogError::Io(_)), "{err}");
-        assert_eq!(err.kafka_code(), 56);
+        assert_eq!(err.kafka_code(), crate::protocol::ErrorCode::KafkaStorageError.code());
         assert!(!m.is_online(0) && m.is_online(1));
         // Every log of the dir refuses work from now on, not only the one that failed.
         let err = neighbour.lock().unwrap().append(&mut simple_batch(1, 10, 5), 0).unwrap_err();

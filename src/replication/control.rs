@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::api::error::ErrorCode;
 use crate::broker::Broker;
 use crate::controller::messages::{
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaPartitionError,
     StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
 };
 use crate::metadata::{zk_data, BrokerInfo, PartitionInfo, TopicInfo};
+use crate::protocol::ErrorCode;
 
 /// The leader of a partition whose topic is being deleted, in UpdateMetadata (Kafka's
 /// `LeaderAndIsr.LeaderDuringDelete`).

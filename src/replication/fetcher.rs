@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use super::{quota, Role, TopicPartition};
 use crate::broker::Broker;
 use crate::metadata::cache::ClusterSnapshot;
+use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
 
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
@@ -30,7 +31,6 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`):
 /// a leader that refuses this broker's credentials is not asked five times a second.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
-const OFFSET_OUT_OF_RANGE: i16 = 1;
 /// Spare room for the first read of a response: the size prefix and a small answer (an
 /// empty long poll, a few records) arrive in one read.
 const RX_FIRST_READ: usize = 64 * 1024;
@@ -66,9 +66,6 @@ struct Built {
     sent: Vec<(TopicPartition, (i64, i32, i32))>,
     forgotten: Vec<TopicPartition>,
 }
-
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 
 #[derive(Default)]
 pub struct FetcherManager {
@@ -178,7 +175,10 @@ async fn run(
         };
         match answer {
             Ok(Ok(response)) => {
-                if matches!(response.error_code, FETCH_SESSION_ID_NOT_FOUND | INVALID_FETCH_SESSION_EPOCH) {
+                if matches!(
+                    ErrorCode::from_code(response.error_code),
+                    Some(ErrorCode::FetchSessionIdNotFound | ErrorCode::InvalidFetchSessionEpoch)
+                ) {
                     tracing::debug!(leader, error = response.error_code, "fetch session lost; starting a new one");
                     session = FollowerSession::default();
                     continue;
@@ -432,7 +432,7 @@ fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
                     p.truncate_to(target)
                 }
                 0 => p.append_as_follower(pd.records.as_deref().unwrap_or(&[]), pd.high_watermark),
-                OFFSET_OUT_OF_RANGE => {
+                code if code == ErrorCode::OffsetOutOfRange.code() => {
                     let leo = p.log_end_offset();
                     if leo < pd.log_start_offset {
                         p.reset_to(pd.log_start_offset)
