@@ -20,6 +20,7 @@ use crate::metrics::BrokerMetrics;
 use crate::protocol::ErrorCode;
 use crate::replication::fetcher::FetcherManager;
 use crate::replication::{Partition, ReplicaManager};
+use crate::sync::MutexExt;
 use crate::txn::ProducerIdManager;
 
 /// How long a controlled shutdown waits for leadership to move (Kafka: 3 retries x 5 s).
@@ -255,7 +256,7 @@ impl Broker {
     }
 
     pub fn set_loading_offsets(&self, partition: i32, loading: bool) {
-        let mut set = self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut set = self.loading_offsets.lock_unpoisoned();
         if loading {
             set.insert(partition);
         } else {
@@ -264,7 +265,7 @@ impl Broker {
     }
 
     pub fn is_loading_offsets(&self, partition: i32) -> bool {
-        self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner()).contains(&partition)
+        self.loading_offsets.lock_unpoisoned().contains(&partition)
     }
 
     pub fn request_preferred_election(&self) {
@@ -485,7 +486,7 @@ impl Broker {
             return;
         }
         let key = (partition.topic.clone(), partition.index);
-        self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (partition.clone(), isr));
+        self.pending_isr.lock_unpoisoned().insert(key, (partition.clone(), isr));
         self.isr_queued.notify_one();
     }
 
@@ -523,7 +524,7 @@ impl Broker {
                 b.isr_queued.notified().await;
                 loop {
                     let batch: Vec<IsrChange> = {
-                        let mut q = b.pending_isr.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut q = b.pending_isr.lock_unpoisoned();
                         q.drain().map(|(_, v)| v).collect()
                     };
                     if batch.is_empty() {

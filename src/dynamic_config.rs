@@ -17,6 +17,7 @@ use std::sync::{Arc, RwLock};
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::metadata::{zk_data, StoreError};
+use crate::sync::RwLockExt;
 
 /// The entity name of the cluster-wide defaults.
 pub const DEFAULT_ENTITY: &str = "<default>";
@@ -76,11 +77,11 @@ impl DynamicConfigs {
     }
 
     pub fn effective(&self) -> Arc<BrokerConfig> {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).1.clone()
+        self.state.read_unpoisoned().1.clone()
     }
 
     pub fn values(&self) -> DynamicValues {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).0.clone()
+        self.state.read_unpoisoned().0.clone()
     }
 }
 
@@ -118,7 +119,7 @@ impl Broker {
         };
         let effective = Arc::new(effective);
         let changed = {
-            let mut st = self.dynamic.state.write().unwrap_or_else(|p| p.into_inner());
+            let mut st = self.dynamic.state.write_unpoisoned();
             let changed = st.0.merged() != values.merged();
             *st = (values, effective.clone());
             changed

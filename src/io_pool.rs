@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::sync::MutexExt;
+
 #[derive(Debug, thiserror::Error)]
 pub enum IoPoolError {
     /// The job panicked (or the runtime is shutting down): its effects are unknown.
@@ -82,7 +84,7 @@ impl IoPool {
     /// finish undisturbed and no new one starts until the running ones are under the new size.
     pub fn resize(&self, threads: usize) {
         let threads = threads.clamp(1, Semaphore::MAX_PERMITS);
-        let _one = self.resizing.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.resizing.lock_unpoisoned();
         let now = self.threads.swap(threads, Ordering::SeqCst);
         if threads > now {
             let mut more = threads - now;

@@ -20,4 +20,5 @@ pub mod network;
 pub mod protocol;
 pub mod replication;
 pub mod security;
+pub mod sync;
 pub mod txn;

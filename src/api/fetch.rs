@@ -27,6 +27,7 @@ use crate::protocol::ErrorCode;
 use crate::replication::fetch_session::{Changes, Session, SessionPartition};
 use crate::replication::{quota, FetchResult, Partition};
 use crate::security::authorizer::{Operation, ResourceType};
+use crate::sync::MutexExt;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
@@ -104,7 +105,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             return r;
         };
         {
-            let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+            let mut g = s.lock_unpoisoned();
             if req.session_epoch != g.epoch || g.replica != replica {
                 r.error_code = ErrorCode::InvalidFetchSessionEpoch.code();
                 return r;
@@ -154,7 +155,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         // A full cache of sessions worth keeping: answered without one (id 0).
         if let Some((id, s)) = sessions.create(replica, partitions, now) {
             if replica < 0 {
-                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                let mut g = s.lock_unpoisoned();
                 let keys: PartitionKeys = g.partitions.keys().cloned().collect();
                 watch_session_partitions(ctx, &mut g, &keys);
                 changes = Some((g.changes.clone(), keys));
@@ -217,7 +218,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             let woken = tokio::time::timeout(deadline - now, c.notify.notified()).await.is_ok();
             let marked = c.take();
             {
-                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                let mut g = s.lock_unpoisoned();
                 // A partition hosted again since (a new replica object) is watched from now on.
                 watch_session_partitions(ctx, &mut g, &marked);
                 keys.extend(marked);
@@ -246,12 +247,12 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             break (responses, files);
         }
     };
-    *ctx.file_ranges.lock().unwrap_or_else(|p| p.into_inner()) = files;
+    *ctx.file_ranges.lock_unpoisoned() = files;
     drop(parked);
     r.responses = match session {
         Some(s) => {
             let pending = changes.as_ref().map(|(c, _)| (&**c, committed));
-            only_news(&mut s.lock().unwrap_or_else(|p| p.into_inner()), responses, incremental, pending)
+            only_news(&mut s.lock_unpoisoned(), responses, incremental, pending)
         }
         None => responses,
     };

@@ -26,6 +26,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind}
 use crate::broker::Broker;
 use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME};
+use crate::sync::MutexExt;
 
 /// Every API key gregor serves with the versions it really implements, within Kafka 3.9's. The
 /// `kafka-protocol` crate decodes the newer ones, `legacy` the older (checked by a test).
@@ -139,7 +140,7 @@ impl RequestContext {
     /// Gives the request's slot back while it waits in a purgatory: a parked request costs a
     /// waker, not handler capacity, as Kafka's purgatories hold requests outside its queue.
     pub fn park(&self) {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.slot.lock_unpoisoned().take();
     }
 
     pub fn version(&self) -> i16 {

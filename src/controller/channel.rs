@@ -20,6 +20,7 @@ use super::messages::{
 use crate::broker::Broker;
 use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
+use crate::sync::MutexExt;
 
 /// The versions the controller sends: the newest ZooKeeper-mode ones that name topics by id
 /// as well as by name.
@@ -67,7 +68,7 @@ impl ControllerChannels {
     /// re-registered gets a new channel, one that left loses its own.
     pub fn retain(&self, broker: &Arc<Broker>, live: &[(i32, i64)]) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut channels = self.channels.lock_unpoisoned();
         channels.retain(|id, c| live.iter().any(|(l, e)| l == id && *e == c.epoch));
         for &(id, epoch) in live {
             if id == broker.config.broker_id || channels.contains_key(&id) {
@@ -84,7 +85,7 @@ impl ControllerChannels {
     /// Queues a request for a broker; if its queue is full the broker is marked for a full
     /// resend instead.
     pub fn send(&self, broker_id: i32, request: ControlRequest) {
-        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let channels = self.channels.lock_unpoisoned();
         let Some(c) = channels.get(&broker_id) else { return };
         if c.queue.try_send(request).is_err() {
             c.resync.store(true, Ordering::Release);
@@ -95,7 +96,7 @@ impl ControllerChannels {
     /// Has the broker's channel send it the whole state again (a LeaderAndIsr for every
     /// replica it holds), as after a reconnection.
     pub fn resync(&self, broker_id: i32) {
-        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let channels = self.channels.lock_unpoisoned();
         if let Some(c) = channels.get(&broker_id) {
             c.resync.store(true, Ordering::Release);
             c.wake.notify_one();
@@ -103,7 +104,7 @@ impl ControllerChannels {
     }
 
     pub fn clear(&self) {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.channels.lock_unpoisoned().clear();
     }
 }
 

@@ -16,13 +16,14 @@ use crate::broker::Broker;
 use crate::metadata::store::{StoreError, ZnodeStore};
 use crate::metadata::zk_data;
 use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 /// Per broker: the broker epoch its offline replicas were reported under, and the replicas.
 pub type OfflineReplicas = BTreeMap<i32, (i64, BTreeSet<(String, i32)>)>;
 
 impl Broker {
     fn offline_dirs(&self) -> std::sync::MutexGuard<'_, OfflineReplicas> {
-        self.replicas_on_offline_dirs.lock().unwrap_or_else(|p| p.into_inner())
+        self.replicas_on_offline_dirs.lock_unpoisoned()
     }
 
     /// Reads and deletes the log dir event notifications, then asks each broker they name

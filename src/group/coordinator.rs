@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 pub type TopicPartition = (String, i32);
 /// (partition, offset, leader epoch, metadata) as OffsetCommit carries it.
@@ -271,26 +272,26 @@ impl GroupCoordinator {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         group.hash(&mut h);
         let stripe = &self.offset_writes[(h.finish() as usize) % OFFSET_WRITE_STRIPES];
-        stripe.lock().unwrap_or_else(|p| p.into_inner())
+        stripe.lock_unpoisoned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
         // Every mutation below leaves the group in a valid state before any call that could
         // panic, so a poisoned lock still guards consistent data.
-        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+        self.groups.lock_unpoisoned()
     }
 
     /// Holds offsets a transaction committed (they are in `__consumer_offsets` already) until
     /// its marker settles them.
     pub fn add_txn_offsets(&self, producer_id: i64, partition: i32, offsets: Vec<PendingTxnOffset>) {
-        let mut pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = self.txn_offsets.lock_unpoisoned();
         pending.entry((producer_id, partition)).or_default().extend(offsets);
     }
 
     /// A transaction's marker reached `__consumer_offsets` partition `partition`: its offsets
     /// there become the groups' committed offsets (COMMIT) or are forgotten (ABORT).
     pub fn complete_txn_offsets(&self, producer_id: i64, partition: i32, commit: bool) {
-        let done = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner()).remove(&(producer_id, partition));
+        let done = self.txn_offsets.lock_unpoisoned().remove(&(producer_id, partition));
         let Some(done) = done.filter(|_| commit) else { return };
         let mut groups = self.lock();
         for p in done {
@@ -301,14 +302,14 @@ impl GroupCoordinator {
 
     /// Whether a transaction has offsets of `group` waiting (OffsetFetch's require_stable).
     pub fn has_pending_txn_offsets(&self, group: &str) -> bool {
-        let pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = self.txn_offsets.lock_unpoisoned();
         pending.values().any(|v| v.iter().any(|o| o.group == group))
     }
 
     /// The partitions of `group` an open transaction holds offsets for: OffsetFetch with
     /// require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT for them until the marker lands.
     pub fn pending_txn_partitions(&self, group: &str) -> std::collections::HashSet<(String, i32)> {
-        let pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = self.txn_offsets.lock_unpoisoned();
         pending.values().flatten().filter(|o| o.group == group).map(|o| o.tp.clone()).collect()
     }
 

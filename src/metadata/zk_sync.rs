@@ -14,6 +14,7 @@ use super::cache::{BrokerInfo, PartitionInfo, TopicInfo};
 use super::store::StoreError;
 use super::zk_data;
 use crate::broker::Broker;
+use crate::sync::MutexExt;
 
 /// Reads `/brokers/ids/<id>`: the endpoint for `listener` if the broker has one, else its
 /// first endpoint.
@@ -248,7 +249,7 @@ impl Broker {
         let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
         {
             // A broker in controlled shutdown stays out of leadership and ISRs until it is gone.
-            let mut leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut leaving = self.shutting_down_brokers.lock_unpoisoned();
             leaving.retain(|b| live.contains(b));
         }
 
@@ -331,7 +332,7 @@ impl Broker {
             self.apply_topic_configs(&previous.topics, &topics, &c.topics);
         }
         let eligible: BTreeSet<i32> = {
-            let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+            let leaving = self.shutting_down_brokers.lock_unpoisoned();
             live.difference(&leaving).copied().collect()
         };
         if brokers_read {

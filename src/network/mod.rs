@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::protocol::ErrorCode;
+use crate::sync::{MutexExt, RwLockExt};
 
 mod closing_log;
 
@@ -171,18 +172,18 @@ impl ConnectionQuotas {
     fn creation_delay(&self, listener: &str) -> Option<std::time::Duration> {
         let now = Instant::now();
         if let Some(bucket) = self.listener_rates.get(listener) {
-            if let Some(wait) = bucket.lock().unwrap_or_else(|p| p.into_inner()).take(now) {
+            if let Some(wait) = bucket.lock_unpoisoned().take(now) {
                 return Some(wait);
             }
         }
         if listener == self.inter_broker_listener {
             return None;
         }
-        let wait = self.broker_rate.lock().unwrap_or_else(|p| p.into_inner()).as_mut()?.take(now);
+        let wait = self.broker_rate.lock_unpoisoned().as_mut()?.take(now);
         if wait.is_some() {
             // Give the listener's token back: this connection is not accepted yet.
             if let Some(b) = self.listener_rates.get(listener) {
-                let mut b = b.lock().unwrap_or_else(|p| p.into_inner());
+                let mut b = b.lock_unpoisoned();
                 b.tokens += 1.0;
             }
         }
@@ -190,7 +191,7 @@ impl ConnectionQuotas {
     }
 
     fn limits(&self) -> std::sync::RwLockReadGuard<'_, Limits> {
-        self.limits.read().unwrap_or_else(|p| p.into_inner())
+        self.limits.read_unpoisoned()
     }
 
     /// Applies new broker-wide limits (dynamic broker configs). Connections already open
@@ -198,20 +199,19 @@ impl ConnectionQuotas {
     pub fn reconfigure(&self, config: &crate::config::BrokerConfig) {
         let next = Limits::of(config);
         let rate_changed = {
-            let mut l = self.limits.write().unwrap_or_else(|p| p.into_inner());
+            let mut l = self.limits.write_unpoisoned();
             let changed = l.creation_rate != next.creation_rate;
             *l = next;
             changed
         };
         if rate_changed {
-            *self.broker_rate.lock().unwrap_or_else(|p| p.into_inner()) =
-                config.max_connection_creation_rate.map(TokenBucket::full);
+            *self.broker_rate.lock_unpoisoned() = config.max_connection_creation_rate.map(TokenBucket::full);
         }
         self.freed.notify_waiters();
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+        self.counts.lock_unpoisoned()
     }
 
     /// Why `listener` cannot take another connection now, if it cannot.
@@ -557,7 +557,7 @@ impl RequestPath {
     }
 
     fn auth(&self) -> std::sync::MutexGuard<'_, ConnectionAuth> {
-        self.auth.lock().unwrap_or_else(|p| p.into_inner())
+        self.auth.lock_unpoisoned()
     }
 
     fn set_principal(&self, principal: KafkaPrincipal) {
@@ -656,7 +656,7 @@ impl RequestPath {
         };
         let response = match api::handle(&ctx, request).instrument(span).await {
             Ok(Some(response)) => {
-                let files = std::mem::take(&mut *ctx.file_ranges.lock().unwrap_or_else(|p| p.into_inner()));
+                let files = std::mem::take(&mut *ctx.file_ranges.lock_unpoisoned());
                 Some(encode_response_with_files(key, version, correlation_id, &response, files)?)
             }
             Ok(None) => None,

@@ -15,6 +15,7 @@ use crate::controller::messages::{
 };
 use crate::metadata::{zk_data, BrokerInfo, PartitionInfo, TopicInfo};
 use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 /// The leader of a partition whose topic is being deleted, in UpdateMetadata (Kafka's
 /// `LeaderAndIsr.LeaderDuringDelete`).
@@ -32,7 +33,7 @@ impl Broker {
         // One controller request at a time (Kafka's replica state change lock): two at once
         // would open or delete the same partition's files together. Client requests never
         // take this lock.
-        let _serial = self.replica_state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.replica_state_lock.lock_unpoisoned();
         let me = self.config.broker_id;
         let snapshot = self.cache.snapshot();
         let mut errors = Vec::new();
@@ -165,7 +166,7 @@ impl Broker {
 
     /// Stops following the listed partitions, deleting their logs where asked.
     pub fn stop_replicas(&self, req: &StopReplicaRequest) -> StopReplicaResponse {
-        let _serial = self.replica_state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.replica_state_lock.lock_unpoisoned();
         let mut errors = Vec::new();
         for topic in &req.topics {
             for p in &topic.partitions {

@@ -22,6 +22,7 @@ use crate::broker::Broker;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
+use crate::sync::MutexExt;
 
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
 /// `diverging_epoch`, and still naming topics rather than ids.
@@ -75,10 +76,10 @@ pub struct FetcherManager {
 impl FetcherManager {
     /// Makes the fetcher for `leader` copy `tp` (and no other fetcher).
     pub fn follow(&self, broker: &Arc<Broker>, leader: i32, tp: TopicPartition) {
-        let mut fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fetchers = self.fetchers.lock_unpoisoned();
         for (id, f) in fetchers.iter() {
             if *id != leader {
-                f.partitions.lock().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+                f.partitions.lock_unpoisoned().remove(&tp);
             }
         }
         let f = fetchers.entry(leader).or_insert_with(|| {
@@ -88,7 +89,7 @@ impl FetcherManager {
             tokio::spawn(run(broker.clone(), leader, partitions.clone(), wake.clone(), restart.clone()));
             Fetcher { partitions, wake, added: false, restart }
         });
-        if f.partitions.lock().unwrap_or_else(|p| p.into_inner()).insert(tp) {
+        if f.partitions.lock_unpoisoned().insert(tp) {
             f.added = true;
             f.wake.notify_one();
         }
@@ -97,7 +98,7 @@ impl FetcherManager {
     /// After a batch of [`FetcherManager::follow`] calls: fetchers that were given new
     /// partitions start a new fetch at once.
     pub fn start_added(&self) {
-        let mut fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fetchers = self.fetchers.lock_unpoisoned();
         for f in fetchers.values_mut().filter(|f| f.added) {
             f.added = false;
             f.restart.notify_one();
@@ -107,17 +108,17 @@ impl FetcherManager {
     /// Stops every fetcher's work (controlled shutdown: a departing broker must not look like
     /// a caught-up follower).
     pub fn stop_all(&self) {
-        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let fetchers = self.fetchers.lock_unpoisoned();
         for f in fetchers.values() {
-            f.partitions.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            f.partitions.lock_unpoisoned().clear();
         }
     }
 
     /// Stops fetching `tp` from anyone (this broker leads it now, or no longer hosts it).
     pub fn unfollow(&self, tp: &TopicPartition) {
-        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let fetchers = self.fetchers.lock_unpoisoned();
         for f in fetchers.values() {
-            f.partitions.lock().unwrap_or_else(|p| p.into_inner()).remove(tp);
+            f.partitions.lock_unpoisoned().remove(tp);
         }
     }
 }
@@ -135,8 +136,7 @@ async fn run(
     let mut connect_failures = 0u32;
     let mut rx = BytesMut::new();
     loop {
-        let wanted: Vec<TopicPartition> =
-            partitions.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        let wanted: Vec<TopicPartition> = partitions.lock_unpoisoned().iter().cloned().collect();
         if wanted.is_empty() {
             conn = None;
             wake.notified().await;

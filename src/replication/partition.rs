@@ -17,6 +17,7 @@ use super::leader_epoch::LeaderEpochCache;
 use crate::log::{zero_copy, AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
 use crate::metrics::{IsrMetrics, TopicMetrics};
 use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 use crate::txn::{snapshot, ProducerStateManager, SequenceCheck};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +156,7 @@ fn notify_all(list: &Mutex<Vec<Weak<Notify>>>) {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every operation below restores its invariants before it can fail, so a guard poisoned
     // by a panic elsewhere still protects consistent data.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_unpoisoned()
 }
 
 impl Partition {
@@ -1102,7 +1103,7 @@ fn snapshot_at_roll(
 /// brings the `.txnindex` files of the rescanned range in line with the log, and restarts the
 /// rescan below a damaged one so that it can be rebuilt.
 fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
-    let mut guard = log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = log.lock_unpoisoned();
     let dir = guard.dir().to_path_buf();
     let leo = guard.log_end_offset();
     // Snapshots above the log end describe records a recovery cut or a truncation removed.

@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::state::{TxnMetadata, TxnState};
 use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 #[derive(Debug, Clone)]
 pub struct TxnConfig {
@@ -57,7 +58,7 @@ pub struct TransactionCoordinator {
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Each step below leaves the map consistent before anything that could panic.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_unpoisoned()
 }
 
 /// The next epoch, or None when the epoch space is spent and a new producer id is needed.
