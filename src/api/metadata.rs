@@ -222,8 +222,11 @@ pub fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> De
     let mut r = DescribeClusterResponse::default();
     r.endpoint_type = 1;
     if req.endpoint_type != 1 {
-        // Only broker endpoints exist in ZooKeeper mode (Kafka: UNSUPPORTED_ENDPOINT_TYPE).
-        r.error_code = ErrorCode::InvalidRegistration.code();
+        // A broker serves only broker endpoints. As Kafka's brokers do, asking one for the
+        // controllers is a mismatch and any other type is unsupported.
+        let mismatch = req.endpoint_type == 2;
+        r.error_code =
+            if mismatch { ErrorCode::MismatchedEndpointType } else { ErrorCode::UnsupportedEndpointType }.code();
         r.error_message = Some(StrBytes::from_static_str("Only broker endpoints are available"));
         return r;
     }
