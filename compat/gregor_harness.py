@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -21,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BIN = REPO / "target" / "release" / "gregor"
@@ -69,8 +70,32 @@ def gregor_bin() -> Path:
     return Path(os.environ.get("GREGOR_BIN", str(DEFAULT_BIN)))
 
 
+# Its own source: a test that seeds the random module must not make files pick the same ports.
+_PORT_RNG = random.SystemRandom()
+
+
+def _ephemeral_range() -> Tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A port that was free a moment ago (bind to 0 on 127.0.0.1)."""
+    """A port that was free a moment ago, picked at random below the kernel's ephemeral range:
+    the outgoing connections of test files running side by side take their local ports from
+    that range, so one of them cannot grab the port before the server binds it."""
+    lo, _ = _ephemeral_range()
+    if lo > 12000:
+        for _ in range(100):
+            port = _PORT_RNG.randint(10000, lo - 1)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

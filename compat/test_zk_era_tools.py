@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from cluster_harness import Cluster  # noqa: E402
 from gregor_fixtures import _failed, _register  # noqa: E402
-from gregor_harness import wait_until  # noqa: E402
+from gregor_harness import free_port, wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GO = shutil.which("go")
@@ -44,12 +43,6 @@ WAIT = 60
 
 def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,13 @@ What Kafka 3.9 does and these tests hold gregor to:
   offset, compressed ones come as one wrapper each; a fetch is down-converted no further than
   its size limit after the first batch.
 """
-import socket
 import urllib.request
 import uuid
 
 import pytest
 
 import kproto as kp
+from gregor_harness import free_port
 from test_apis import new_topic, wait_leader
 
 CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE = 2, 87, 76
@@ -187,12 +187,6 @@ def _metric(port, name):
     return None
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("where", ["topic", "broker"])
 def test_down_conversion_disabled_answers_unsupported_version(broker_factory, where):
     """message.downconversion.enable=false (topic) or log.message.downconversion.enable=false
@@ -222,7 +216,7 @@ def test_down_conversion_disabled_answers_unsupported_version(broker_factory, wh
 
 
 def test_conversions_are_counted_in_metrics(broker_factory):
-    port = _free_port()
+    port = free_port()
     b = broker_factory({"metrics.port": str(port), "metrics.host": "127.0.0.1"})
     produced = "kafka_server_brokertopicmetrics_producemessageconversions_total"
     fetched = "kafka_server_brokertopicmetrics_fetchmessageconversions_total"

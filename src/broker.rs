@@ -62,7 +62,7 @@ pub struct Broker {
     /// `queued.max.requests`: one permit per request being decoded and handled.
     pub request_slots: Arc<tokio::sync::Semaphore>,
     /// `num.io.threads`: where produce appends and fetch reads touch the disk.
-    pub io: crate::io_pool::IoPool,
+    pub io: Arc<crate::io_pool::IoPool>,
     controller_epoch: AtomicI32,
     is_controller: AtomicBool,
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
@@ -94,8 +94,6 @@ pub struct Broker {
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     /// The log cleaner, once the log tasks are started.
     pub cleaner: std::sync::OnceLock<Arc<crate::log::cleaner::LogCleaner>>,
-    /// The listeners' connection limits, once they serve (reconfigured by dynamic configs).
-    pub connection_quotas: std::sync::OnceLock<Arc<crate::network::ConnectionQuotas>>,
     /// Each listener's TLS and SASL settings, and the SCRAM credentials.
     pub security: crate::security::Security,
 }
@@ -186,7 +184,11 @@ impl Broker {
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let broker = Arc::new(Broker {
             replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
-            io: crate::io_pool::IoPool::new(config.num_io_threads, metrics.io_jobs.clone(), metrics.io_threads.clone()),
+            io: Arc::new(crate::io_pool::IoPool::new(
+                config.num_io_threads,
+                metrics.io_jobs.clone(),
+                metrics.io_threads.clone(),
+            )),
             metrics,
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
@@ -204,8 +206,8 @@ impl Broker {
             ),
             leader_quota: Default::default(),
             follower_quota: Default::default(),
-            quotas: Default::default(),
-            dynamic: crate::dynamic_config::DynamicConfigs::new(&config),
+            quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
+            dynamic: crate::dynamic_config::DynamicConfigs::new(&config, store.clone()),
             config,
             cache,
             store,
@@ -226,12 +228,12 @@ impl Broker {
             replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
-            connection_quotas: std::sync::OnceLock::new(),
             security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
-        broker.reload_broker_configs().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
-        broker.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
+        broker.subscribe_to_dynamic_configs();
+        broker.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
+        broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
@@ -428,7 +430,8 @@ impl Broker {
             self.replicas.logs_handle(),
             self.effective_config().cleaner.clone(),
         );
-        let _ = self.cleaner.set(cleaner);
+        let _ = self.cleaner.set(cleaner.clone());
+        self.dynamic.subscribe(move |c| cleaner.reconfigure(c.cleaner.clone()));
         let b = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(b.config.log_retention_check_interval_ms));
@@ -723,6 +726,35 @@ impl Broker {
             anyhow::bail!("controller answered error {}", resp.error_code);
         }
         Ok(resp.remaining_partitions.len())
+    }
+
+    /// The configuration in force: static values with the dynamic ones over them.
+    pub fn effective_config(&self) -> Arc<BrokerConfig> {
+        self.dynamic.effective()
+    }
+
+    /// What follows a change of the dynamic broker configs: the I/O pool's size and the open
+    /// logs' topic defaults. (The cleaner and the listeners' limits subscribe as they start.)
+    fn subscribe_to_dynamic_configs(self: &Arc<Self>) {
+        let io = self.io.clone();
+        self.dynamic.subscribe(move |c| io.resize(c.num_io_threads));
+        let me = Arc::downgrade(self);
+        self.dynamic.subscribe(move |c| {
+            if let Some(b) = me.upgrade() {
+                b.apply_topic_defaults(c);
+            }
+        });
+    }
+
+    fn apply_topic_defaults(&self, effective: &BrokerConfig) {
+        let snapshot = self.cache.snapshot();
+        for p in self.replicas.all_partitions() {
+            let overrides = snapshot.topics.get(&p.topic).map(|t| t.configs.clone()).unwrap_or_default();
+            match effective.log_config_for(&overrides) {
+                Ok(c) => p.set_config(c),
+                Err(e) => tracing::warn!(topic = %p.topic, error = %e, "invalid topic config; keeping the log's"),
+            }
+        }
     }
 
     pub fn shutdown(&self) {

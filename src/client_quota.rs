@@ -16,10 +16,11 @@
 //! `connection_creation_rate`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::metadata::store::ZnodeStore;
 use crate::metadata::{zk_data, StoreError};
 use crate::sync::{MutexExt, RwLockExt};
 
@@ -108,14 +109,27 @@ struct Bucket {
     at: Instant,
 }
 
-#[derive(Default)]
 pub struct ClientQuotas {
+    /// Where the quota entities are kept (`/config/users`, `/config/clients`).
+    store: Arc<ZnodeStore>,
+    /// `quota.window.size.seconds`: the burst a quota allows.
+    window: Duration,
     table: RwLock<QuotaTable>,
     /// Per (quota key, matched entity's user tag, client tag), as Kafka keys its sensors.
     buckets: Mutex<HashMap<(&'static str, String, String), Bucket>>,
 }
 
 impl ClientQuotas {
+    pub fn new(store: Arc<ZnodeStore>, config: &BrokerConfig) -> ClientQuotas {
+        let secs = config.values.get("quota.window.size.seconds").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
+        ClientQuotas {
+            store,
+            window: Duration::from_secs(secs.max(1)),
+            table: RwLock::default(),
+            buckets: Mutex::default(),
+        }
+    }
+
     pub fn table(&self) -> QuotaTable {
         self.table.read_unpoisoned().clone()
     }
@@ -191,11 +205,10 @@ fn debt(b: &Bucket, rate: f64, window: Duration) -> Duration {
 /// Kafka's `quota.window.num` default: the samples its rates are measured over.
 const QUOTA_WINDOWS: f64 = 11.0;
 
-impl Broker {
+impl ClientQuotas {
     /// `quota.window.size.seconds`: the burst a quota allows.
-    pub fn quota_window(&self) -> Duration {
-        let secs = self.config.values.get("quota.window.size.seconds").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
-        Duration::from_secs(secs.max(1))
+    pub fn window(&self) -> Duration {
+        self.window
     }
 
     /// Reads every quota entity from ZooKeeper: what a broker enforces and DescribeClientQuotas
@@ -243,7 +256,7 @@ impl Broker {
     /// Re-reads the quotas after a change was announced.
     pub fn reload_client_quotas(&self) -> Result<(), StoreError> {
         let table = self.read_client_quotas()?;
-        let mut cur = self.quotas.table.write_unpoisoned();
+        let mut cur = self.table.write_unpoisoned();
         if *cur != table {
             tracing::info!(entities = table.len(), "client quotas changed");
             *cur = table;
@@ -275,6 +288,13 @@ impl Broker {
 mod tests {
     use super::*;
 
+    fn quotas() -> (tempfile::TempDir, ClientQuotas) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::metadata::EmbeddedStore::open(dir.path().join("znodes")).unwrap();
+        let config = BrokerConfig::from_map(BTreeMap::new()).unwrap();
+        (dir, ClientQuotas::new(Arc::new(ZnodeStore::Embedded(store)), &config))
+    }
+
     fn e(user: Option<Option<&str>>, client: Option<Option<&str>>) -> Entity {
         Entity { user: user.map(|u| u.map(str::to_string)), client: client.map(|c| c.map(str::to_string)) }
     }
@@ -289,7 +309,7 @@ mod tests {
 
     #[test]
     fn the_most_specific_quota_wins() {
-        let q = ClientQuotas::default();
+        let (_dir, q) = quotas();
         let mut t = QuotaTable::new();
         t.insert(e(None, Some(None)), [(PRODUCER_BYTE_RATE.to_string(), 100.0)].into());
         t.insert(e(None, Some(Some("fast"))), [(PRODUCER_BYTE_RATE.to_string(), 5000.0)].into());
@@ -303,7 +323,7 @@ mod tests {
 
     #[test]
     fn a_client_over_its_quota_waits_for_the_excess() {
-        let q = ClientQuotas::default();
+        let (_dir, q) = quotas();
         *q.table.write().unwrap() =
             [(e(None, Some(Some("c"))), [(PRODUCER_BYTE_RATE.to_string(), 1000.0)].into())].into();
         let w = Duration::from_secs(1);

@@ -34,6 +34,11 @@ fn unsupported(key: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Unsupported { key: key.to_string(), reason: reason.into() }
 }
 
+/// The authorizer class names gregor serves (the second is the pre-2.4 name of the same
+/// authorizer).
+pub const ACL_AUTHORIZER_CLASSES: &[&str] =
+    &["kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer"];
+
 /// Kafka's `SecurityProtocol` names.
 const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
 /// Kafka's default `security.inter.broker.protocol`, and the name of the listener it picks.
@@ -554,7 +559,7 @@ impl BrokerConfig {
             eps
         };
         check_security(&values, &listeners, &advertised_listeners)?;
-        crate::security::check_keys(&values)?;
+        check_security_keys(&values)?;
         let tls_sasl_keys = tls_sasl_keys(&values);
         if !tls_sasl_keys.is_empty() && listeners.iter().all(|e| e.security_protocol == PLAINTEXT) {
             // Names only: values such as sasl.jaas.config hold secrets.
@@ -1273,13 +1278,13 @@ fn check_security(
         }
     }
     let key = "authorizer.class.name";
-    if !get(key).is_empty() && !crate::security::authorizer::ACL_AUTHORIZER_CLASSES.contains(&get(key)) {
+    if !get(key).is_empty() && !ACL_AUTHORIZER_CLASSES.contains(&get(key)) {
         return Err(unsupported(
             key,
             format!(
                 "{} cannot be loaded by gregor; only Kafka's ZooKeeper ACL authorizer ({}) is served",
                 get(key),
-                crate::security::authorizer::ACL_AUTHORIZER_CLASSES.join(" or ")
+                ACL_AUTHORIZER_CLASSES.join(" or ")
             ),
         ));
     }
@@ -1570,6 +1575,29 @@ fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, St
             out.insert(prefix.to_string(), scalar(other));
         }
     }
+}
+
+/// Checks the security keys that can be checked without reading files, as the config is
+/// parsed (so `--check`-style failures name the key early); `security::Security::from_config` does
+/// the rest at start.
+fn check_security_keys(values: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for key in ["ssl.engine.factory.class", "ssl.provider"] {
+        if values.get(key).is_some_and(|v| !v.trim().is_empty()) {
+            return Err(unsupported(key, "gregor has its own TLS engine (rustls); this setting cannot be honoured"));
+        }
+    }
+    for (key, v) in values {
+        if key.ends_with("sasl.server.callback.handler.class") && !v.trim().is_empty() {
+            return Err(unsupported(key, "custom SASL callback handlers cannot be loaded by gregor"));
+        }
+        if key.ends_with("principal.builder.class") && !v.trim().is_empty() {
+            return Err(unsupported(
+                key,
+                "custom principal builders cannot be loaded by gregor; use ssl.principal.mapping.rules",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

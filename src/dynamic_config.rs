@@ -12,12 +12,11 @@
 //! reader never sees half of a change.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use crate::broker::Broker;
 use crate::config::BrokerConfig;
-use crate::metadata::{zk_data, StoreError};
-use crate::sync::RwLockExt;
+use crate::metadata::{zk_data, StoreError, ZnodeStore};
+use crate::sync::{MutexExt, RwLockExt};
 
 /// The entity name of the cluster-wide defaults.
 pub const DEFAULT_ENTITY: &str = "<default>";
@@ -67,15 +66,29 @@ impl DynamicValues {
     }
 }
 
+/// A component told of each change of the configuration in force (connection limits, the
+/// cleaner, the I/O pool, the open logs' topic defaults).
+type Subscriber = Box<dyn Fn(&Arc<BrokerConfig>) + Send + Sync>;
+
 pub struct DynamicConfigs {
+    store: Arc<ZnodeStore>,
+    /// What the properties file and the environment gave: the values dynamic ones go over.
+    static_config: BrokerConfig,
     state: RwLock<(DynamicValues, Arc<BrokerConfig>)>,
+    subscribers: Mutex<Vec<Subscriber>>,
 }
 
 impl DynamicConfigs {
-    pub fn new(config: &BrokerConfig) -> DynamicConfigs {
-        DynamicConfigs { state: RwLock::new((DynamicValues::default(), Arc::new(config.clone()))) }
+    pub fn new(config: &BrokerConfig, store: Arc<ZnodeStore>) -> DynamicConfigs {
+        DynamicConfigs {
+            store,
+            static_config: config.clone(),
+            state: RwLock::new((DynamicValues::default(), Arc::new(config.clone()))),
+            subscribers: Mutex::default(),
+        }
     }
 
+    /// The configuration in force: static values with the dynamic ones over them.
     pub fn effective(&self) -> Arc<BrokerConfig> {
         self.state.read_unpoisoned().1.clone()
     }
@@ -83,18 +96,19 @@ impl DynamicConfigs {
     pub fn values(&self) -> DynamicValues {
         self.state.read_unpoisoned().0.clone()
     }
-}
 
-impl Broker {
-    /// The configuration in force: static values with the dynamic ones over them.
-    pub fn effective_config(&self) -> Arc<BrokerConfig> {
-        self.dynamic.effective()
+    /// Calls `f` with the configuration in force now and again after each change, so a
+    /// component made after the first read misses no change.
+    pub fn subscribe(&self, f: impl Fn(&Arc<BrokerConfig>) + Send + Sync + 'static) {
+        let mut subscribers = self.subscribers.lock_unpoisoned();
+        f(&self.effective());
+        subscribers.push(Box::new(f));
     }
 
-    /// Reads both dynamic entities, swaps in the effective configuration and re-applies the
-    /// topic defaults to the open logs. A value the static configuration refuses is logged
-    /// and the entity left out, as Kafka skips an invalid dynamic update.
-    pub fn reload_broker_configs(&self) -> Result<(), StoreError> {
+    /// Reads both dynamic entities, swaps in the effective configuration and tells the
+    /// subscribers. A value the static configuration refuses is logged and the entity left
+    /// out, as Kafka skips an invalid dynamic update.
+    pub fn reload(&self) -> Result<(), StoreError> {
         let read = |entity: &str| -> Result<BTreeMap<String, String>, StoreError> {
             Ok(self.store.try_get(&entity_path(entity))?.map(|d| zk_data::parse_topic_config(&d)).unwrap_or_default())
         };
@@ -108,38 +122,26 @@ impl Broker {
             }
             !own
         });
-        let mut values = DynamicValues { cluster, broker: read(&self.config.broker_id.to_string())? };
-        let effective = match self.config.with_dynamic(&values.merged()) {
+        let mut values = DynamicValues { cluster, broker: read(&self.static_config.broker_id.to_string())? };
+        let effective = match self.static_config.with_dynamic(&values.merged()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "invalid dynamic broker config; keeping the static values");
                 values = DynamicValues::default();
-                self.config.clone()
+                self.static_config.clone()
             }
         };
         let effective = Arc::new(effective);
         let changed = {
-            let mut st = self.dynamic.state.write_unpoisoned();
+            let mut st = self.state.write_unpoisoned();
             let changed = st.0.merged() != values.merged();
             *st = (values, effective.clone());
             changed
         };
         if changed {
             tracing::info!("dynamic broker configs changed; applying them");
-            if let Some(q) = self.connection_quotas.get() {
-                q.reconfigure(&effective);
-            }
-            if let Some(c) = self.cleaner.get() {
-                c.reconfigure(effective.cleaner.clone());
-            }
-            self.io.resize(effective.num_io_threads);
-            let snapshot = self.cache.snapshot();
-            for p in self.replicas.all_partitions() {
-                let overrides = snapshot.topics.get(&p.topic).map(|t| t.configs.clone()).unwrap_or_default();
-                match effective.log_config_for(&overrides) {
-                    Ok(c) => p.set_config(c),
-                    Err(e) => tracing::warn!(topic = %p.topic, error = %e, "invalid topic config; keeping the log's"),
-                }
+            for f in self.subscribers.lock_unpoisoned().iter() {
+                f(&effective);
             }
         }
         Ok(())
@@ -150,14 +152,15 @@ impl Broker {
     /// processing notifications (ZkNodeChangeNotificationListener): every broker has read them
     /// by then, and a broker that starts later reads the entities themselves. Costs one
     /// pipelined stat per notification present. Returns how many were deleted.
-    pub fn purge_obsolete_config_changes(&self) -> Result<usize, StoreError> {
+    pub fn purge_obsolete_changes(&self) -> Result<usize, StoreError> {
         let children = self.store.try_children(zk_data::CONFIG_CHANGES)?;
         if children.is_empty() {
             return Ok(0);
         }
         let paths: Vec<String> = children.iter().map(|c| format!("{}/{c}", zk_data::CONFIG_CHANGES)).collect();
         let created = self.store.created_times(&paths)?;
-        let doomed = obsolete(&paths, &created, crate::log::now_ms(), self.config.config_change_expiration_ms);
+        let expiration_ms = self.static_config.config_change_expiration_ms;
+        let doomed = obsolete(&paths, &created, crate::log::now_ms(), expiration_ms);
         for p in &doomed {
             // Another broker may have deleted it first; that is the same outcome.
             self.store.delete_recursive(p)?;
@@ -170,11 +173,11 @@ impl Broker {
 
     /// Stores a dynamic entity (`<default>` or a broker id) and announces it as Kafka does
     /// (`/config/changes/config_change_<seq>`), then applies it here at once.
-    pub fn store_broker_configs(&self, entity: &str, configs: &BTreeMap<String, String>) -> Result<(), StoreError> {
+    pub fn store(&self, entity: &str, configs: &BTreeMap<String, String>) -> Result<(), StoreError> {
         self.store.set(&entity_path(entity), &zk_data::topic_config_json(configs))?;
         let notice = serde_json::json!({"version": 2, "entity_path": format!("brokers/{entity}")}).to_string();
         self.store.create_sequential(&format!("{}/config_change_", zk_data::CONFIG_CHANGES), &notice)?;
-        self.reload_broker_configs()
+        self.reload()
     }
 }
 

@@ -107,7 +107,10 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker = TaskTracker::new();
     let quotas = gregor::network::ConnectionQuotas::new(&broker.effective_config());
-    let _ = broker.connection_quotas.set(quotas.clone());
+    {
+        let quotas = quotas.clone();
+        broker.dynamic.subscribe(move |c| quotas.reconfigure(c));
+    }
     let mut listeners = Vec::new();
     for (listener, name) in bound {
         tracing::info!(address = %listener.local_addr()?, listener = %name, "listening");

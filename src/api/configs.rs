@@ -402,7 +402,7 @@ fn store_broker_entity(
     if validate_only {
         return Ok(());
     }
-    broker.store_broker_configs(entity, &configs).map_err(ApiError::from)
+    broker.dynamic.store(entity, &configs).map_err(ApiError::from)
 }
 
 /// Kafka's DynamicThreadPool.validateReconfiguration, with its messages: a pool's thread count

@@ -170,7 +170,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
 
     // consumer_byte_rate: a consumer over its quota gets no data, after its throttle time.
     let (user, client) = super::quotas::quota_identity(ctx);
-    let window = ctx.broker.quota_window();
+    let window = ctx.broker.quotas.window();
     if replica < 0 {
         let throttle = ctx.broker.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
         if !throttle.is_zero() {

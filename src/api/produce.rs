@@ -194,7 +194,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     // (one request in flight each), and names it so the client backs off too (KIP-219).
     let (user, client) = super::quotas::quota_identity(ctx);
     let throttle =
-        broker.quotas.record(crate::client_quota::PRODUCER_BYTE_RATE, user, &client, produced, broker.quota_window());
+        broker.quotas.record(crate::client_quota::PRODUCER_BYTE_RATE, user, &client, produced, broker.quotas.window());
     if !throttle.is_zero() {
         tokio::time::sleep(throttle).await;
     }

@@ -202,6 +202,14 @@ impl Broker {
             return Err(ErrorCode::CoordinatorNotAvailable.code());
         }
         if leader == self.config.broker_id {
+            // Named leader but the partition not yet open or its groups still loading: a
+            // client sent here now would get COORDINATOR_LOAD_IN_PROGRESS from its first commit,
+            // which librdkafka's synchronous commit hands to the application. Not available
+            // keeps it asking FindCoordinator, which it retries by itself.
+            let loading = topic.name == OFFSETS_TOPIC && self.is_loading_offsets(p);
+            if loading || self.replicas.partition(&topic.name, p).is_none() {
+                return Err(ErrorCode::CoordinatorNotAvailable.code());
+            }
             let ep = self.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
             return Ok((leader, ep.host.clone(), ep.port));
         }

@@ -20,6 +20,8 @@ pub mod index;
 pub mod legacy;
 pub mod manager;
 pub mod partition_log;
+pub mod producer_snapshot;
+pub mod producer_state;
 pub mod segment;
 pub mod zero_copy;
 

@@ -27,7 +27,7 @@ use super::{
     index_file_path, log_file_path, now_ms, time_index_file_path, txn_index_file_path, AppendInfo, FileRange,
     LogConfig, LogError,
 };
-use crate::txn::producer_state::AbortedTxn;
+use crate::log::producer_state::AbortedTxn;
 
 /// One `.txnindex` entry, as Kafka writes it: version i16 (0), producer id i64, first offset
 /// i64, last offset i64, last stable offset i64.

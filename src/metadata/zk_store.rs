@@ -712,9 +712,8 @@ async fn supervise(
 
 /// Watches and ephemeral znodes in a new session, the broker's registration first. Each node
 /// is restored on its own:
-/// - held by the ended session: the server removes it when it expires that session, so it is
-///   waited for, at most one session timeout (the session is over already: it goes at once,
-///   or not at all, and then it is left);
+/// - held by the ended session (this broker's own): deleted and created again in the new
+///   session at once, since the server may keep the ended session for another session timeout;
 /// - held by another live session: that session's owner has it now (a group coordinated by
 ///   another broker since), so it is dropped from this
 ///   broker's set rather than waited for; waiting on it kept brokers on an expired session
@@ -745,8 +744,20 @@ async fn restore(
                 }
                 Err(zk::Error::NodeExists) => match client.check_stat(&path).await? {
                     Some(stat) if stat.ephemeral_owner == mine => break,
+                    // This broker's own ended session. The client library declares a session
+                    // expired after failing to reach the server for the session timeout, while
+                    // the server (a stalled or partitioned ZooKeeper) may keep it, and its
+                    // znodes, for as long again: the stale copy is deleted and the node
+                    // created in the new session at once.
                     Some(stat) if stat.ephemeral_owner == ended_session && tokio::time::Instant::now() < give_up => {
-                        tokio::time::sleep(Duration::from_millis(200)).await
+                        match client.delete(&path, Some(stat.version)).await {
+                            Ok(()) => {
+                                tracing::info!(%path, "removed this broker's znode left by its ended session");
+                            }
+                            // Gone or rewritten meanwhile: look again.
+                            Err(zk::Error::NoNode | zk::Error::BadVersion) => {}
+                            Err(e) => return Err(e.into()),
+                        }
                     }
                     Some(stat) => {
                         tracing::info!(%path, owner = stat.ephemeral_owner, "ephemeral znode held by another session; left to it");

@@ -176,16 +176,16 @@ impl Broker {
             self.refresh_broker_epoch()?;
         }
         if changes.is_none_or(|c| c.broker_configs) {
-            self.reload_broker_configs()?;
+            self.dynamic.reload()?;
         }
         if changes.is_none_or(|c| c.quotas) {
-            self.reload_client_quotas()?;
+            self.quotas.reload_client_quotas()?;
         }
         if changes.is_none_or(|c| c.feature) {
             self.load_finalized_features()?;
         }
         if changes.is_none_or(|c| c.config_changes) {
-            if let Err(e) = self.purge_obsolete_config_changes() {
+            if let Err(e) = self.dynamic.purge_obsolete_changes() {
                 // Old notifications cost space, never correctness: the next change tries again.
                 tracing::warn!(error = %e, "cannot purge expired config change notifications");
             }

@@ -431,7 +431,7 @@ fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
                     tracing::info!(%topic, partition = pd.partition_index, target, "log diverged from leader; truncating");
                     p.truncate_to(target)
                 }
-                0 => p.append_as_follower(pd.records.as_deref().unwrap_or(&[]), pd.high_watermark),
+                0 => p.append_as_follower(leader, pd.records.as_deref().unwrap_or(&[]), pd.high_watermark),
                 code if code == ErrorCode::OffsetOutOfRange.code() => {
                     let leo = p.log_end_offset();
                     if leo < pd.log_start_offset {

@@ -14,11 +14,12 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::leader_epoch::LeaderEpochCache;
+use crate::log::producer_snapshot as snapshot;
+use crate::log::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::log::{zero_copy, AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
 use crate::metrics::{IsrMetrics, TopicMetrics};
 use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
-use crate::txn::{snapshot, ProducerStateManager, SequenceCheck};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -304,6 +305,9 @@ impl Partition {
     /// Takes leadership at `epoch`. Returns false if this broker already led at that epoch
     /// (then only the replica set and ISR are refreshed).
     pub fn become_leader(&self, epoch: i32, replicas: &[i32], isr: &[i32]) -> bool {
+        // Held across the role change: a follower append in progress finishes first, and one
+        // that starts later sees the new role (lock order: producers, log, state).
+        let producers = lock(&self.producers);
         let leo = self.log_end_offset();
         let mut s = lock(&self.state);
         s.replicas = replicas.to_vec();
@@ -321,6 +325,7 @@ impl Partition {
             }
             let change = apply_isr(&mut s, isr.to_vec());
             drop(s);
+            drop(producers);
             self.report_isr_change(change);
             self.maybe_advance_high_watermark();
             self.wake();
@@ -336,7 +341,8 @@ impl Partition {
         // snapshot, it would know only each producer's batches since the last roll, and a
         // retry of an earlier one of its last five (after a failover, the usual retry) would be
         // refused as out of order instead of answered with its offsets.
-        self.publish_unstable(&lock(&self.producers));
+        self.publish_unstable(&producers);
+        drop(producers);
         let mut s = lock(&self.state);
         let now = Instant::now();
         s.followers = replicas
@@ -629,14 +635,22 @@ impl Partition {
     }
 
     /// The idempotent producers this replica has state for (DescribeProducers).
-    pub fn active_producers(&self) -> Vec<crate::txn::producer_state::ActiveProducer> {
+    pub fn active_producers(&self) -> Vec<crate::log::producer_state::ActiveProducer> {
         lock(&self.producers).active()
     }
 
-    /// Appends batches fetched from the leader, keeping their offsets and epochs.
-    pub fn append_as_follower(&self, records: &[u8], leader_high_watermark: i64) -> Result<(), LogError> {
+    /// Appends batches fetched from `leader`, keeping their offsets and epochs. Nothing is
+    /// appended once this replica no longer follows `leader`: an answer that waited in a socket
+    /// (a paused process) must not land in the log of a replica that has since become leader.
+    pub fn append_as_follower(&self, leader: i32, records: &[u8], leader_high_watermark: i64) -> Result<(), LogError> {
+        // become_leader takes `producers` before it changes the role, so the role cannot
+        // change between this check and the append.
         let mut producers = lock(&self.producers);
         let mut log = self.lock_log();
+        if self.role().0 != (Role::Follower { leader }) {
+            tracing::debug!(topic = %self.topic, partition = self.index, leader, "dropped a fetch answer: no longer following that leader");
+            return Ok(());
+        }
         let mut snap = None;
         if !records.is_empty() {
             let info = log.append_as_follower(records)?;

@@ -35,9 +35,7 @@ pub const CLUSTER_NAME: &str = "kafka-cluster";
 pub const WILDCARD: &str = "*";
 pub const WILDCARD_PRINCIPAL: &str = "User:*";
 
-/// The class names gregor serves (the second is the pre-2.4 name of the same authorizer).
-pub const ACL_AUTHORIZER_CLASSES: &[&str] =
-    &["kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer"];
+pub use crate::config::ACL_AUTHORIZER_CLASSES;
 
 /// Kafka's `ResourceType` codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

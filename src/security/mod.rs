@@ -193,29 +193,6 @@ fn build_listener(
     Ok(sec)
 }
 
-/// Checks the security keys that can be checked without reading files, as the config is
-/// parsed (so `--check`-style failures name the key early); [`Security::from_config`] does
-/// the rest at start.
-pub fn check_keys(values: &BTreeMap<String, String>) -> Result<(), ConfigError> {
-    for key in ["ssl.engine.factory.class", "ssl.provider"] {
-        if values.get(key).is_some_and(|v| !v.trim().is_empty()) {
-            return Err(refuse(key, "gregor has its own TLS engine (rustls); this setting cannot be honoured"));
-        }
-    }
-    for (key, v) in values {
-        if key.ends_with("sasl.server.callback.handler.class") && !v.trim().is_empty() {
-            return Err(refuse(key, "custom SASL callback handlers cannot be loaded by gregor"));
-        }
-        if key.ends_with("principal.builder.class") && !v.trim().is_empty() {
-            return Err(refuse(
-                key,
-                "custom principal builders cannot be loaded by gregor; use ssl.principal.mapping.rules",
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

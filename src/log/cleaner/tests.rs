@@ -437,7 +437,7 @@ fn batch_shapes(log: &Log) -> Vec<(i64, bool, bool)> {
 
 #[test]
 fn transactions_aborted_data_goes_open_data_stays_and_commit_markers_go_after_their_horizon() {
-    use crate::txn::producer_state::AbortedTxn;
+    use crate::log::producer_state::AbortedTxn;
     let d = tempfile::tempdir().unwrap();
     let (m, log) = setup(d.path());
     let aborted = AbortedTxn { producer_id: 11, first_offset: 3, last_offset: 4, last_stable_offset: 5 };

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::snapshot::SnapshotEntry;
+use super::producer_snapshot::SnapshotEntry;
 use crate::log::batch::EndTxnMarker;
 use crate::protocol::ErrorCode;
 
