@@ -301,11 +301,11 @@ def test_stop_is_clean_and_down_up_keeps_data(project_factory):
 
 
 def confluent_snippet() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "docker.md").read_text()
     for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
         if SNIPPET_MARK in block:
             return block
-    raise AssertionError(f"README.md has no ```yaml block containing {SNIPPET_MARK!r}")
+    raise AssertionError(f"docs/docker.md has no ```yaml block containing {SNIPPET_MARK!r}")
 
 
 def test_confluent_compose_snippet_with_only_the_image_changed(project_factory, tmp_path):

@@ -277,8 +277,8 @@ def check_log(name: str, marks, recs, acked, rejected=()):
 # 1. the scripted fault test
 # ---------------------------------------------------------------------------
 
-# GREGOR_FAULT_SEEDS=N runs the scripted fault test over seeds 1..N (the longer run in the
-# README); every third seed starts by killing the controller itself.
+# GREGOR_FAULT_SEEDS=N runs the scripted fault test over seeds 1..N (the longer run in
+# docs/operations.md); every third seed starts by killing the controller itself.
 FAULT_SEEDS = int(os.environ.get("GREGOR_FAULT_SEEDS", "3"))
 
 

@@ -68,8 +68,8 @@ def produce_txn(p: Producer, topic: str, values, partition=None, commit=True) ->
 
 def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect: int, timeout: float = WAIT):
     """Every value in `topic` as a consumer with `isolation` sees it: polls until `expect`
-    values arrived and every partition reported EOF after that (its end: the last stable
-    offset for read_committed)."""
+    values arrived and every partition reported EOF after its last value (its end: the last
+    stable offset for read_committed)."""
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": uniq("reader"),
@@ -80,6 +80,9 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect
     })
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = []
+    # The partitions at their end since their last value. librdkafka reports a partition's EOF
+    # once per arrival at its end: one that got there before the others delivered their last
+    # values is not told again, so its EOF is kept until a value of its own arrives.
     eof = set()
     deadline = time.monotonic() + timeout
     try:
@@ -89,12 +92,12 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expect
                 continue
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
-                    if len(got) >= expect:
-                        eof.add(m.partition())
-                    if len(eof) == partitions:
+                    eof.add(m.partition())
+                    if len(got) >= expect and len(eof) == partitions:
                         break
                     continue
                 raise KafkaException(m.error())
+            eof.discard(m.partition())
             got.append((m.partition(), m.value().decode()))
         else:
             raise AssertionError(f"{isolation} reader got {len(got)} of {expect} values before the timeout")
@@ -735,3 +738,149 @@ def test_kafka_python_transactional_producer_and_read_committed_consumer(txn_bro
         consumer.close()
     assert sorted(got) == committed
     assert values_of(read_all(bootstrap, topic, 2, "read_uncommitted", len(everything))) == everything
+
+
+def test_commit_across_coordinator_move(cluster_factory):
+    """A commit whose coordinator is cut off (SIGSTOP) after it wrote PrepareCommit but before it
+    could answer EndTxn: the client, retrying commit_transaction on retriable errors as
+    librdkafka documents, meets the coordinator that took the `__transaction_state` partition
+    over. That one loaded PrepareCommit, so (as Kafka's) it finishes the commit: while a marker
+    cannot be written (its partition lives only on the stopped broker) it answers a retried
+    EndTxn(commit) CONCURRENT_TRANSACTIONS and an abort INVALID_TXN_STATE, and once the markers
+    and CompleteCommit are written it answers the retry NONE. The commit succeeds and
+    read_committed sees every record exactly once."""
+    from pathlib import Path
+    from replication_tools import partition_dir, sigcont, sigstop
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto as kp
+    import kproto_txn as kt
+
+    c = cluster_factory(3, overrides={
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    })
+    bootstrap = c.bootstrap()
+    txn_id = uniq("move-tx")
+    # A short request timeout: the retried EndTxn must not wait out the default minute on the
+    # stopped coordinator.
+    p = txn_producer(bootstrap, txn_id, **{"socket.timeout.ms": 8000, "transaction.timeout.ms": 120000})
+    c.wait_topic_online("__transaction_state", 50)
+    tp = txn_state_partition(txn_id)
+    coordinator = c.partition_state("__transaction_state", tp)["leader"]
+    others = [b for b in c.zk_assignment("__transaction_state")[tp] if b != coordinator]
+    # The controller elects the first live replica of the ISR in assignment order: `successor`
+    # takes over, after fetching the PrepareCommit; `lagging` is stopped meanwhile so the
+    # PrepareCommit cannot reach the high watermark (and EndTxn stays unanswered).
+    successor, lagging = others
+    # Every replica in the ISR: the PrepareCommit waits for the stopped one.
+    wait_until(lambda: len(c.partition_state("__transaction_state", tp)["isr"]) == 3, WAIT,
+               f"__transaction_state-{tp}'s ISR to be full")
+
+    # One partition on the successor, one only on the coordinator's broker: its marker waits
+    # for that broker's return.
+    topic = uniq("move")
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic(topic, 2, replica_assignment=[[successor], [coordinator]])])[topic].result(timeout=WAIT)
+    c.wait_topic_online(topic, 2)
+
+    want = [f"m-{i}" for i in range(20)]
+    p.begin_transaction()
+    for i, v in enumerate(want):
+        p.produce(topic, value=v.encode(), partition=i % 2)
+    assert p.flush(WAIT) == 0
+
+    def state_log(broker_id):
+        d = partition_dir(c.brokers[broker_id], "__transaction_state", tp)
+        return sum(f.stat().st_size for f in d.glob("*.log"))
+
+    def describe(broker_id):
+        b = c.brokers[broker_id]
+        with kp.Conn(b.host, b.port) as conn:
+            out = kt.decode_describe_transactions(
+                conn.call(kt.DESCRIBE_TRANSACTIONS, 0, kt.describe_transactions_request(0, [txn_id])), 0)
+        return out["states"][0]
+
+    def end_txn(broker_id, pid, epoch, commit):
+        b = c.brokers[broker_id]
+        with kp.Conn(b.host, b.port) as conn:
+            r = conn.call(kt.END_TXN, 3, kt.end_txn_request(3, txn_id, pid, epoch, commit))
+        return kt.decode_error_only(r, 3)["error_code"]
+
+    before = state_log(coordinator)
+    outcome = {}
+
+    def commit():
+        # librdkafka's documented pattern: retry a retriable failure, abort an abortable one.
+        deadline = time.monotonic() + 120
+        try:
+            while True:
+                try:
+                    p.commit_transaction(10)
+                    outcome["result"] = "committed"
+                    return
+                except KafkaException as e:
+                    err = e.args[0]
+                    outcome.setdefault("errors", []).append(f"{err.name()}: {err.str()}")
+                    if err.retriable() and time.monotonic() < deadline:
+                        continue
+                    if err.txn_requires_abort():
+                        p.abort_transaction(WAIT)
+                        outcome["result"] = "aborted"
+                        return
+                    raise
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            outcome["result"] = f"failed: {e!r}"
+
+    stopped = []
+    try:
+        sigstop(c.brokers[lagging])
+        stopped.append(lagging)
+        committer = threading.Thread(target=commit, daemon=True)
+        committer.start()
+        # The PrepareCommit is in the coordinator's log and the successor fetched it: the
+        # coordinator waits for the stopped replica to have it before answering EndTxn.
+        wait_until(lambda: state_log(coordinator) > before and state_log(successor) == state_log(coordinator),
+                   WAIT, "the PrepareCommit on the coordinator and its successor")
+        assert "result" not in outcome, outcome
+        sigstop(c.brokers[coordinator])
+        stopped.append(coordinator)
+        sigcont(c.brokers[lagging])
+        stopped.remove(lagging)
+        wait_until(lambda: c.partition_state("__transaction_state", tp)["leader"] == successor,
+                   c.failover_timeout, f"broker {successor} to coordinate {txn_id}")
+
+        # The successor loaded the PrepareCommit and cannot finish it yet.
+        def loaded():
+            s = describe(successor)
+            return s if s["error_code"] == 0 else None
+        st = wait_until(loaded, WAIT, f"broker {successor} to load {txn_id}")
+        assert st["state"] == "PrepareCommit", st
+        pid, epoch = st["producer_id"], st["producer_epoch"]
+        assert end_txn(successor, pid, epoch, True) == kt.CONCURRENT_TRANSACTIONS
+        assert end_txn(successor, pid, epoch, False) == kt.INVALID_TXN_STATE
+        assert "result" not in outcome, outcome
+
+        sigcont(c.brokers[coordinator])
+        stopped.remove(coordinator)
+        committer.join(150)
+        assert not committer.is_alive(), f"commit_transaction still retrying: {outcome}"
+    finally:
+        for b in stopped:
+            sigcont(c.brokers[b])
+    print(f"commit across the coordinator move: {outcome}")
+    assert outcome.get("result") == "committed", outcome
+
+    # Once complete, a retried commit succeeds and an abort is refused.
+    now = c.partition_state("__transaction_state", tp)["leader"]
+    # EndTxn is answered once PrepareCommit is in the log: the completion may still be on its way.
+    wait_until(lambda: describe(now)["state"] == "CompleteCommit", WAIT, f"{txn_id} to complete its commit")
+    assert end_txn(now, pid, epoch, True) == 0
+    assert end_txn(now, pid, epoch, False) == kt.INVALID_TXN_STATE
+
+    got = read_all(c.bootstrap(), topic, 2, "read_committed", len(want))
+    assert values_of(got) == sorted(want)
+
+    # The producer goes on with its next transaction.
+    produce_txn(p, topic, ["after-move"], partition=0)
+    got = read_all(c.bootstrap(), topic, 2, "read_committed", len(want) + 1)
+    assert values_of(got) == sorted(want + ["after-move"])

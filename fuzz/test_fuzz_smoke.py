@@ -1,6 +1,6 @@
 """Fuzz smoke (suite `fuzz` of scripts/test): a short run of every libFuzzer target over its
 committed seeds, and of the black-box wire fuzzer against a standalone broker and a
-three-broker cluster. Long runs: see README, "Fuzzing".
+three-broker cluster. Long runs: see docs/fuzzing.md.
 
 The targets are built by scripts/fuzz-build (scripts/test does it before this suite);
 GREGOR_FUZZ_SECONDS sets each target's run (default 6 s).

@@ -186,6 +186,7 @@ impl Broker {
             replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
             io: Arc::new(crate::io_pool::IoPool::new(
                 config.num_io_threads,
+                config.log_dirs.len(),
                 metrics.io_jobs.clone(),
                 metrics.io_threads.clone(),
             )),
@@ -472,9 +473,15 @@ impl Broker {
                 let mut tick = tokio::time::interval(Duration::from_millis(period));
                 loop {
                     tick.tick().await;
-                    for p in b.replicas.all_partitions() {
-                        p.maybe_flush();
-                    }
+                    // Off the async workers: an fsync may stall for seconds on a slow disk, and
+                    // a network worker waiting on it would stall every connection it serves.
+                    let b2 = b.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for p in b2.replicas.all_partitions() {
+                            p.maybe_flush();
+                        }
+                    })
+                    .await;
                 }
             });
         }

@@ -853,7 +853,7 @@ impl InternalTopicConfig {
 }
 
 /// Every topic-level key of Kafka 3.9, each with the broker key that supplies its default
-/// ("" where Kafka has none). All are accepted and validated; see the README's compaction
+/// ("" where Kafka has none). All are accepted and validated; see docs/configuration.md's compaction
 /// notes for the few that gregor accepts without acting on them.
 pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("cleanup.policy", "log.cleanup.policy"),

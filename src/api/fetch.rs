@@ -462,9 +462,10 @@ async fn read(
     if !reads_cold {
         return zero_copy::collect(params.sendfile, || read_all(ctx, wanted, &partitions, params, watch));
     }
+    let dirs = ctx.broker.replicas.log_dirs_of(partitions.iter().flatten().map(|p| &**p));
     let (c, w, p, watch) = (ctx.clone(), wanted.clone(), params.clone(), watch.cloned());
     let job = move || zero_copy::collect(p.sendfile, || read_all(&c, &w, &partitions, &p, watch.as_ref()));
-    match ctx.broker.io.run(job).await {
+    match ctx.broker.io.run_on(dirs, job).await {
         Ok(outcome) => outcome,
         Err(e) => {
             tracing::error!(error = %e, "fetch read failed");

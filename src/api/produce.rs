@@ -131,6 +131,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         responses.push(tr);
     }
     if !writes.is_empty() {
+        let dirs = if may_block { broker.replicas.log_dirs_of(writes.iter().map(|w| &*w.0)) } else { Vec::new() };
         let append_all = move || {
             writes
                 .into_iter()
@@ -144,7 +145,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
         let results = if !may_block {
             append_all()
         } else {
-            match broker.io.run(append_all).await {
+            match broker.io.run_on(dirs, append_all).await {
                 Ok(results) => results,
                 Err(e) => {
                     tracing::error!(error = %e, "produce appends failed");

@@ -71,6 +71,16 @@ impl ReplicaManager {
         &self.logs
     }
 
+    /// The log dirs (indexes in `log.dirs`) holding these partitions' logs, for the I/O pool
+    /// to keep one slow dir from taking every thread.
+    pub fn log_dirs_of<'a>(&self, partitions: impl IntoIterator<Item = &'a Partition>) -> Vec<usize> {
+        let mut dirs: Vec<usize> =
+            partitions.into_iter().filter_map(|p| self.logs.dirs_of(&(p.topic.clone(), p.index)).0).collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs
+    }
+
     /// The log manager for a component that outlives a borrow (the log cleaner's threads).
     pub fn logs_handle(&self) -> Arc<LogManager> {
         self.logs.clone()

@@ -484,6 +484,114 @@ mod tests {
         assert_eq!(next.start_ms, 20);
     }
 
+    /// A coordinator that holds `state` for "t" (producer 5, epoch 3), as loaded from the log.
+    fn loaded_with(state: TxnState) -> TransactionCoordinator {
+        let c = coordinator();
+        let m = TxnMetadata {
+            producer_id: 5,
+            epoch: 3,
+            timeout_ms: 1000,
+            state,
+            partitions: [("a".to_string(), 0)].into_iter().collect(),
+            last_update_ms: 0,
+            start_ms: 0,
+            pending: false,
+        };
+        c.load(7, 2, HashMap::from([("t".to_string(), m)]), |_| true);
+        c
+    }
+
+    #[test]
+    fn end_txn_answers_each_state_as_kafka_does() {
+        use TxnState::*;
+        // (state, commit?) -> the answer to a client's EndTxn with the current producer id and
+        // epoch: Kafka's TransactionCoordinator rules (a retry of the result already reached is
+        // NONE, of one being reached CONCURRENT_TRANSACTIONS, the opposite result
+        // INVALID_TXN_STATE).
+        let cases = [
+            (Empty, true, Err(ErrorCode::InvalidTxnState.code())),
+            (Empty, false, Err(ErrorCode::InvalidTxnState.code())),
+            (PrepareCommit, true, Err(ErrorCode::ConcurrentTransactions.code())),
+            (PrepareCommit, false, Err(ErrorCode::InvalidTxnState.code())),
+            (PrepareAbort, false, Err(ErrorCode::ConcurrentTransactions.code())),
+            (PrepareAbort, true, Err(ErrorCode::InvalidTxnState.code())),
+            (CompleteCommit, true, Ok(None)),
+            (CompleteCommit, false, Err(ErrorCode::InvalidTxnState.code())),
+            (CompleteAbort, false, Ok(None)),
+            (CompleteAbort, true, Err(ErrorCode::InvalidTxnState.code())),
+            (Dead, true, Err(ErrorCode::InvalidTxnState.code())),
+            (Dead, false, Err(ErrorCode::InvalidTxnState.code())),
+        ];
+        for (state, commit, want) in cases {
+            let c = loaded_with(state);
+            assert_eq!(c.prepare_end("t", 5, 3, commit, 1), want, "{state:?}, commit={commit}");
+            assert_eq!(c.get("t").map(|m| (m.state, m.pending)), Some((state, false)), "{state:?} unchanged");
+        }
+        for commit in [true, false] {
+            let c = loaded_with(Ongoing);
+            let t = c.prepare_end("t", 5, 3, commit, 1).unwrap().unwrap();
+            assert_eq!(t.state, if commit { PrepareCommit } else { PrepareAbort });
+            assert_eq!((t.producer_id, t.epoch, t.partitions.len()), (5, 3, 1));
+            // While it is being written, a retry of either kind waits.
+            assert_eq!(c.prepare_end("t", 5, 3, commit, 2), Err(ErrorCode::ConcurrentTransactions.code()));
+            assert_eq!(c.prepare_end("t", 5, 3, !commit, 2), Err(ErrorCode::ConcurrentTransactions.code()));
+        }
+        // The producer is checked before the state, in every state.
+        for state in [Ongoing, PrepareCommit, CompleteCommit] {
+            let c = loaded_with(state);
+            assert_eq!(
+                c.prepare_end("t", 5, 2, true, 1),
+                Err(ErrorCode::ProducerFenced.code()),
+                "older epoch, {state:?}"
+            );
+            assert_eq!(
+                c.prepare_end("t", 5, 4, true, 1),
+                Err(ErrorCode::ProducerFenced.code()),
+                "newer epoch, {state:?}"
+            );
+            assert_eq!(c.prepare_end("t", 6, 3, true, 1), Err(ErrorCode::InvalidProducerIdMapping.code()), "{state:?}");
+            assert_eq!(
+                c.prepare_end("u", 5, 3, true, 1),
+                Err(ErrorCode::InvalidProducerIdMapping.code()),
+                "unknown id"
+            );
+        }
+    }
+
+    #[test]
+    fn a_coordinator_that_loads_a_prepared_commit_finishes_it_before_answering_retries() {
+        // The previous coordinator wrote PrepareCommit and went away before the markers: this
+        // one resumes it, and the client's retried EndTxn waits for the markers, then succeeds.
+        let c = loaded_with(TxnState::PrepareCommit);
+        let resume = c.load(7, 3, HashMap::from([("t".to_string(), c.get("t").unwrap())]), |_| true);
+        assert_eq!(resume.len(), 1, "the prepared transaction is handed back to be finished");
+        let prepared = resume[0].1.clone();
+        assert_eq!(c.coordinator_epoch(7), Some(3));
+        assert_eq!(c.prepare_end("t", 5, 3, true, 1), Err(ErrorCode::ConcurrentTransactions.code()));
+        assert_eq!(
+            c.prepare_add_partitions("t", 5, 3, &[("b".into(), 0)], 1),
+            Err(ErrorCode::ConcurrentTransactions.code())
+        );
+        assert_eq!(c.prepare_init("t", 1000, None, 1), Err(ErrorCode::ConcurrentTransactions.code()));
+        let done = c.prepare_complete("t", &prepared, 2).unwrap();
+        assert_eq!(done.state, TxnState::CompleteCommit);
+        assert_eq!(
+            c.prepare_end("t", 5, 3, true, 2),
+            Err(ErrorCode::ConcurrentTransactions.code()),
+            "completion being written"
+        );
+        c.complete_write("t", Some(done));
+        assert_eq!(c.prepare_end("t", 5, 3, true, 3), Ok(None));
+        assert_eq!(c.prepare_end("t", 5, 3, false, 3), Err(ErrorCode::InvalidTxnState.code()));
+        // A completion whose write failed leaves the prepared state to finish again.
+        let c = loaded_with(TxnState::PrepareAbort);
+        let prepared = c.get("t").unwrap();
+        assert!(c.prepare_complete("t", &prepared, 1).is_some());
+        c.complete_write("t", None);
+        assert_eq!(c.get("t").map(|m| (m.state, m.pending)), Some((TxnState::PrepareAbort, false)));
+        assert_eq!(c.prepare_end("t", 5, 3, false, 2), Err(ErrorCode::ConcurrentTransactions.code()));
+    }
+
     #[test]
     fn verify_only_answers_per_partition_as_the_coordinator_knows_it() {
         let c = coordinator();
