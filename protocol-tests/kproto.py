@@ -1100,10 +1100,10 @@ def decode_incremental_alter_configs(r: R, version: int) -> dict:
     return out
 
 
-def describe_cluster_request(version: int) -> bytes:
+def describe_cluster_request(version: int, endpoint_type: int = 1) -> bytes:
     w = W(True).bool(False)
     if version >= 1:
-        w.i8(1)  # endpoint_type: 1 = brokers
+        w.i8(endpoint_type)  # 1 = brokers, 2 = controllers
     return w.tags().done()
 
 

@@ -308,6 +308,17 @@ def check_describe_cluster(broker, c, v):
     assert md["cluster_id"] == resp["cluster_id"]
 
 
+def test_describe_cluster_other_endpoint_types_refused_with_kafkas_codes(broker):
+    # A broker serves only broker endpoints: asking it for controllers is MISMATCHED_ENDPOINT_TYPE
+    # (114), any other type UNSUPPORTED_ENDPOINT_TYPE (115), as Kafka's brokers answer.
+    with kp.Conn(broker.host, broker.port) as c:
+        for endpoint_type, code in [(2, 114), (3, 115)]:
+            r = c.call(kp.DESCRIBE_CLUSTER, 1, kp.describe_cluster_request(1, endpoint_type))
+            resp = kp.decode_describe_cluster(r, 1)
+            assert resp["error_code"] == code, (endpoint_type, resp)
+            assert resp["brokers"] == [], resp
+
+
 def check_init_producer_id(broker, c, v):
     r = c.call(kp.INIT_PRODUCER_ID, v, kp.init_producer_id_request(v))
     a = kp.decode_init_producer_id(r, v)

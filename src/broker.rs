@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::error::ErrorCode;
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
 use crate::group::coordinator::CoordinatorConfig;
@@ -17,8 +16,10 @@ use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
 use crate::metrics::BrokerMetrics;
+use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
+use crate::sync::MutexExt;
 use crate::txn::ProducerIdManager;
 
 /// Where the embedded store keeps the znode tree, inside the first log dir.
@@ -216,7 +217,7 @@ impl Broker {
     }
 
     pub fn set_loading_offsets(&self, partition: i32, loading: bool) {
-        let mut set = self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut set = self.loading_offsets.lock_unpoisoned();
         if loading {
             set.insert(partition);
         } else {
@@ -225,7 +226,7 @@ impl Broker {
     }
 
     pub fn is_loading_offsets(&self, partition: i32) -> bool {
-        self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner()).contains(&partition)
+        self.loading_offsets.lock_unpoisoned().contains(&partition)
     }
 
     pub fn broker_epoch(&self) -> i64 {

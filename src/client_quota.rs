@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::config::BrokerConfig;
 use crate::metadata::store::ZnodeStore;
 use crate::metadata::{zk_data, StoreError};
+use crate::sync::{MutexExt, RwLockExt};
 
 pub const USER: &str = "user";
 pub const CLIENT_ID: &str = "client-id";
@@ -130,12 +131,12 @@ impl ClientQuotas {
     }
 
     pub fn table(&self) -> QuotaTable {
-        self.table.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.table.read_unpoisoned().clone()
     }
 
     /// The quota `key` for (user, client id) in Kafka's order, with the sensor it counts in.
     fn lookup(&self, key: &str, user: &str, client: &str) -> Option<(f64, String, String)> {
-        let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.table.read_unpoisoned();
         if table.is_empty() {
             return None;
         }
@@ -166,7 +167,7 @@ impl ClientQuotas {
     /// client must wait (zero when within its quota or without one).
     pub fn record(&self, key: &'static str, user: &str, client: &str, bytes: usize, window: Duration) -> Duration {
         let Some((rate, ut, ct)) = self.lookup(key, user, client) else { return Duration::ZERO };
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buckets = self.buckets.lock_unpoisoned();
         let b =
             buckets.entry((key, ut, ct)).or_insert(Bucket { tokens: rate * window.as_secs_f64(), at: Instant::now() });
         refill(b, rate, window);
@@ -177,7 +178,7 @@ impl ClientQuotas {
     /// How long (user, client) must wait before its quota `key` allows more; zero if it may go on.
     pub fn throttle_time(&self, key: &'static str, user: &str, client: &str, window: Duration) -> Duration {
         let Some((rate, ut, ct)) = self.lookup(key, user, client) else { return Duration::ZERO };
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buckets = self.buckets.lock_unpoisoned();
         let Some(b) = buckets.get_mut(&(key, ut, ct)) else { return Duration::ZERO };
         refill(b, rate, window);
         debt(b, rate, window)
@@ -255,7 +256,7 @@ impl ClientQuotas {
     /// Re-reads the quotas after a change was announced.
     pub fn reload_client_quotas(&self) -> Result<(), StoreError> {
         let table = self.read_client_quotas()?;
-        let mut cur = self.table.write().unwrap_or_else(|p| p.into_inner());
+        let mut cur = self.table.write_unpoisoned();
         if *cur != table {
             tracing::info!(entities = table.len(), "client quotas changed");
             *cur = table;

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::config::BrokerConfig;
 use crate::metadata::{zk_data, StoreError, ZnodeStore};
+use crate::sync::{MutexExt, RwLockExt};
 
 /// The entity name of the cluster-wide defaults.
 pub const DEFAULT_ENTITY: &str = "<default>";
@@ -89,17 +90,17 @@ impl DynamicConfigs {
 
     /// The configuration in force: static values with the dynamic ones over them.
     pub fn effective(&self) -> Arc<BrokerConfig> {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).1.clone()
+        self.state.read_unpoisoned().1.clone()
     }
 
     pub fn values(&self) -> DynamicValues {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).0.clone()
+        self.state.read_unpoisoned().0.clone()
     }
 
     /// Calls `f` with the configuration in force now and again after each change, so a
     /// component made after the first read misses no change.
     pub fn subscribe(&self, f: impl Fn(&Arc<BrokerConfig>) + Send + Sync + 'static) {
-        let mut subscribers = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut subscribers = self.subscribers.lock_unpoisoned();
         f(&self.effective());
         subscribers.push(Box::new(f));
     }
@@ -132,14 +133,14 @@ impl DynamicConfigs {
         };
         let effective = Arc::new(effective);
         let changed = {
-            let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+            let mut st = self.state.write_unpoisoned();
             let changed = st.0.merged() != values.merged();
             *st = (values, effective.clone());
             changed
         };
         if changed {
             tracing::info!("dynamic broker configs changed; applying them");
-            for f in self.subscribers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            for f in self.subscribers.lock_unpoisoned().iter() {
                 f(&effective);
             }
         }

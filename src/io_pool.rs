@@ -27,6 +27,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use crate::sync::MutexExt;
+
 #[derive(Debug, thiserror::Error)]
 pub enum IoPoolError {
     /// The job panicked (or the runtime is shutting down): its effects are unknown.
@@ -64,7 +66,7 @@ struct DirSlot(Arc<DirShare>);
 
 impl Drop for DirSlot {
     fn drop(&mut self) {
-        let mut running = self.0.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = self.0.running.lock_unpoisoned();
         *running = running.saturating_sub(1);
         drop(running);
         self.0.freed.notify_waiters();
@@ -124,7 +126,7 @@ impl IoPool {
             tokio::pin!(freed);
             freed.as_mut().enable();
             {
-                let mut running = share.running.lock().unwrap_or_else(|p| p.into_inner());
+                let mut running = share.running.lock_unpoisoned();
                 if *running < self.dir_bound() {
                     *running += 1;
                     return Some(DirSlot(share.clone()));
@@ -143,7 +145,7 @@ impl IoPool {
     /// finish undisturbed and no new one starts until the running ones are under the new size.
     pub fn resize(&self, threads: usize) {
         let threads = threads.clamp(1, Semaphore::MAX_PERMITS);
-        let _one = self.resizing.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.resizing.lock_unpoisoned();
         let now = self.threads.swap(threads, Ordering::SeqCst);
         if threads > now {
             let mut more = threads - now;

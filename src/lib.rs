@@ -17,6 +17,8 @@ pub mod log;
 pub mod metadata;
 pub mod metrics;
 pub mod network;
+pub mod protocol;
 pub mod replication;
 pub mod security;
+pub mod sync;
 pub mod txn;

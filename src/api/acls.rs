@@ -17,9 +17,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::error::ErrorCode;
 use super::RequestContext;
 use crate::metadata::{StoreError, ZnodeStore};
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::{
     acls_json, parse_acls, AclEntry, Authorizer, Operation, PatternType, Permission, ResourcePattern, ResourceType,
     CLUSTER_NAME, WILDCARD,

@@ -4,6 +4,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
 use super::{RequestContext, SUPPORTED_APIS};
+use crate::protocol::ErrorCode;
 
 /// The client APIs and, in a ZooKeeper cluster, the inter-broker ones, as a ZooKeeper-mode
 /// Kafka lists both. Standalone there is no other broker to talk to.
@@ -38,7 +39,7 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
     if ctx.version() >= 3
         && !(valid_software_field(&req.client_software_name) && valid_software_field(&req.client_software_version))
     {
-        r.error_code = 42; // INVALID_REQUEST
+        r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
     r.api_keys = supported_list(ctx.broker.store.is_zookeeper());
@@ -52,7 +53,7 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
 /// so the client can retry with a version we support (as Kafka does).
 pub fn unsupported_version_response(cluster: bool) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
-    r.error_code = 35;
+    r.error_code = ErrorCode::UnsupportedVersion.code();
     r.api_keys = supported_list(cluster);
     r
 }

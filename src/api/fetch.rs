@@ -20,16 +20,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::error::ErrorCode;
 use super::RequestContext;
 use crate::client_quota::CONSUMER_BYTE_RATE;
 use crate::log::zero_copy;
+use crate::protocol::ErrorCode;
 use crate::replication::fetch_session::{Changes, Session, SessionPartition};
 use crate::replication::{quota, FetchResult, Partition};
 use crate::security::authorizer::{Operation, ResourceType};
-
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+use crate::sync::MutexExt;
 const EARLIEST_TIMESTAMP: i64 = -2;
 const LATEST_TIMESTAMP: i64 = -1;
 const MAX_TIMESTAMP: i64 = -3;
@@ -103,13 +101,13 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     }
     let wanted = if !full {
         let Some(s) = sessions.get(req.session_id, now) else {
-            r.error_code = FETCH_SESSION_ID_NOT_FOUND;
+            r.error_code = ErrorCode::FetchSessionIdNotFound.code();
             return r;
         };
         {
-            let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+            let mut g = s.lock_unpoisoned();
             if req.session_epoch != g.epoch || g.replica != replica {
-                r.error_code = INVALID_FETCH_SESSION_EPOCH;
+                r.error_code = ErrorCode::InvalidFetchSessionEpoch.code();
                 return r;
             }
             g.epoch = if g.epoch == i32::MAX { 1 } else { g.epoch + 1 };
@@ -157,7 +155,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         // A full cache of sessions worth keeping: answered without one (id 0).
         if let Some((id, s)) = sessions.create(replica, partitions, now) {
             if replica < 0 {
-                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                let mut g = s.lock_unpoisoned();
                 let keys: PartitionKeys = g.partitions.keys().cloned().collect();
                 watch_session_partitions(ctx, &mut g, &keys);
                 changes = Some((g.changes.clone(), keys));
@@ -220,7 +218,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             let woken = tokio::time::timeout(deadline - now, c.notify.notified()).await.is_ok();
             let marked = c.take();
             {
-                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                let mut g = s.lock_unpoisoned();
                 // A partition hosted again since (a new replica object) is watched from now on.
                 watch_session_partitions(ctx, &mut g, &marked);
                 keys.extend(marked);
@@ -249,12 +247,12 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             break (responses, files);
         }
     };
-    *ctx.file_ranges.lock().unwrap_or_else(|p| p.into_inner()) = files;
+    *ctx.file_ranges.lock_unpoisoned() = files;
     drop(parked);
     r.responses = match session {
         Some(s) => {
             let pending = changes.as_ref().map(|(c, _)| (&**c, committed));
-            only_news(&mut s.lock().unwrap_or_else(|p| p.into_inner()), responses, incremental, pending)
+            only_news(&mut s.lock_unpoisoned(), responses, incremental, pending)
         }
         None => responses,
     };

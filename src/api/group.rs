@@ -23,25 +23,21 @@ use kafka_protocol::protocol::StrBytes;
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::error::ErrorCode;
 use super::RequestContext;
-use crate::group::coordinator::{codes, subscribed_topics, CommittedOffset, JoinRequest};
+use crate::group::coordinator::{subscribed_topics, CommittedOffset, JoinRequest};
 use crate::group::OFFSETS_TOPIC;
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-const GROUP_AUTHORIZATION_FAILED: i16 = ErrorCode::GroupAuthorizationFailed as i16;
-const TOPIC_AUTHORIZATION_FAILED: i16 = ErrorCode::TopicAuthorizationFailed as i16;
-const UNSTABLE_OFFSET_COMMIT: i16 = ErrorCode::UnstableOffsetCommit as i16;
-
 /// The group checks Kafka makes before it looks for the coordinator: `op` on the group, then
 /// whether this broker coordinates it.
 fn check_group(ctx: &RequestContext, op: Operation, group: &str) -> Result<(), i16> {
     if !ctx.authorized(op, ResourceType::Group, group) {
-        return Err(GROUP_AUTHORIZATION_FAILED);
+        return Err(ErrorCode::GroupAuthorizationFailed.code());
     }
     ctx.broker.check_coordinator(group)
 }
@@ -60,7 +56,7 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
         c.node_id = BrokerId(-1);
         c.port = -1;
         if req.key_type == 0 && !ctx.authorized(Operation::Describe, ResourceType::Group, &key) {
-            c.error_code = GROUP_AUTHORIZATION_FAILED;
+            c.error_code = ErrorCode::GroupAuthorizationFailed.code();
             c.error_message = Some(s("Group authorization failed."));
         } else if req.key_type == 1 && !ctx.authorized(Operation::Describe, ResourceType::TransactionalId, &key) {
             c.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
@@ -188,7 +184,7 @@ pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGrou
             })
             .unwrap_or(true);
         if !matches {
-            r.error_code = codes::INCONSISTENT_GROUP_PROTOCOL;
+            r.error_code = ErrorCode::InconsistentGroupProtocol.code();
             return r;
         }
     }
@@ -251,7 +247,7 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
                 })
                 .collect();
         }
-        Ok(codes) => r.error_code = codes.first().copied().unwrap_or(codes::UNKNOWN_MEMBER_ID),
+        Ok(codes) => r.error_code = codes.first().copied().unwrap_or(ErrorCode::UnknownMemberId.code()),
         Err(code) => r.error_code = code,
     }
     r
@@ -288,9 +284,11 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
     // A commit counts only once every ISR member of the offsets partition has it (Kafka's
     // offsets.commit.required.acks=-1), so a coordinator failover cannot lose it.
     let mut results = results;
-    if results.iter().any(|(_, c)| *c == codes::NONE) && !committed_everywhere(ctx, req.group_id.0.as_str()).await {
-        for (_, c) in results.iter_mut().filter(|(_, c)| *c == codes::NONE) {
-            *c = REQUEST_TIMED_OUT;
+    if results.iter().any(|(_, c)| *c == ErrorCode::None.code())
+        && !committed_everywhere(ctx, req.group_id.0.as_str()).await
+    {
+        for (_, c) in results.iter_mut().filter(|(_, c)| *c == ErrorCode::None.code()) {
+            *c = ErrorCode::RequestTimedOut.code();
         }
     }
     let mut r = OffsetCommitResponse::default();
@@ -301,13 +299,13 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
             let mut pr = OffsetCommitResponsePartition::default();
             pr.partition_index = p.partition_index;
             pr.error_code = match group_check {
-                Err(GROUP_AUTHORIZATION_FAILED) => GROUP_AUTHORIZATION_FAILED,
-                _ if unreadable.contains(&name) => TOPIC_AUTHORIZATION_FAILED,
+                Err(code) if code == ErrorCode::GroupAuthorizationFailed.code() => code,
+                _ if unreadable.contains(&name) => ErrorCode::TopicAuthorizationFailed.code(),
                 _ => results
                     .iter()
                     .find(|((n, i), _)| *n == name && *i == p.partition_index)
                     .map(|(_, c)| *c)
-                    .unwrap_or(codes::UNKNOWN_TOPIC_OR_PARTITION),
+                    .unwrap_or(ErrorCode::UnknownTopicOrPartition.code()),
             };
             tr.partitions.push(pr);
         }
@@ -324,8 +322,6 @@ fn unreadable_topics<'a>(
 ) -> std::collections::HashSet<String> {
     names.filter(|n| !ctx.authorized(Operation::Read, ResourceType::Topic, n)).map(str::to_string).collect()
 }
-
-const REQUEST_TIMED_OUT: i16 = 7;
 
 /// Waits until the high watermark of `group`'s offsets partition covers everything appended
 /// to it so far.
@@ -367,26 +363,26 @@ pub fn offset_commit_v0(ctx: &RequestContext, req: OffsetCommitRequest) -> Offse
             let mut pr = OffsetCommitResponsePartition::default();
             pr.partition_index = p.partition_index;
             pr.error_code = if !group_allowed {
-                GROUP_AUTHORIZATION_FAILED
+                ErrorCode::GroupAuthorizationFailed.code()
             } else if !topic_allowed {
-                TOPIC_AUTHORIZATION_FAILED
+                ErrorCode::TopicAuthorizationFailed.code()
             } else if !partition_exists(ctx, &name, p.partition_index) {
-                codes::UNKNOWN_TOPIC_OR_PARTITION
+                ErrorCode::UnknownTopicOrPartition.code()
             } else if p
                 .committed_metadata
                 .as_ref()
                 .is_some_and(|m| m.len() > ctx.broker.config.offset_metadata_max_bytes)
             {
-                codes::OFFSET_METADATA_TOO_LARGE
+                ErrorCode::OffsetMetadataTooLarge.code()
             } else if !is_znode_name(&group) {
-                codes::INVALID_GROUP_ID
+                ErrorCode::InvalidGroupId.code()
             } else {
                 let path = zk_offset_path(&group, &name, p.partition_index);
                 match ctx.broker.store.set(&path, &p.committed_offset.to_string()) {
-                    Ok(()) => codes::NONE,
+                    Ok(()) => ErrorCode::None.code(),
                     Err(e) => {
                         tracing::warn!(%path, error = %e, "cannot store a v0 offset commit");
-                        UNKNOWN_SERVER_ERROR
+                        ErrorCode::UnknownServerError.code()
                     }
                 }
             };
@@ -415,19 +411,19 @@ pub fn offset_fetch_v0(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetF
             pr.committed_leader_epoch = -1;
             pr.metadata = Some(StrBytes::default());
             if !group_allowed {
-                pr.error_code = GROUP_AUTHORIZATION_FAILED;
+                pr.error_code = ErrorCode::GroupAuthorizationFailed.code();
             } else if !topic_allowed {
-                pr.error_code = TOPIC_AUTHORIZATION_FAILED;
+                pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
             } else if partition_exists(ctx, &name, p) && is_znode_name(&group) {
                 match ctx.broker.store.try_get(&zk_offset_path(&group, &name, p)) {
                     Ok(None) => {}
                     Ok(Some(v)) => match v.trim().parse::<i64>() {
                         Ok(o) => pr.committed_offset = o,
-                        Err(_) => pr.error_code = UNKNOWN_SERVER_ERROR,
+                        Err(_) => pr.error_code = ErrorCode::UnknownServerError.code(),
                     },
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot read a v0 offset");
-                        pr.error_code = UNKNOWN_SERVER_ERROR;
+                        pr.error_code = ErrorCode::UnknownServerError.code();
                     }
                 }
             }
@@ -438,8 +434,6 @@ pub fn offset_fetch_v0(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetF
     }
     r
 }
-
-const UNKNOWN_SERVER_ERROR: i16 = -1;
 
 type Fetched = Vec<((String, i32), Option<CommittedOffset>)>;
 
@@ -530,7 +524,7 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
                         pr.partition_index = p;
                         pr.committed_offset = -1;
                         pr.committed_leader_epoch = -1;
-                        pr.error_code = TOPIC_AUTHORIZATION_FAILED;
+                        pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
                         pr
                     })
                     .collect();
@@ -578,7 +572,7 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
                 pr.partition_index = p;
                 pr.committed_offset = -1;
                 pr.committed_leader_epoch = -1;
-                pr.error_code = TOPIC_AUTHORIZATION_FAILED;
+                pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
                 pr
             })
             .collect();
@@ -620,7 +614,7 @@ impl FetchedOffset {
                 offset: -1,
                 leader_epoch: -1,
                 metadata: String::new(),
-                error_code: UNSTABLE_OFFSET_COMMIT,
+                error_code: ErrorCode::UnstableOffsetCommit.code(),
             };
         }
         match committed {
@@ -680,7 +674,7 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
             let mut d = DescribedGroup::default();
             d.group_state = s("Dead");
             if ctx.version() >= 6 {
-                d.error_code = codes::GROUP_ID_NOT_FOUND;
+                d.error_code = ErrorCode::GroupIdNotFound.code();
             }
             d
         });
@@ -767,12 +761,12 @@ pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDe
                     let mut pr = OffsetDeleteResponsePartition::default();
                     pr.partition_index = p.partition_index;
                     pr.error_code = match unreadable.contains(&name) {
-                        true => TOPIC_AUTHORIZATION_FAILED,
+                        true => ErrorCode::TopicAuthorizationFailed.code(),
                         false => results
                             .iter()
                             .find(|((n, i), _)| *n == name && *i == p.partition_index)
                             .map(|(_, c)| *c)
-                            .unwrap_or(codes::NONE),
+                            .unwrap_or(ErrorCode::None.code()),
                     };
                     tr.partitions.push(pr);
                 }

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::error::ErrorCode;
 use crate::broker::Broker;
 use crate::controller::messages::{
     self, AlterPartitionRequest, AlterPartitionResponse, ControlledShutdownRequest, ControlledShutdownResponse,
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, Message, StopReplicaPartitionError,
     StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
 };
+use crate::protocol::ErrorCode;
 
 pub fn is_inter_broker(api_key: i16) -> bool {
     messages::INTER_BROKER_APIS.iter().any(|(k, _, _)| *k == api_key)

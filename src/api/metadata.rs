@@ -15,11 +15,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::error::ErrorCode;
 use super::RequestContext;
 use crate::controller::auto_create::is_internal;
 use crate::controller::validate_topic_name;
 use crate::metadata::{BrokerInfo, TopicInfo};
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType, CLUSTER_NAME};
 
 /// Kafka's "not requested" marker for authorized-operations fields.
@@ -222,8 +222,11 @@ pub fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> De
     let mut r = DescribeClusterResponse::default();
     r.endpoint_type = 1;
     if req.endpoint_type != 1 {
-        // Only broker endpoints exist in ZooKeeper mode (Kafka: UNSUPPORTED_ENDPOINT_TYPE).
-        r.error_code = 119;
+        // A broker serves only broker endpoints. As Kafka's brokers do, asking one for the
+        // controllers is a mismatch and any other type is unsupported.
+        let mismatch = req.endpoint_type == 2;
+        r.error_code =
+            if mismatch { ErrorCode::MismatchedEndpointType } else { ErrorCode::UnsupportedEndpointType }.code();
         r.error_message = Some(StrBytes::from_static_str("Only broker endpoints are available"));
         return r;
     }

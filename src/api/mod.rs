@@ -24,7 +24,9 @@ use std::sync::Arc;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 
 use crate::broker::Broker;
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME};
+use crate::sync::MutexExt;
 
 /// Every API key gregor serves with the versions it really implements, within Kafka 3.9's. The
 /// `kafka-protocol` crate decodes the newer ones, `legacy` the older (checked by a test).
@@ -95,13 +97,13 @@ pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
     // As Kafka answers for a partition of an offline log dir, whoever leads it now: the
     // client refreshes its metadata and finds the new leader.
     if broker.replicas.logs().is_offline_partition(topic, partition) {
-        return error::ErrorCode::KafkaStorageError.code();
+        return ErrorCode::KafkaStorageError.code();
     }
     let exists = broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition));
     if exists {
-        error::ErrorCode::NotLeaderOrFollower.code()
+        ErrorCode::NotLeaderOrFollower.code()
     } else {
-        error::ErrorCode::UnknownTopicOrPartition.code()
+        ErrorCode::UnknownTopicOrPartition.code()
     }
 }
 
@@ -138,7 +140,7 @@ impl RequestContext {
     /// Gives the request's slot back while it waits in a purgatory: a parked request costs a
     /// waker, not handler capacity, as Kafka's purgatories hold requests outside its queue.
     pub fn park(&self) {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.slot.lock_unpoisoned().take();
     }
 
     pub fn version(&self) -> i16 {
@@ -170,9 +172,7 @@ impl RequestContext {
     pub fn require_cluster(&self, op: Operation) -> Result<(), error::ApiError> {
         match self.authorized_cluster(op) {
             true => Ok(()),
-            false => {
-                Err(error::ApiError::new(error::ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed."))
-            }
+            false => Err(error::ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
         }
     }
 

@@ -14,14 +14,10 @@ use bytes::Bytes;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Notify;
 
-use super::error::ErrorCode;
 use super::RequestContext;
+use crate::protocol::ErrorCode;
 use crate::replication::{Partition, ProduceResult};
 use crate::security::authorizer::{Operation, ResourceType};
-
-const NOT_ENOUGH_REPLICAS: i16 = 19;
-const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
-const REQUEST_TIMED_OUT: i16 = 7;
 
 /// Where the answer of an append that passed validation goes.
 struct Append {
@@ -102,7 +98,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
                     }
                     (Some(_), None) => ErrorCode::CorruptMessage.code(),
                     // Below min.insync.replicas an acks=all write is refused before it is written.
-                    (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => NOT_ENOUGH_REPLICAS,
+                    (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => ErrorCode::NotEnoughReplicas.code(),
                     (Some(p), Some(records)) => match up_convert(ctx, records).and_then(|r| {
                         let verified = if transactional {
                             txn_verified(ctx, &txn_id, &p, (&name, pd.index), &r, &remote)?
@@ -335,14 +331,18 @@ async fn wait_committed(w: &Pending, deadline: Instant) -> i16 {
         w.partition.watch(&waiter);
         if w.partition.high_watermark() > w.last_offset {
             // Committed, but if the ISR shrank below the minimum meanwhile Kafka says so.
-            return if w.partition.isr().len() < w.min_isr { NOT_ENOUGH_REPLICAS_AFTER_APPEND } else { 0 };
+            return if w.partition.isr().len() < w.min_isr {
+                ErrorCode::NotEnoughReplicasAfterAppend.code()
+            } else {
+                0
+            };
         }
         if !w.partition.is_leader() {
             return ErrorCode::NotLeaderOrFollower.code();
         }
         let now = Instant::now();
         if now >= deadline || tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
-            return if w.partition.high_watermark() > w.last_offset { 0 } else { REQUEST_TIMED_OUT };
+            return if w.partition.high_watermark() > w.last_offset { 0 } else { ErrorCode::RequestTimedOut.code() };
         }
     }
 }

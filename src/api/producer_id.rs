@@ -2,8 +2,8 @@
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-use super::error::ErrorCode;
 use super::RequestContext;
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType};
 
 pub fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {

@@ -8,9 +8,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::error::ErrorCode;
 use super::RequestContext;
 use crate::client_quota::{self, check_alteration, Entity, CLIENT_ID, IP, USER};
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::Operation;
 
 const MATCH_EXACT: i8 = 0;

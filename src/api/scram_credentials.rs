@@ -13,9 +13,9 @@ use kafka_protocol::messages::{
     DescribeUserScramCredentialsResponse,
 };
 
-use super::error::ErrorCode;
 use super::RequestContext;
 use crate::metadata::zk_data;
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::Operation;
 use crate::security::scram::{self, Mechanism, ScramCredential};
 

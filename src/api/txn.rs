@@ -20,28 +20,23 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::error::ErrorCode;
 use super::RequestContext;
 use crate::group::coordinator::{CommittedOffset, PendingTxnOffset};
 use crate::group::offsets_log::{OffsetValue, OffsetsKey};
 use crate::group::OFFSETS_TOPIC;
 use crate::log::batch::{encode_batch, BatchOptions, SimpleRecord, TRANSACTIONAL_BIT};
+use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType};
-use crate::txn::coordinator::codes;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = ErrorCode::TransactionalIdAuthorizationFailed as i16;
-const TOPIC_AUTHORIZATION_FAILED: i16 = ErrorCode::TopicAuthorizationFailed as i16;
-const GROUP_AUTHORIZATION_FAILED: i16 = ErrorCode::GroupAuthorizationFailed as i16;
-
 /// Before KIP-588 (request versions below 2) clients knew a fenced producer as
 /// INVALID_PRODUCER_EPOCH.
 fn fenced_for(version: i16, code: i16) -> i16 {
-    if code == codes::PRODUCER_FENCED && version < 2 {
-        codes::INVALID_PRODUCER_EPOCH
+    if code == ErrorCode::ProducerFenced.code() && version < 2 {
+        ErrorCode::InvalidProducerEpoch.code()
     } else {
         code
     }
@@ -55,7 +50,7 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
         return r;
     };
     if !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &id) {
-        r.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         return r;
     }
     // An empty transactional id is an idempotent producer's (Kafka treats it as none).
@@ -87,15 +82,15 @@ pub async fn add_partitions_to_txn(ctx: &RequestContext, req: AddPartitionsToTxn
         .collect();
     let mut per: Vec<((String, i32), i16)> = Vec::with_capacity(wanted.len());
     if !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &id) {
-        per = wanted.into_iter().map(|tp| (tp, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)).collect();
+        per = wanted.into_iter().map(|tp| (tp, ErrorCode::TransactionalIdAuthorizationFailed.code())).collect();
     } else {
         let refused: Vec<((String, i32), i16)> = wanted
             .iter()
             .filter_map(|(t, p)| {
                 if !ctx.authorized(Operation::Write, ResourceType::Topic, t) {
-                    Some(((t.clone(), *p), TOPIC_AUTHORIZATION_FAILED))
+                    Some(((t.clone(), *p), ErrorCode::TopicAuthorizationFailed.code()))
                 } else if !partition_exists(ctx, t, *p) {
-                    Some(((t.clone(), *p), codes::UNKNOWN_TOPIC_OR_PARTITION))
+                    Some(((t.clone(), *p), ErrorCode::UnknownTopicOrPartition.code()))
                 } else {
                     None
                 }
@@ -113,8 +108,11 @@ pub async fn add_partitions_to_txn(ctx: &RequestContext, req: AddPartitionsToTxn
             per = wanted.into_iter().map(|tp| (tp, code)).collect();
         } else {
             for tp in wanted {
-                let code =
-                    refused.iter().find(|(r, _)| *r == tp).map(|(_, c)| *c).unwrap_or(codes::OPERATION_NOT_ATTEMPTED);
+                let code = refused
+                    .iter()
+                    .find(|(r, _)| *r == tp)
+                    .map(|(_, c)| *c)
+                    .unwrap_or(ErrorCode::OperationNotAttempted.code());
                 per.push((tp, code));
             }
         }
@@ -189,11 +187,11 @@ pub async fn add_offsets_to_txn(ctx: &RequestContext, req: AddOffsetsToTxnReques
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
     if !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &id) {
-        r.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         return r;
     }
     if !ctx.authorized(Operation::Read, ResourceType::Group, &group) {
-        r.error_code = GROUP_AUTHORIZATION_FAILED;
+        r.error_code = ErrorCode::GroupAuthorizationFailed.code();
         return r;
     }
     // Before any group was coordinated the offsets topic does not exist yet: the partition is
@@ -218,7 +216,7 @@ pub async fn end_txn(ctx: &RequestContext, req: EndTxnRequest) -> EndTxnResponse
     r.producer_epoch = -1;
     let id = req.transactional_id.0.to_string();
     if !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &id) {
-        r.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         return r;
     }
     let code = ctx.broker.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await;
@@ -234,9 +232,9 @@ pub async fn txn_offset_commit(ctx: &RequestContext, req: TxnOffsetCommitRequest
     let group = req.group_id.0.to_string();
     let broker = &ctx.broker;
     let common = if !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &id) {
-        Some(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        Some(ErrorCode::TransactionalIdAuthorizationFailed.code())
     } else if !ctx.authorized(Operation::Read, ResourceType::Group, &group) {
-        Some(GROUP_AUTHORIZATION_FAILED)
+        Some(ErrorCode::GroupAuthorizationFailed.code())
     } else {
         broker.check_coordinator(&group).err()
     };
@@ -251,10 +249,10 @@ pub async fn txn_offset_commit(ctx: &RequestContext, req: TxnOffsetCommitRequest
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
             let code = match common {
                 Some(c) => c,
-                None if !readable => TOPIC_AUTHORIZATION_FAILED,
-                None if !partition_exists(ctx, &name, p.partition_index) => codes::UNKNOWN_TOPIC_OR_PARTITION,
+                None if !readable => ErrorCode::TopicAuthorizationFailed.code(),
+                None if !partition_exists(ctx, &name, p.partition_index) => ErrorCode::UnknownTopicOrPartition.code(),
                 None if metadata.len() > broker.config.offset_metadata_max_bytes => {
-                    crate::group::coordinator::codes::OFFSET_METADATA_TOO_LARGE
+                    ErrorCode::OffsetMetadataTooLarge.code()
                 }
                 None => {
                     wanted.push(PendingTxnOffset {
@@ -307,8 +305,8 @@ async fn write_txn_offsets(
     offsets: Vec<PendingTxnOffset>,
 ) -> i16 {
     let broker = &ctx.broker;
-    let Some(p) = broker.offsets_partition(group) else { return codes::NOT_COORDINATOR };
-    let Some(partition) = broker.replicas.partition(OFFSETS_TOPIC, p) else { return codes::NOT_COORDINATOR };
+    let Some(p) = broker.offsets_partition(group) else { return ErrorCode::NotCoordinator.code() };
+    let Some(partition) = broker.replicas.partition(OFFSETS_TOPIC, p) else { return ErrorCode::NotCoordinator.code() };
     let records: Vec<(Bytes, Bytes)> = offsets
         .iter()
         .map(|o| {
@@ -333,15 +331,15 @@ async fn write_txn_offsets(
     let part = partition.clone();
     let result = match tokio::task::spawn_blocking(move || part.append(batch, u32::MAX)).await {
         Ok(r) => r,
-        Err(_) => return codes::COORDINATOR_NOT_AVAILABLE,
+        Err(_) => return ErrorCode::CoordinatorNotAvailable.code(),
     };
     match result.error_code {
         0 => {}
-        6 => return codes::NOT_COORDINATOR,
-        47 => return codes::INVALID_PRODUCER_EPOCH,
+        6 => return ErrorCode::NotCoordinator.code(),
+        47 => return ErrorCode::InvalidProducerEpoch.code(),
         code => {
             tracing::warn!(group, error = code, "cannot write transactional offsets");
-            return codes::COORDINATOR_NOT_AVAILABLE;
+            return ErrorCode::CoordinatorNotAvailable.code();
         }
     }
     broker.groups.add_txn_offsets(producer_id, p, offsets);
@@ -454,7 +452,7 @@ pub fn describe_transactions(ctx: &RequestContext, req: DescribeTransactionsRequ
         t.transaction_start_time_ms = -1;
         t.transaction_state = s("");
         if !ctx.authorized(Operation::Describe, ResourceType::TransactionalId, &name) {
-            t.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            t.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         } else if let Err(code) = ctx.broker.check_txn_coordinator(&name) {
             t.error_code = code;
         } else {

@@ -31,12 +31,13 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 
+use gregor::protocol::ErrorCode;
+
 const PRODUCE_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 12;
 const LIST_OFFSETS_VERSION: i16 = 7;
 const METADATA_VERSION: i16 = 12;
 const CREATE_TOPICS_VERSION: i16 = 5;
-const TOPIC_ALREADY_EXISTS: i16 = 36;
 /// The v2 record batch header, up to and including the record count.
 const BATCH_HEADER: usize = 61;
 /// A response larger than this is taken for a broken stream rather than allocated.
@@ -267,7 +268,7 @@ async fn layout(common: &Common, create: Option<(i32, i16)>) -> Result<Layout> {
         req.timeout_ms = 30_000;
         let r = conn.call(CREATE_TOPICS_VERSION, &req).await?;
         for t in r.topics {
-            if t.error_code != 0 && t.error_code != TOPIC_ALREADY_EXISTS {
+            if t.error_code != 0 && t.error_code != ErrorCode::TopicAlreadyExists.code() {
                 bail!("CreateTopics {}: error {} {:?}", common.topic, t.error_code, t.error_message);
             }
         }

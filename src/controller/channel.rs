@@ -18,7 +18,9 @@ use super::messages::{
     StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
 };
 use super::Controller;
+use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
+use crate::sync::MutexExt;
 
 /// The versions the controller sends: the newest ZooKeeper-mode ones that name topics by id
 /// as well as by name.
@@ -66,7 +68,7 @@ impl ControllerChannels {
     /// re-registered gets a new channel, one that left loses its own.
     pub fn retain(&self, broker: &Arc<Controller>, live: &[(i32, i64)]) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut channels = self.channels.lock_unpoisoned();
         channels.retain(|id, c| live.iter().any(|(l, e)| l == id && *e == c.epoch));
         for &(id, epoch) in live {
             if id == broker.config.broker_id || channels.contains_key(&id) {
@@ -83,7 +85,7 @@ impl ControllerChannels {
     /// Queues a request for a broker; if its queue is full the broker is marked for a full
     /// resend instead.
     pub fn send(&self, broker_id: i32, request: ControlRequest) {
-        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let channels = self.channels.lock_unpoisoned();
         let Some(c) = channels.get(&broker_id) else { return };
         if c.queue.try_send(request).is_err() {
             c.resync.store(true, Ordering::Release);
@@ -94,7 +96,7 @@ impl ControllerChannels {
     /// Has the broker's channel send it the whole state again (a LeaderAndIsr for every
     /// replica it holds), as after a reconnection.
     pub fn resync(&self, broker_id: i32) {
-        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let channels = self.channels.lock_unpoisoned();
         if let Some(c) = channels.get(&broker_id) {
             c.resync.store(true, Ordering::Release);
             c.wake.notify_one();
@@ -102,7 +104,7 @@ impl ControllerChannels {
     }
 
     pub fn clear(&self) {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.channels.lock_unpoisoned().clear();
     }
 }
 
@@ -225,7 +227,7 @@ async fn exchange(
             let resp: LeaderAndIsrResponse =
                 round_trip(stream, correlation_id, client_id, r, LEADER_AND_ISR_VERSION, max).await?;
             let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
-            let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+            let storage = ErrorCode::KafkaStorageError.code();
             let offline = resp.partition_errors.iter().filter(|p| p.error_code == storage).cloned().collect();
             let error = (resp.error_code != 0 || failed > 0)
                 .then(|| format!("LeaderAndIsr: error {} and {failed} partition errors", resp.error_code));

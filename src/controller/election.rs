@@ -7,11 +7,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::Controller;
-use crate::api::error::{ApiError, ErrorCode};
+use crate::api::error::ApiError;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::{PartitionInfo, TopicInfo};
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 pub const ADMIN_DELETE_TOPICS: &str = "/admin/delete_topics";
 pub const ADMIN_REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";
@@ -321,7 +323,7 @@ impl Controller {
     pub fn elect_leaders(&self, kind: ElectionType, partitions: &[(String, i32)]) -> Vec<Result<(i32, i32), ApiError>> {
         let snapshot = self.cache.snapshot();
         let live: BTreeSet<i32> = {
-            let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+            let leaving = self.shutting_down_brokers.lock_unpoisoned();
             snapshot.brokers.iter().map(|b| b.id).filter(|b| !leaving.contains(b)).collect()
         };
         let epoch = self.controller_epoch();

@@ -15,13 +15,15 @@ use super::messages::LeaderAndIsrPartitionError;
 use super::Controller;
 use crate::metadata::store::{StoreError, ZnodeStore};
 use crate::metadata::zk_data;
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 /// Per broker: the broker epoch its offline replicas were reported under, and the replicas.
 pub type OfflineReplicas = BTreeMap<i32, (i64, BTreeSet<(String, i32)>)>;
 
 impl Controller {
     fn offline_dirs(&self) -> std::sync::MutexGuard<'_, OfflineReplicas> {
-        self.replicas_on_offline_dirs.lock().unwrap_or_else(|p| p.into_inner())
+        self.replicas_on_offline_dirs.lock_unpoisoned()
     }
 
     /// Reads and deletes the log dir event notifications, then asks each broker they name
@@ -57,7 +59,7 @@ impl Controller {
         for r in self.full_state_for(broker) {
             if let super::channel::ControlRequest::LeaderAndIsr(req) = r {
                 let resp = local.become_leader_or_follower(&req);
-                let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+                let storage = ErrorCode::KafkaStorageError.code();
                 let offline = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
                 self.on_replicas_offline(broker, offline);
             }

@@ -23,9 +23,11 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::api::error::{ApiError, ErrorCode};
+use crate::api::error::ApiError;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{PartitionInfo, TopicInfo};
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 /// Kafka's limit: 249, so that `<topic>-<partition>` plus a deletion suffix fits in 255 bytes.
 const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -267,7 +269,7 @@ impl Controller {
     /// then every new partition state at once: a request for 100 topics costs a few round
     /// trips to ZooKeeper, not a few hundred.
     pub fn create_topics(&self, reqs: Vec<TopicRequest>) -> Vec<Result<Arc<TopicInfo>, ApiError>> {
-        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.admin_lock.lock_unpoisoned();
         let exists =
             |name: &str| ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{name}' already exists."));
         let mut results: Vec<Option<Result<Arc<TopicInfo>, ApiError>>> = Vec::with_capacity(reqs.len());
@@ -353,7 +355,7 @@ impl Controller {
         if !self.store.is_zookeeper() || self.is_controller() {
             return self.create_topic(req).map(Some);
         }
-        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.admin_lock.lock_unpoisoned();
         // The config goes first, as Kafka writes it, but never over a topic that exists: the
         // existence check in plan_topic may have raced with another broker's creation, and a
         // blind set would replace that topic's overrides with the broker defaults.
@@ -480,7 +482,7 @@ impl Controller {
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, ApiError> {
-        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.admin_lock.lock_unpoisoned();
         if !self.config.delete_topic_enable {
             return Err(ApiError::new(ErrorCode::TopicDeletionDisabled, "Topic deletion is disabled."));
         }
@@ -524,7 +526,7 @@ impl Controller {
         manual: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<(), ApiError> {
-        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.admin_lock.lock_unpoisoned();
         let Some(topic) = self.cache.topic(name) else {
             return Err(ApiError::new(
                 ErrorCode::UnknownTopicOrPartition,

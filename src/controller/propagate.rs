@@ -16,7 +16,9 @@ use super::messages::{
 use super::Controller;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::PartitionInfo;
+use crate::protocol::ErrorCode;
 use crate::replication::control::{FULL_STATE, INCREMENTAL_STATE, LEADER_DURING_DELETE};
+use crate::sync::MutexExt;
 
 /// What the brokers were last told, per partition, and which brokers (with their epochs).
 #[derive(Default)]
@@ -53,7 +55,7 @@ impl Controller {
     /// Forgets what brokers were told: the next [`Controller::propagate`] sends everything (a new
     /// controller knows nothing of what its predecessor sent).
     pub fn reset_propagated(&self) {
-        *self.propagated.lock().unwrap_or_else(|p| p.into_inner()) = Propagated::default();
+        *self.propagated.lock_unpoisoned() = Propagated::default();
         self.channels.clear();
     }
 
@@ -67,7 +69,7 @@ impl Controller {
         // hand a broker the second diff (say one partition of a new topic) before the first
         // (the whole topic), and for that moment its Metadata would show the topic with fewer
         // partitions than it has. Queueing never blocks (a full queue marks a resync).
-        let mut sent = self.propagated.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sent = self.propagated.lock_unpoisoned();
         let snapshot = self.cache.snapshot();
         let me = self.config.broker_id;
         let live: BTreeMap<i32, i64> = snapshot.brokers.iter().map(|b| (b.id, b.epoch)).collect();
@@ -177,7 +179,7 @@ impl Controller {
         if let (Some(r), Some(local)) = (lai, self.local()) {
             let resp = local.become_leader_or_follower(&r);
             // Its own replicas in an offline log dir, as another broker's answer would name them.
-            let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
+            let storage = ErrorCode::KafkaStorageError.code();
             let offline: Vec<_> = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
             self.on_replicas_offline(self.config.broker_id, offline);
         }

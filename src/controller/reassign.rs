@@ -16,13 +16,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Controller;
-use crate::api::error::{ApiError, ErrorCode};
+use crate::api::error::ApiError;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, Moving, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::PartitionInfo;
+use crate::protocol::ErrorCode;
 
 use super::election::{elect_leader, parse_reassignment, ADMIN_REASSIGN_PARTITIONS};
+use crate::sync::MutexExt;
 
 /// The replica set a partition moves to: the full list while in flight and who joins and
 /// leaves (Kafka's `ReplicaAssignment.reassignTo`).
@@ -112,7 +114,7 @@ impl Controller {
     /// target is already in the ISR, such as a cancellation or a shrink, finished at once) and
     /// told to the brokers before the answer.
     pub fn alter_reassignments(&self, wanted: &[ReassignmentRequest]) -> Vec<Result<(), ApiError>> {
-        let _serial = self.admin_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.admin_lock.lock_unpoisoned();
         let live = self.eligible_ids();
         let mut touched = BTreeSet::new();
         let results = wanted
@@ -344,7 +346,7 @@ impl Controller {
 
     /// Live brokers not in controlled shutdown.
     fn eligible_ids(&self) -> BTreeSet<i32> {
-        let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let leaving = self.shutting_down_brokers.lock_unpoisoned().clone();
         self.cache.snapshot().brokers.iter().map(|b| b.id).filter(|b| !leaving.contains(b)).collect()
     }
 }

@@ -13,10 +13,11 @@ use super::messages::{
     ControlledShutdownResponse, RemainingPartition,
 };
 use super::Controller;
-use crate::api::error::ErrorCode;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::StoreError;
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 /// How long a ControlledShutdown waits for the moved leaderships to be read back before it
 /// answers with what remains (the broker then asks again).
@@ -29,7 +30,7 @@ type IsrWrite = ((usize, usize), String, i32, PartitionState, i32);
 impl Controller {
     /// The brokers that may lead or join an ISR: registered and not shutting down.
     pub fn eligible_brokers(&self, snapshot: &ClusterSnapshot) -> BTreeSet<i32> {
-        let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+        let leaving = self.shutting_down_brokers.lock_unpoisoned();
         snapshot.brokers.iter().map(|b| b.id).filter(|b| !leaving.contains(b)).collect()
     }
 
@@ -55,7 +56,7 @@ impl Controller {
             return refuse(code);
         }
         tracing::info!(broker, "controlled shutdown requested");
-        self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner()).insert(broker);
+        self.shutting_down_brokers.lock_unpoisoned().insert(broker);
         let eligible = self.eligible_brokers(&snapshot);
         if let Err(e) = self.controller_duties(&eligible, None) {
             tracing::warn!(broker, error = %e, "controlled shutdown: cannot move leadership");

@@ -16,6 +16,7 @@ use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError};
 use crate::metadata::{zk_data, MetadataCache, StoreError, ZnodeStore};
 use crate::security::client::InterBrokerClient;
+use crate::sync::MutexExt;
 
 /// What the controller needs of its own broker's replica side and services: applying its own
 /// share of LeaderAndIsr and StopReplica (other brokers get them over their channels),
@@ -150,13 +151,13 @@ impl Controller {
 
     /// Forgets brokers in controlled shutdown that are no longer registered.
     pub fn retain_shutting_down(&self, live: &BTreeSet<i32>) {
-        let mut leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut leaving = self.shutting_down_brokers.lock_unpoisoned();
         leaving.retain(|b| live.contains(b));
     }
 
     /// The brokers of `live` that are not in controlled shutdown.
     pub fn eligible_of(&self, live: &BTreeSet<i32>) -> BTreeSet<i32> {
-        let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
+        let leaving = self.shutting_down_brokers.lock_unpoisoned();
         live.difference(&leaving).copied().collect()
     }
 

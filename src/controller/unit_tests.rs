@@ -12,12 +12,13 @@ use super::messages::{
     LeaderAndIsrResponse, StopReplicaRequest,
 };
 use super::{Controller, LocalBroker, TopicRequest};
-use crate::api::error::ErrorCode;
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError};
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{BrokerInfo, EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
+use crate::protocol::ErrorCode;
 use crate::security::client::InterBrokerClient;
+use crate::sync::MutexExt;
 
 const ME: i32 = 1;
 
@@ -37,7 +38,7 @@ struct FakeBroker {
 
 impl FakeBroker {
     fn seen(&self) -> std::sync::MutexGuard<'_, Recorded> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+        self.seen.lock_unpoisoned()
     }
 }
 

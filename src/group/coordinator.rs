@@ -18,26 +18,8 @@ use tokio::sync::oneshot;
 // Tokio's clock, so tests can run the session and rebalance timeouts under paused time.
 use tokio::time::Instant;
 
-/// Kafka's error codes used by the coordinator.
-pub mod codes {
-    pub const NONE: i16 = 0;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-    pub const INVALID_GROUP_ID: i16 = 24;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const NON_EMPTY_GROUP: i16 = 68;
-    pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    pub const FENCED_INSTANCE_ID: i16 = 82;
-    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
-}
-use codes::*;
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 pub type TopicPartition = (String, i32);
 /// (partition, offset, leader epoch, metadata) as OffsetCommit carries it.
@@ -289,26 +271,26 @@ impl GroupCoordinator {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         group.hash(&mut h);
         let stripe = &self.offset_writes[(h.finish() as usize) % OFFSET_WRITE_STRIPES];
-        stripe.lock().unwrap_or_else(|p| p.into_inner())
+        stripe.lock_unpoisoned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
         // Every mutation below leaves the group in a valid state before any call that could
         // panic, so a poisoned lock still guards consistent data.
-        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+        self.groups.lock_unpoisoned()
     }
 
     /// Holds offsets a transaction committed (they are in `__consumer_offsets` already) until
     /// its marker settles them.
     pub fn add_txn_offsets(&self, producer_id: i64, partition: i32, offsets: Vec<PendingTxnOffset>) {
-        let mut pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = self.txn_offsets.lock_unpoisoned();
         pending.entry((producer_id, partition)).or_default().extend(offsets);
     }
 
     /// A transaction's marker reached `__consumer_offsets` partition `partition`: its offsets
     /// there become the groups' committed offsets (COMMIT) or are forgotten (ABORT).
     pub fn complete_txn_offsets(&self, producer_id: i64, partition: i32, commit: bool) {
-        let done = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner()).remove(&(producer_id, partition));
+        let done = self.txn_offsets.lock_unpoisoned().remove(&(producer_id, partition));
         let Some(done) = done.filter(|_| commit) else { return };
         let mut groups = self.lock();
         for p in done {
@@ -319,14 +301,14 @@ impl GroupCoordinator {
 
     /// Whether a transaction has offsets of `group` waiting (OffsetFetch's require_stable).
     pub fn has_pending_txn_offsets(&self, group: &str) -> bool {
-        let pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = self.txn_offsets.lock_unpoisoned();
         pending.values().any(|v| v.iter().any(|o| o.group == group))
     }
 
     /// The partitions of `group` an open transaction holds offsets for: OffsetFetch with
     /// require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT for them until the marker lands.
     pub fn pending_txn_partitions(&self, group: &str) -> std::collections::HashSet<(String, i32)> {
-        let pending = self.txn_offsets.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = self.txn_offsets.lock_unpoisoned();
         pending.values().flatten().filter(|o| o.group == group).map(|o| o.tp.clone()).collect()
     }
 
@@ -416,10 +398,10 @@ impl GroupCoordinator {
         for mut g in removed {
             for m in g.members.values_mut() {
                 if let Some(w) = m.join_waiter.take() {
-                    let _ = w.send(JoinResult { error_code: NOT_COORDINATOR, ..Default::default() });
+                    let _ = w.send(JoinResult { error_code: ErrorCode::NotCoordinator.code(), ..Default::default() });
                 }
                 if let Some(w) = m.sync_waiter.take() {
-                    let _ = w.send(SyncResult { error_code: NOT_COORDINATOR, ..Default::default() });
+                    let _ = w.send(SyncResult { error_code: ErrorCode::NotCoordinator.code(), ..Default::default() });
                 }
                 store.member_left(&g.id, &m.id);
             }
@@ -432,7 +414,7 @@ impl GroupCoordinator {
             Ok(result) => return result,
             Err(rx) => rx,
         };
-        rx.await.unwrap_or_else(|_| JoinResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() })
+        rx.await.unwrap_or_else(|_| JoinResult { error_code: ErrorCode::UnknownMemberId.code(), ..Default::default() })
     }
 
     fn join_locked(
@@ -447,23 +429,23 @@ impl GroupCoordinator {
             ..Default::default()
         };
         if req.group_id.is_empty() {
-            return Ok(fail(INVALID_GROUP_ID, &req.member_id));
+            return Ok(fail(ErrorCode::InvalidGroupId.code(), &req.member_id));
         }
         if req.session_timeout_ms < self.config.min_session_timeout_ms
             || req.session_timeout_ms > self.config.max_session_timeout_ms
         {
-            return Ok(fail(INVALID_SESSION_TIMEOUT, &req.member_id));
+            return Ok(fail(ErrorCode::InvalidSessionTimeout.code(), &req.member_id));
         }
         let mut groups = self.lock();
         if !req.member_id.is_empty() && !groups.contains_key(&req.group_id) {
-            return Ok(fail(UNKNOWN_MEMBER_ID, &req.member_id));
+            return Ok(fail(ErrorCode::UnknownMemberId.code(), &req.member_id));
         }
         let group = groups.entry(req.group_id.clone()).or_insert_with(|| Group::new(&req.group_id));
         if group.state == GroupState::Dead {
-            return Ok(fail(COORDINATOR_NOT_AVAILABLE, &req.member_id));
+            return Ok(fail(ErrorCode::CoordinatorNotAvailable.code(), &req.member_id));
         }
         if !group.supports(&req.protocol_type, &req.protocols) {
-            return Ok(fail(INCONSISTENT_GROUP_PROTOCOL, &req.member_id));
+            return Ok(fail(ErrorCode::InconsistentGroupProtocol.code(), &req.member_id));
         }
         let now = Instant::now();
 
@@ -481,7 +463,7 @@ impl GroupCoordinator {
                 let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
                 group.pending.insert(new_id.clone(), now + session);
                 return Ok(JoinResult {
-                    error_code: MEMBER_ID_REQUIRED,
+                    error_code: ErrorCode::MemberIdRequired.code(),
                     member_id: new_id,
                     generation_id: -1,
                     ..Default::default()
@@ -495,11 +477,11 @@ impl GroupCoordinator {
             return self.add_member_and_rebalance(store, group, id, req, now);
         }
         let Some(member) = group.members.get_mut(&req.member_id) else {
-            return Ok(fail(UNKNOWN_MEMBER_ID, &req.member_id));
+            return Ok(fail(ErrorCode::UnknownMemberId.code(), &req.member_id));
         };
         if let (Some(mine), Some(theirs)) = (&member.instance_id, &req.instance_id) {
             if mine != theirs {
-                return Ok(fail(FENCED_INSTANCE_ID, &req.member_id));
+                return Ok(fail(ErrorCode::FencedInstanceId.code(), &req.member_id));
             }
         }
         member.last_heartbeat = now;
@@ -514,7 +496,7 @@ impl GroupCoordinator {
                 // Nothing changed for a follower: answer with the current generation at once.
                 let protocol = group.protocol_name.clone();
                 return Ok(JoinResult {
-                    error_code: NONE,
+                    error_code: ErrorCode::None.code(),
                     generation_id: group.generation,
                     protocol_type: group.protocol_type.clone(),
                     protocol_name: protocol,
@@ -582,19 +564,19 @@ impl GroupCoordinator {
         req: JoinRequest,
     ) -> Result<JoinResult, oneshot::Receiver<JoinResult>> {
         let Some(mut member) = group.members.remove(old_id) else {
-            return Ok(JoinResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() });
+            return Ok(JoinResult { error_code: ErrorCode::UnknownMemberId.code(), ..Default::default() });
         };
         store.member_left(&group.id, old_id);
         // The old instance's parked requests learn that it has been fenced.
         if let Some(w) = member.join_waiter.take() {
             let _ = w.send(JoinResult {
-                error_code: FENCED_INSTANCE_ID,
+                error_code: ErrorCode::FencedInstanceId.code(),
                 member_id: old_id.to_string(),
                 ..Default::default()
             });
         }
         if let Some(w) = member.sync_waiter.take() {
-            let _ = w.send(SyncResult { error_code: FENCED_INSTANCE_ID, ..Default::default() });
+            let _ = w.send(SyncResult { error_code: ErrorCode::FencedInstanceId.code(), ..Default::default() });
         }
         let unchanged = member.protocols == req.protocols;
         member.id = new_id.clone();
@@ -611,7 +593,7 @@ impl GroupCoordinator {
             // A static member restarting within its session keeps its assignment: no rebalance.
             store.owners_changed(&group.id, &owners_of(group));
             return Ok(JoinResult {
-                error_code: NONE,
+                error_code: ErrorCode::None.code(),
                 generation_id: group.generation,
                 protocol_type: group.protocol_type.clone(),
                 protocol_name: group.protocol_name.clone(),
@@ -636,7 +618,7 @@ impl GroupCoordinator {
         // Members waiting in SyncGroup must rejoin.
         for m in group.members.values_mut() {
             if let Some(w) = m.sync_waiter.take() {
-                let _ = w.send(SyncResult { error_code: REBALANCE_IN_PROGRESS, ..Default::default() });
+                let _ = w.send(SyncResult { error_code: ErrorCode::RebalanceInProgress.code(), ..Default::default() });
             }
         }
         let was_empty = group.state == GroupState::Empty;
@@ -694,7 +676,7 @@ impl GroupCoordinator {
             m.last_heartbeat = now;
             if let Some(w) = m.join_waiter.take() {
                 let _ = w.send(JoinResult {
-                    error_code: NONE,
+                    error_code: ErrorCode::None.code(),
                     generation_id: group.generation,
                     protocol_type: group.protocol_type.clone(),
                     protocol_name: group.protocol_name.clone(),
@@ -718,32 +700,32 @@ impl GroupCoordinator {
         let rx = {
             let mut groups = self.lock();
             let fail = |code| SyncResult { error_code: code, ..Default::default() };
-            let Some(group) = groups.get_mut(group_id) else { return fail(UNKNOWN_MEMBER_ID) };
+            let Some(group) = groups.get_mut(group_id) else { return fail(ErrorCode::UnknownMemberId.code()) };
             let Some(member) = group.members.get_mut(member_id) else {
                 return fail(if instance_id.is_some_and(|i| group.member_by_instance(i).is_some()) {
-                    FENCED_INSTANCE_ID
+                    ErrorCode::FencedInstanceId.code()
                 } else {
-                    UNKNOWN_MEMBER_ID
+                    ErrorCode::UnknownMemberId.code()
                 });
             };
             if instance_id.is_some() && member.instance_id.as_deref() != instance_id {
-                return fail(FENCED_INSTANCE_ID);
+                return fail(ErrorCode::FencedInstanceId.code());
             }
             if generation != group.generation {
-                return fail(ILLEGAL_GENERATION);
+                return fail(ErrorCode::IllegalGeneration.code());
             }
             member.last_heartbeat = Instant::now();
             match group.state {
-                GroupState::PreparingRebalance => return fail(REBALANCE_IN_PROGRESS),
+                GroupState::PreparingRebalance => return fail(ErrorCode::RebalanceInProgress.code()),
                 GroupState::Stable => {
                     return SyncResult {
-                        error_code: NONE,
+                        error_code: ErrorCode::None.code(),
                         protocol_type: group.protocol_type.clone(),
                         protocol_name: group.protocol_name.clone(),
                         assignment: member.assignment.clone(),
                     }
                 }
-                GroupState::Empty | GroupState::Dead => return fail(UNKNOWN_MEMBER_ID),
+                GroupState::Empty | GroupState::Dead => return fail(ErrorCode::UnknownMemberId.code()),
                 GroupState::CompletingRebalance => {}
             }
             let (tx, rx) = oneshot::channel();
@@ -762,7 +744,7 @@ impl GroupCoordinator {
                 for m in group.members.values_mut() {
                     if let Some(w) = m.sync_waiter.take() {
                         let _ = w.send(SyncResult {
-                            error_code: NONE,
+                            error_code: ErrorCode::None.code(),
                             protocol_type: group.protocol_type.clone(),
                             protocol_name: group.protocol_name.clone(),
                             assignment: m.assignment.clone(),
@@ -772,27 +754,27 @@ impl GroupCoordinator {
             }
             rx
         };
-        rx.await.unwrap_or(SyncResult { error_code: REBALANCE_IN_PROGRESS, ..Default::default() })
+        rx.await.unwrap_or(SyncResult { error_code: ErrorCode::RebalanceInProgress.code(), ..Default::default() })
     }
 
     pub fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str, instance_id: Option<&str>) -> i16 {
         let mut groups = self.lock();
-        let Some(group) = groups.get_mut(group_id) else { return UNKNOWN_MEMBER_ID };
+        let Some(group) = groups.get_mut(group_id) else { return ErrorCode::UnknownMemberId.code() };
         let Some(member) = group.members.get_mut(member_id) else {
             return if instance_id.is_some_and(|i| group.member_by_instance(i).is_some()) {
-                FENCED_INSTANCE_ID
+                ErrorCode::FencedInstanceId.code()
             } else {
-                UNKNOWN_MEMBER_ID
+                ErrorCode::UnknownMemberId.code()
             };
         };
         member.last_heartbeat = Instant::now();
         if generation != group.generation {
-            return ILLEGAL_GENERATION;
+            return ErrorCode::IllegalGeneration.code();
         }
         match group.state {
-            GroupState::PreparingRebalance => REBALANCE_IN_PROGRESS,
-            GroupState::Stable | GroupState::CompletingRebalance => NONE,
-            GroupState::Empty | GroupState::Dead => UNKNOWN_MEMBER_ID,
+            GroupState::PreparingRebalance => ErrorCode::RebalanceInProgress.code(),
+            GroupState::Stable | GroupState::CompletingRebalance => ErrorCode::None.code(),
+            GroupState::Empty | GroupState::Dead => ErrorCode::UnknownMemberId.code(),
         }
     }
 
@@ -804,7 +786,7 @@ impl GroupCoordinator {
         members: &[(String, Option<String>)],
     ) -> Result<Vec<i16>, i16> {
         let mut groups = self.lock();
-        let Some(group) = groups.get_mut(group_id) else { return Err(UNKNOWN_MEMBER_ID) };
+        let Some(group) = groups.get_mut(group_id) else { return Err(ErrorCode::UnknownMemberId.code()) };
         let now = Instant::now();
         let mut codes = Vec::with_capacity(members.len());
         for (member_id, instance) in members {
@@ -817,21 +799,21 @@ impl GroupCoordinator {
                 // A member leaving between MEMBER_ID_REQUIRED and its second JoinGroup: a join
                 // phase waiting only for it can end now.
                 self.maybe_complete_join(store, group, now);
-                codes.push(NONE);
+                codes.push(ErrorCode::None.code());
                 continue;
             }
             match id.and_then(|id| group.members.remove(&id)) {
                 Some(m) => {
                     if instance.is_some() && m.instance_id != *instance {
-                        codes.push(FENCED_INSTANCE_ID);
+                        codes.push(ErrorCode::FencedInstanceId.code());
                         group.members.insert(m.id.clone(), m);
                         continue;
                     }
                     store.member_left(&group.id, &m.id);
                     self.after_removal(store, group, m, now);
-                    codes.push(NONE);
+                    codes.push(ErrorCode::None.code());
                 }
-                None => codes.push(UNKNOWN_MEMBER_ID),
+                None => codes.push(ErrorCode::UnknownMemberId.code()),
             }
         }
         Ok(codes)
@@ -839,10 +821,10 @@ impl GroupCoordinator {
 
     fn after_removal(&self, store: &dyn GroupStore, group: &mut Group, mut removed: Member, now: Instant) {
         if let Some(w) = removed.join_waiter.take() {
-            let _ = w.send(JoinResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() });
+            let _ = w.send(JoinResult { error_code: ErrorCode::UnknownMemberId.code(), ..Default::default() });
         }
         if let Some(w) = removed.sync_waiter.take() {
-            let _ = w.send(SyncResult { error_code: UNKNOWN_MEMBER_ID, ..Default::default() });
+            let _ = w.send(SyncResult { error_code: ErrorCode::UnknownMemberId.code(), ..Default::default() });
         }
         if group.leader.as_deref() == Some(removed.id.as_str()) {
             group.leader = None;
@@ -908,22 +890,22 @@ impl GroupCoordinator {
         let mut groups = self.lock();
         let all = |code: i16| offsets.iter().map(|(tp, ..)| (tp.clone(), code)).collect::<Vec<_>>();
         if group_id.is_empty() {
-            return all(INVALID_GROUP_ID);
+            return all(ErrorCode::InvalidGroupId.code());
         }
         let group = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id));
         let simple = generation < 0 && member_id.is_empty();
         if simple {
             if group.state != GroupState::Empty {
-                return all(UNKNOWN_MEMBER_ID);
+                return all(ErrorCode::UnknownMemberId.code());
             }
         } else {
-            let Some(member) = group.members.get_mut(member_id) else { return all(UNKNOWN_MEMBER_ID) };
+            let Some(member) = group.members.get_mut(member_id) else { return all(ErrorCode::UnknownMemberId.code()) };
             member.last_heartbeat = Instant::now();
             if generation != group.generation {
-                return all(ILLEGAL_GENERATION);
+                return all(ErrorCode::IllegalGeneration.code());
             }
             if group.state == GroupState::CompletingRebalance {
-                return all(REBALANCE_IN_PROGRESS);
+                return all(ErrorCode::RebalanceInProgress.code());
             }
         }
         let ts = now_ms();
@@ -932,19 +914,22 @@ impl GroupCoordinator {
         for (tp, offset, epoch, metadata) in offsets {
             let metadata = metadata.unwrap_or_default();
             if metadata.len() > self.config.offset_metadata_max_bytes {
-                results.push((tp, OFFSET_METADATA_TOO_LARGE));
+                results.push((tp, ErrorCode::OffsetMetadataTooLarge.code()));
             } else if !store.topic_partition_exists(&tp.0, tp.1) {
-                results.push((tp, UNKNOWN_TOPIC_OR_PARTITION));
+                results.push((tp, ErrorCode::UnknownTopicOrPartition.code()));
             } else {
                 let value = CommittedOffset { offset, leader_epoch: epoch, metadata, commit_timestamp: ts };
                 to_store.push((tp.clone(), Some(value)));
-                results.push((tp, NONE));
+                results.push((tp, ErrorCode::None.code()));
             }
         }
         drop(groups);
         if !to_store.is_empty() {
             if let Err(code) = store.store_offsets(group_id, &to_store) {
-                return results.into_iter().map(|(tp, c)| (tp, if c == NONE { code } else { c })).collect();
+                return results
+                    .into_iter()
+                    .map(|(tp, c)| (tp, if c == ErrorCode::None.code() { code } else { c }))
+                    .collect();
             }
             // The group may have been emptied, deleted or expired meanwhile; what is in the log
             // now ends with this commit, and so does what is kept here.
@@ -1104,15 +1089,15 @@ impl GroupCoordinator {
     ) -> Result<Vec<(TopicPartition, i16)>, i16> {
         let _order = self.offset_write_order(group_id);
         let mut groups = self.lock();
-        let Some(group) = groups.get_mut(group_id) else { return Err(GROUP_ID_NOT_FOUND) };
+        let Some(group) = groups.get_mut(group_id) else { return Err(ErrorCode::GroupIdNotFound.code()) };
         let mut results = Vec::new();
         let mut tombstones = Vec::new();
         for tp in tps {
             if group.state != GroupState::Empty && subscribed(group, &tp.0) {
-                results.push((tp, GROUP_SUBSCRIBED_TO_TOPIC));
+                results.push((tp, ErrorCode::GroupSubscribedToTopic.code()));
             } else {
                 tombstones.push((tp.clone(), None));
-                results.push((tp, NONE));
+                results.push((tp, ErrorCode::None.code()));
             }
         }
         drop(groups);
@@ -1132,9 +1117,9 @@ impl GroupCoordinator {
         // undone); taking the stripe first keeps it in order with the group's commits.
         let _order = self.offset_write_order(group_id);
         let mut groups = self.lock();
-        let Some(group) = groups.get_mut(group_id) else { return GROUP_ID_NOT_FOUND };
+        let Some(group) = groups.get_mut(group_id) else { return ErrorCode::GroupIdNotFound.code() };
         if group.state != GroupState::Empty {
-            return NON_EMPTY_GROUP;
+            return ErrorCode::NonEmptyGroup.code();
         }
         let tombstones: Vec<((String, i32), Option<CommittedOffset>)> =
             group.offsets.keys().map(|tp| (tp.clone(), None)).collect();
@@ -1146,7 +1131,7 @@ impl GroupCoordinator {
         group.state = GroupState::Dead;
         let _ = store.store_group(group);
         groups.remove(group_id);
-        NONE
+        ErrorCode::None.code()
     }
 
     /// Runs `f` on a group, if it exists.
@@ -1230,7 +1215,7 @@ mod tests {
         fn store_offsets(&self, g: &str, offsets: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
             // As the log does: a batch without records is not a valid batch.
             if offsets.is_empty() {
-                return Err(87);
+                return Err(ErrorCode::InvalidRecord.code());
             }
             let mut tombstones = self.tombstones.lock().unwrap();
             tombstones.extend(offsets.iter().filter(|(_, v)| v.is_none()).map(|(tp, _)| (g.to_string(), tp.clone())));
@@ -1283,7 +1268,7 @@ mod tests {
     /// Joins and completes the sync as leader: a Stable group of one.
     async fn stable_single(c: &Arc<GroupCoordinator>, store: &Arc<Recorder>) -> JoinResult {
         let j = c.join(&**store, join_req("")).await;
-        assert_eq!(j.error_code, NONE);
+        assert_eq!(j.error_code, ErrorCode::None.code());
         assert_eq!(j.leader, j.member_id);
         let s = c.sync(&**store, "g", j.generation_id, &j.member_id, None, vec![(j.member_id.clone(), "a".into())]);
         assert_eq!(s.await.assignment, Bytes::from_static(b"a"));
@@ -1296,7 +1281,7 @@ mod tests {
         let j = stable_single(&c, &store).await;
         assert_eq!(state(&c), (GroupState::Stable, 1, 1));
         tokio::time::advance(Duration::from_millis(9000)).await;
-        assert_eq!(c.heartbeat("g", j.generation_id, &j.member_id, None), NONE);
+        assert_eq!(c.heartbeat("g", j.generation_id, &j.member_id, None), ErrorCode::None.code());
         // Heartbeats keep it: 9 s more since the last one is still inside 10 s.
         tokio::time::advance(Duration::from_millis(9000)).await;
         c.tick(&*store);
@@ -1305,7 +1290,7 @@ mod tests {
         c.tick(&*store);
         assert_eq!(state(&c), (GroupState::Empty, 2, 0));
         assert_eq!(*store.left.lock().unwrap(), vec![j.member_id.clone()]);
-        assert_eq!(c.heartbeat("g", j.generation_id, &j.member_id, None), UNKNOWN_MEMBER_ID);
+        assert_eq!(c.heartbeat("g", j.generation_id, &j.member_id, None), ErrorCode::UnknownMemberId.code());
     }
 
     #[tokio::test(start_paused = true)]
@@ -1316,23 +1301,29 @@ mod tests {
         let second = tokio::spawn(async move { c2.join(&*s2, join_req("")).await });
         tokio::task::yield_now().await;
         assert_eq!(state(&c).0, GroupState::PreparingRebalance);
-        assert_eq!(c.heartbeat("g", first.generation_id, &first.member_id, None), REBALANCE_IN_PROGRESS);
+        assert_eq!(
+            c.heartbeat("g", first.generation_id, &first.member_id, None),
+            ErrorCode::RebalanceInProgress.code()
+        );
         // The first member keeps heartbeating but never rejoins: the join phase ends at the
         // rebalance timeout (30 s), not at its session timeout.
         for _ in 0..29 {
             tokio::time::advance(Duration::from_millis(1000)).await;
-            assert_eq!(c.heartbeat("g", first.generation_id, &first.member_id, None), REBALANCE_IN_PROGRESS);
+            assert_eq!(
+                c.heartbeat("g", first.generation_id, &first.member_id, None),
+                ErrorCode::RebalanceInProgress.code()
+            );
             c.tick(&*store);
         }
         assert_eq!(state(&c), (GroupState::PreparingRebalance, 1, 2));
         tokio::time::advance(Duration::from_millis(1001)).await;
         c.tick(&*store);
         let j = second.await.unwrap();
-        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        assert_eq!((j.error_code, j.generation_id), (ErrorCode::None.code(), 2));
         assert_eq!(j.leader, j.member_id, "the only member left leads");
         assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
         assert_eq!(*store.left.lock().unwrap(), vec![first.member_id.clone()]);
-        assert_eq!(c.heartbeat("g", 1, &j.member_id, None), ILLEGAL_GENERATION);
+        assert_eq!(c.heartbeat("g", 1, &j.member_id, None), ErrorCode::IllegalGeneration.code());
     }
 
     /// A JoinGroup v4+ from a new member: MEMBER_ID_REQUIRED and the id it must come back with.
@@ -1341,7 +1332,7 @@ mod tests {
         req.require_known_member_id = true;
         req.session_timeout_ms = session_timeout_ms;
         let r = c.join_locked(store, req).expect("MEMBER_ID_REQUIRED is answered at once");
-        assert_eq!(r.error_code, MEMBER_ID_REQUIRED);
+        assert_eq!(r.error_code, ErrorCode::MemberIdRequired.code());
         r.member_id
     }
 
@@ -1364,9 +1355,9 @@ mod tests {
         c.tick(&*store);
         assert_eq!(state(&c), (GroupState::CompletingRebalance, 2, 1));
         let j = rejoin.await.unwrap();
-        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        assert_eq!((j.error_code, j.generation_id), (ErrorCode::None.code(), 2));
         // Too late: the id is forgotten.
-        assert_eq!(c.join(&*store, join_req(&dropped)).await.error_code, UNKNOWN_MEMBER_ID);
+        assert_eq!(c.join(&*store, join_req(&dropped)).await.error_code, ErrorCode::UnknownMemberId.code());
     }
 
     #[tokio::test(start_paused = true)]
@@ -1381,14 +1372,14 @@ mod tests {
         tokio::time::advance(Duration::from_millis(30_001)).await;
         c.tick(&*store);
         let j = rejoin.await.unwrap();
-        assert_eq!((j.error_code, j.generation_id), (NONE, 2));
+        assert_eq!((j.error_code, j.generation_id), (ErrorCode::None.code(), 2));
         // Its id is still good, as in Kafka: a second member joins and leaves again.
         let (c2, s2, id) = (c.clone(), store.clone(), pending.clone());
         let second = tokio::spawn(async move { c2.join(&*s2, join_req(&id)).await });
         tokio::task::yield_now().await;
         assert_eq!(state(&c), (GroupState::PreparingRebalance, 2, 2));
-        assert_eq!(c.leave(&*store, "g", &[(pending.clone(), None)]), Ok(vec![NONE]));
-        assert_eq!(second.await.unwrap().error_code, UNKNOWN_MEMBER_ID);
+        assert_eq!(c.leave(&*store, "g", &[(pending.clone(), None)]), Ok(vec![ErrorCode::None.code()]));
+        assert_eq!(second.await.unwrap().error_code, ErrorCode::UnknownMemberId.code());
         // A fresh pending id, then the leader rejoins: the phase waits for the pending id
         // until it leaves, not until its session lapses.
         let another = ask_for_member_id(&c, &store, 60_000);
@@ -1397,9 +1388,9 @@ mod tests {
         tokio::task::yield_now().await;
         c.tick(&*store);
         assert_eq!(state(&c).0, GroupState::PreparingRebalance);
-        assert_eq!(c.leave(&*store, "g", &[(another, None)]), Ok(vec![NONE]));
+        assert_eq!(c.leave(&*store, "g", &[(another, None)]), Ok(vec![ErrorCode::None.code()]));
         let j = rejoin.await.unwrap();
-        assert_eq!((j.error_code, j.generation_id), (NONE, 3));
+        assert_eq!((j.error_code, j.generation_id), (ErrorCode::None.code(), 3));
     }
 
     #[tokio::test(start_paused = true)]
@@ -1430,8 +1421,8 @@ mod tests {
     async fn the_last_leave_empties_the_group_and_records_it() {
         let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
         let j = stable_single(&c, &store).await;
-        assert_eq!(c.leave(&*store, "g", &[("nobody".into(), None)]), Ok(vec![UNKNOWN_MEMBER_ID]));
-        assert_eq!(c.leave(&*store, "g", &[(j.member_id.clone(), None)]), Ok(vec![NONE]));
+        assert_eq!(c.leave(&*store, "g", &[("nobody".into(), None)]), Ok(vec![ErrorCode::UnknownMemberId.code()]));
+        assert_eq!(c.leave(&*store, "g", &[(j.member_id.clone(), None)]), Ok(vec![ErrorCode::None.code()]));
         assert_eq!(state(&c), (GroupState::Empty, 2, 0));
         assert_eq!(store.groups_stored.lock().unwrap().last(), Some(&(GroupState::Empty, 2)));
     }
@@ -1440,11 +1431,11 @@ mod tests {
     async fn a_group_without_offsets_is_deleted_without_writing_offset_tombstones() {
         let (c, store) = (coordinator(0), Arc::new(Recorder::default()));
         let j = stable_single(&c, &store).await;
-        assert_eq!(c.delete_group(&*store, "g"), NON_EMPTY_GROUP);
-        assert_eq!(c.leave(&*store, "g", &[(j.member_id.clone(), None)]), Ok(vec![NONE]));
-        assert_eq!(c.delete_group(&*store, "g"), NONE);
+        assert_eq!(c.delete_group(&*store, "g"), ErrorCode::NonEmptyGroup.code());
+        assert_eq!(c.leave(&*store, "g", &[(j.member_id.clone(), None)]), Ok(vec![ErrorCode::None.code()]));
+        assert_eq!(c.delete_group(&*store, "g"), ErrorCode::None.code());
         assert_eq!(store.groups_stored.lock().unwrap().last().map(|s| s.0), Some(GroupState::Dead));
-        assert_eq!(c.delete_group(&*store, "g"), GROUP_ID_NOT_FOUND);
+        assert_eq!(c.delete_group(&*store, "g"), ErrorCode::GroupIdNotFound.code());
     }
 
     /// A store whose offset writes wait until released, as a stalled disk would.
@@ -1494,8 +1485,8 @@ mod tests {
         let code = answered.recv_timeout(Duration::from_secs(10));
         release.send(()).unwrap();
         heartbeat.join().unwrap().unwrap_or_default();
-        assert_eq!(code, Ok(NONE), "a heartbeat waited for another group's offset write");
-        assert_eq!(committer.join().unwrap(), vec![(("t".to_string(), 0), NONE)]);
+        assert_eq!(code, Ok(ErrorCode::None.code()), "a heartbeat waited for another group's offset write");
+        assert_eq!(committer.join().unwrap(), vec![(("t".to_string(), 0), ErrorCode::None.code())]);
         assert_eq!(c.with_group("other", |g| g.offsets.get(&("t".to_string(), 0)).map(|o| o.offset)), Some(Some(9)));
     }
 
@@ -1506,8 +1497,11 @@ mod tests {
         let commits =
             vec![(("t".into(), 0), 5, -1, None), (("t".into(), 1), 6, -1, None), (("u".into(), 0), 7, -1, None)];
         let r = c.commit_offsets(&*store, "g", j.generation_id, &j.member_id, commits);
-        assert!(r.iter().all(|(_, code)| *code == NONE));
-        assert_eq!(c.commit_offsets(&*store, "simple", -1, "", vec![(("t".into(), 0), 9, -1, None)])[0].1, NONE);
+        assert!(r.iter().all(|(_, code)| *code == ErrorCode::None.code()));
+        assert_eq!(
+            c.commit_offsets(&*store, "simple", -1, "", vec![(("t".into(), 0), 9, -1, None)])[0].1,
+            ErrorCode::None.code()
+        );
         let deleted = [("t".to_string(), 0), ("t".to_string(), 1)];
         assert_eq!(c.on_partitions_deleted(&*store, &deleted), 3);
         let left: Vec<TopicPartition> = c.fetch_offsets("g", None).into_iter().map(|(tp, _)| tp).collect();
@@ -1531,7 +1525,7 @@ mod tests {
         let store = Arc::new(Recorder::default());
         let j = stable_single(&c, &store).await;
         let r = c.commit_offsets(&*store, "g", j.generation_id, &j.member_id, vec![(("t".into(), 0), 5, -1, None)]);
-        assert_eq!(r[0].1, NONE);
+        assert_eq!(r[0].1, ErrorCode::None.code());
         // A stable group's offsets never expire.
         assert_eq!(c.expire_offsets(&*store, now_ms() + 1_000_000, 1000), 0);
         c.leave(&*store, "g", &[(j.member_id.clone(), None)]).unwrap();
@@ -1541,7 +1535,7 @@ mod tests {
         assert!(c.with_group("g", |_| ()).is_none(), "the group is gone with its last offset");
         // A simple (memberless) group's offsets expire from their commit.
         let r = c.commit_offsets(&*store, "simple", -1, "", vec![(("t".into(), 0), 7, -1, None)]);
-        assert_eq!(r[0].1, NONE);
+        assert_eq!(r[0].1, ErrorCode::None.code());
         let ts = c.with_group("simple", |g| g.offsets[&("t".to_string(), 0)].commit_timestamp).unwrap();
         assert_eq!(c.expire_offsets(&*store, ts + 999, 1000), 0);
         assert_eq!(c.expire_offsets(&*store, ts + 1000, 1000), 1);
@@ -1592,7 +1586,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(c.unload_groups(&*store, |_| true), 1);
-        assert_eq!(pending.await.unwrap().error_code, NOT_COORDINATOR);
+        assert_eq!(pending.await.unwrap().error_code, ErrorCode::NotCoordinator.code());
         assert_eq!(store.left.lock().unwrap().len(), 1);
     }
 }

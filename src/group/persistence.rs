@@ -8,10 +8,7 @@ use super::offsets_log::{self, OffsetValue, OffsetsKey, StoredMember};
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::broker::Broker;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
-
-const NOT_COORDINATOR: i16 = 16;
-const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+use crate::protocol::ErrorCode;
 
 pub struct BrokerGroupStore<'a>(pub &'a Broker);
 
@@ -23,8 +20,8 @@ impl BrokerGroupStore<'_> {
             return Ok(());
         }
         let b = self.0;
-        let p = b.offsets_partition(group).ok_or(NOT_COORDINATOR)?;
-        let partition = b.replicas.partition(OFFSETS_TOPIC, p).ok_or(NOT_COORDINATOR)?;
+        let p = b.offsets_partition(group).ok_or(ErrorCode::NotCoordinator.code())?;
+        let partition = b.replicas.partition(OFFSETS_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
         let ts = crate::log::now_ms();
         let simple: Vec<SimpleRecord<'_>> = records
             .iter()
@@ -163,15 +160,15 @@ impl Broker {
         // A broker that has not yet learnt of `__consumer_offsets` (it was just created
         // elsewhere) leads none of it: NOT_COORDINATOR, which clients answer by asking
         // FindCoordinator again, where COORDINATOR_NOT_AVAILABLE fails librdkafka's committed().
-        let p = self.offsets_partition(group).ok_or(NOT_COORDINATOR)?;
+        let p = self.offsets_partition(group).ok_or(ErrorCode::NotCoordinator.code())?;
         match self.replicas.partition(OFFSETS_TOPIC, p) {
-            Some(_) if self.is_loading_offsets(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
+            Some(_) if self.is_loading_offsets(p) => Err(ErrorCode::CoordinatorLoadInProgress.code()),
             Some(_) => Ok(()),
             // Named leader in the image while its log is still being opened (a topic just
             // created): the coordinator is on its way, so the client retries here instead of
             // taking NOT_COORDINATOR, which librdkafka's synchronous commit returns as is.
-            None if self.leads_in_image(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
-            None => Err(NOT_COORDINATOR),
+            None if self.leads_in_image(p) => Err(ErrorCode::CoordinatorLoadInProgress.code()),
+            None => Err(ErrorCode::NotCoordinator.code()),
         }
     }
 
@@ -193,12 +190,16 @@ impl Broker {
     /// for groups, `__transaction_state` for transactional ids), with its address on
     /// `listener`.
     pub(crate) fn coordinator_in(&self, topic: &str, key: &str, listener: &str) -> Result<(i32, String, u16), i16> {
-        let topic = self.cache.topic(topic).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        let topic = self.cache.topic(topic).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
         let p = partition_for(key, topic.partitions.len() as i32);
-        let leader =
-            topic.partitions.iter().find(|x| x.index == p).map(|x| x.leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        let leader = topic
+            .partitions
+            .iter()
+            .find(|x| x.index == p)
+            .map(|x| x.leader)
+            .ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
         if leader < 0 {
-            return Err(COORDINATOR_NOT_AVAILABLE);
+            return Err(ErrorCode::CoordinatorNotAvailable.code());
         }
         if leader == self.config.broker_id {
             // Named leader but the partition not yet open or its groups still loading: a
@@ -207,35 +208,33 @@ impl Broker {
             // keeps it asking FindCoordinator, which it retries by itself.
             let loading = topic.name == OFFSETS_TOPIC && self.is_loading_offsets(p);
             if loading || self.replicas.partition(&topic.name, p).is_none() {
-                return Err(COORDINATOR_NOT_AVAILABLE);
+                return Err(ErrorCode::CoordinatorNotAvailable.code());
             }
-            let ep = self.config.advertised_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+            let ep = self.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
             return Ok((leader, ep.host.clone(), ep.port));
         }
         let snapshot = self.cache.snapshot();
-        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(COORDINATOR_NOT_AVAILABLE)?;
-        let (host, port) = b.endpoint_for(listener).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        let (host, port) = b.endpoint_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
         Ok((b.id, host.to_string(), port))
     }
 
     fn create_offsets_topic(&self) -> Result<(), i16> {
         match self.controller.auto_create(OFFSETS_TOPIC) {
             Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(COORDINATOR_NOT_AVAILABLE),
+            Ok(None) => Err(ErrorCode::CoordinatorNotAvailable.code()),
             Err(_) if self.cache.topic(OFFSETS_TOPIC).is_some() => Ok(()),
             // Created by another broker; this one learns of it on its next ZooKeeper pass.
-            Err(e) if e.code == crate::api::error::ErrorCode::TopicAlreadyExists.code() => {
-                Err(COORDINATOR_NOT_AVAILABLE)
-            }
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists.code() => Err(ErrorCode::CoordinatorNotAvailable.code()),
             // Fewer brokers alive than offsets.topic.replication.factor: clients ask again
             // until there are enough, so this is not worth a warning per request.
-            Err(e) if e.code == crate::api::error::ErrorCode::InvalidReplicationFactor.code() => {
+            Err(e) if e.code == ErrorCode::InvalidReplicationFactor.code() => {
                 tracing::debug!(error = %e, "cannot create {OFFSETS_TOPIC} yet");
-                Err(COORDINATOR_NOT_AVAILABLE)
+                Err(ErrorCode::CoordinatorNotAvailable.code())
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot create {OFFSETS_TOPIC}");
-                Err(COORDINATOR_NOT_AVAILABLE)
+                Err(ErrorCode::CoordinatorNotAvailable.code())
             }
         }
     }

@@ -22,6 +22,7 @@ use serde_json::json;
 
 use super::coordinator::{subscribed_topics, Member};
 use crate::broker::Broker;
+use crate::sync::MutexExt;
 
 /// Where an old consumer (and Kafka 3.9's OffsetCommit v0) keeps a partition's offset.
 pub fn offset_path(group: &str, topic: &str, partition: i32) -> String {
@@ -44,7 +45,7 @@ impl<K: Eq + Hash + Clone, V> Default for Pending<K, V> {
 
 impl<K: Eq + Hash + Clone, V> Pending<K, V> {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock_unpoisoned()
     }
 
     fn insert(&self, k: K, v: V) {

@@ -742,7 +742,10 @@ mod tests {
         // But the CRC field itself is checked.
         let mut b = simple_batch(2, 10, 5);
         b[OFF_CRC] ^= 1;
-        assert_eq!(validate_batches(&b, 1 << 20).unwrap_err().kafka_code(), 2);
+        assert_eq!(
+            validate_batches(&b, 1 << 20).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::CorruptMessage.code()
+        );
     }
 
     #[test]
@@ -751,7 +754,7 @@ mod tests {
         b[OFF_MAGIC] = 1;
         let e = validate_batches(&b, 1 << 20).unwrap_err();
         assert!(matches!(e, LogError::UnsupportedVersion(_)));
-        assert_eq!(e.kafka_code(), 35);
+        assert_eq!(e.kafka_code(), crate::protocol::ErrorCode::UnsupportedVersion.code());
     }
 
     #[test]
@@ -790,11 +793,17 @@ mod tests {
         let mut b = simple_batch(3, 10, 5);
         b[OFF_RECORDS_COUNT..OFF_RECORDS_COUNT + 4].copy_from_slice(&4i32.to_be_bytes());
         recompute_crc(&mut b);
-        assert_eq!(validate_batches(&b, 1 << 20).unwrap_err().kafka_code(), 87);
+        assert_eq!(
+            validate_batches(&b, 1 << 20).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::InvalidRecord.code()
+        );
         let mut b = simple_batch(3, 10, 5);
         b[OFF_LAST_OFFSET_DELTA..OFF_LAST_OFFSET_DELTA + 4].copy_from_slice(&5i32.to_be_bytes());
         recompute_crc(&mut b);
-        assert_eq!(validate_batches(&b, 1 << 20).unwrap_err().kafka_code(), 87);
+        assert_eq!(
+            validate_batches(&b, 1 << 20).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::InvalidRecord.code()
+        );
         // count and delta agree but records say otherwise
         let mut b = simple_batch(3, 10, 5);
         b[OFF_RECORDS_COUNT..OFF_RECORDS_COUNT + 4].copy_from_slice(&2i32.to_be_bytes());
@@ -805,7 +814,10 @@ mod tests {
         let mut b = simple_batch(1, 0, 5);
         b[OFF_RECORDS_COUNT..OFF_RECORDS_COUNT + 4].copy_from_slice(&0i32.to_be_bytes());
         recompute_crc(&mut b);
-        assert_eq!(validate_batches(&b, 1 << 20).unwrap_err().kafka_code(), 87);
+        assert_eq!(
+            validate_batches(&b, 1 << 20).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::InvalidRecord.code()
+        );
     }
 
     #[test]
@@ -814,7 +826,7 @@ mod tests {
         assert!(validate_batches(&b, b.len() as u32).is_ok());
         let e = validate_batches(&b, b.len() as u32 - 1).unwrap_err();
         assert!(matches!(e, LogError::MessageTooLarge));
-        assert_eq!(e.kafka_code(), 10);
+        assert_eq!(e.kafka_code(), crate::protocol::ErrorCode::MessageTooLarge.code());
     }
 
     #[test]

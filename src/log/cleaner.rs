@@ -49,6 +49,7 @@ use super::checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 use super::partition_log::{CleanerView, SegmentView};
 use super::segment::{HeaderScanner, LogSegment};
 use super::{now_ms, Log, LogError, LogManager};
+use crate::sync::MutexExt;
 
 /// Kafka's per-dir file: the first dirty offset of each compacted log.
 pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
@@ -146,7 +147,7 @@ pub struct LogCleaner {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock_unpoisoned()
 }
 
 /// Why a pass ended without a swap.

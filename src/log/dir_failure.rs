@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use crate::sync::MutexExt;
+
 pub struct LogDirFailureChannel {
     offline: Vec<AtomicBool>,
     /// Dirs gone offline and not yet taken by the handler.
@@ -42,14 +44,14 @@ impl LogDirFailureChannel {
             return false;
         }
         tracing::error!(dir, %error, "I/O error in a log dir; taking it offline");
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(dir);
+        self.pending.lock_unpoisoned().push(dir);
         self.wake.notify_one();
         true
     }
 
     /// The dirs reported since the last call.
     pub fn take(&self) -> Vec<usize> {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.pending.lock_unpoisoned())
     }
 
     /// Completes once a dir was reported since the last wait (or before the first).

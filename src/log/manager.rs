@@ -34,6 +34,7 @@ use super::checkpoint::{
 use super::dir_failure::{DirHealth, LogDirFailureChannel};
 use super::partition_log::{Log, LogStats};
 use super::{parse_partition_dir_name, partition_dir_name, validate_topic_name, LogConfig, LogError};
+use crate::sync::MutexExt;
 
 type Key = (String, i32);
 /// A log shared between the replica layer, the cleaner and the manager.
@@ -114,7 +115,7 @@ pub struct LogManager {
 fn lock_log(l: &Mutex<Log>) -> MutexGuard<'_, Log> {
     // A panic while holding a log lock is a bug, but the data on disk is
     // still consistent up to the log's in-memory size, so keep serving.
-    l.lock().unwrap_or_else(|e| e.into_inner())
+    l.lock_unpoisoned()
 }
 
 impl LogManager {
@@ -316,7 +317,7 @@ impl LogManager {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     pub fn dirs(&self) -> &[PathBuf] {
@@ -862,7 +863,7 @@ mod tests {
 
         let err = full.lock().unwrap().append(&mut simple_batch(2, 10, 5), 0).unwrap_err();
         assert!(matches!(err, LogError::Io(_)), "{err}");
-        assert_eq!(err.kafka_code(), 56);
+        assert_eq!(err.kafka_code(), crate::protocol::ErrorCode::KafkaStorageError.code());
         assert!(!m.is_online(0) && m.is_online(1));
         // Every log of the dir refuses work from now on, not only the one that failed.
         let err = neighbour.lock().unwrap().append(&mut simple_batch(1, 10, 5), 0).unwrap_err();

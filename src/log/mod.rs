@@ -30,6 +30,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::protocol::ErrorCode;
+
 pub use batch::{validate_batches, BatchHeader};
 pub use checkpoint::{read_partition_metadata, write_partition_metadata};
 pub use index::{OffsetIndex, TimeIndex};
@@ -66,15 +68,15 @@ impl LogError {
     /// Kafka error code to put in a response.
     pub fn kafka_code(&self) -> i16 {
         match self {
-            LogError::Io(_) | LogError::StorageUnavailable(_) => 56, // KAFKA_STORAGE_ERROR
-            LogError::CorruptMessage(_) => 2,
-            LogError::InvalidRecord(_) => 87,
-            LogError::UnsupportedVersion(_) => 35,
-            LogError::UnsupportedCompression(_) => 76, // UNSUPPORTED_COMPRESSION_TYPE
-            LogError::MessageTooLarge => 10,
-            LogError::RecordListTooLarge => 18,
-            LogError::OffsetOutOfRange { .. } => 1,
-            LogError::InvalidTopic(_) => 17,
+            LogError::Io(_) | LogError::StorageUnavailable(_) => ErrorCode::KafkaStorageError.code(),
+            LogError::CorruptMessage(_) => ErrorCode::CorruptMessage.code(),
+            LogError::InvalidRecord(_) => ErrorCode::InvalidRecord.code(),
+            LogError::UnsupportedVersion(_) => ErrorCode::UnsupportedVersion.code(),
+            LogError::UnsupportedCompression(_) => ErrorCode::UnsupportedCompressionType.code(),
+            LogError::MessageTooLarge => ErrorCode::MessageTooLarge.code(),
+            LogError::RecordListTooLarge => ErrorCode::RecordListTooLarge.code(),
+            LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange.code(),
+            LogError::InvalidTopic(_) => ErrorCode::InvalidTopicException.code(),
         }
     }
 }
@@ -319,7 +321,10 @@ mod tests {
 
     #[test]
     fn error_codes() {
-        assert_eq!(LogError::Io(std::io::Error::other("x")).kafka_code(), 56);
-        assert_eq!(LogError::OffsetOutOfRange { offset: 1, log_start_offset: 0, log_end_offset: 0 }.kafka_code(), 1);
+        assert_eq!(LogError::Io(std::io::Error::other("x")).kafka_code(), ErrorCode::KafkaStorageError.code());
+        assert_eq!(
+            LogError::OffsetOutOfRange { offset: 1, log_start_offset: 0, log_end_offset: 0 }.kafka_code(),
+            ErrorCode::OffsetOutOfRange.code()
+        );
     }
 }

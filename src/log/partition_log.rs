@@ -1433,8 +1433,14 @@ mod tests {
         assert_eq!(bases(&read_headers(&log, 5, 1 << 20, None)), vec![5]);
         // log end: empty; beyond: out of range
         assert!(log.read(6, 100, None).unwrap().is_empty());
-        assert_eq!(log.read(7, 100, None).unwrap_err().kafka_code(), 1);
-        assert_eq!(log.read(-1, 100, None).unwrap_err().kafka_code(), 1);
+        assert_eq!(
+            log.read(7, 100, None).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::OffsetOutOfRange.code()
+        );
+        assert_eq!(
+            log.read(-1, 100, None).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::OffsetOutOfRange.code()
+        );
         // max_bytes: at least one whole batch, then only whole batches that fit
         assert_eq!(bases(&read_headers(&log, 0, 1, None)), vec![0]);
         assert_eq!(bases(&read_headers(&log, 0, b1.len(), None)), vec![0]);
@@ -1488,12 +1494,18 @@ mod tests {
         bad[n - 1] ^= 1;
         two.extend_from_slice(&bad);
         let before = two.clone();
-        assert_eq!(log.append(&mut two, 0).unwrap_err().kafka_code(), 2);
+        assert_eq!(
+            log.append(&mut two, 0).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::CorruptMessage.code()
+        );
         assert_eq!(two, before, "buffer untouched when validation fails");
         assert_eq!(log.log_end_offset(), 1);
         assert_eq!(log.size_bytes() as usize, good.len());
         let mut big = simple_batch(1, 2_000_000, 1);
-        assert_eq!(log.append(&mut big, 0).unwrap_err().kafka_code(), 10);
+        assert_eq!(
+            log.append(&mut big, 0).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::MessageTooLarge.code()
+        );
         let info = log.append(&mut [], 0).unwrap();
         assert_eq!(info.record_count, 0);
         assert_eq!(log.log_end_offset(), 1);
@@ -1901,7 +1913,10 @@ mod tests {
         assert_eq!(log.enforce_retention(2101).unwrap(), 1);
         assert_eq!(log.log_start_offset(), 2);
         assert!(!d.path().join("00000000000000000000.log").exists());
-        assert_eq!(log.read(1, 100, None).unwrap_err().kafka_code(), 1);
+        assert_eq!(
+            log.read(1, 100, None).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::OffsetOutOfRange.code()
+        );
         assert_eq!(bases(&read_headers(&log, 2, 1 << 20, None)), vec![2, 3, 4, 5, 6]);
         // everything expired: the active segment is rolled, then deleted
         assert_eq!(log.enforce_retention(10_000).unwrap(), 3);
@@ -2002,7 +2017,10 @@ mod tests {
         assert_eq!(log.segment_base_offsets(), vec![0, 2, 4]);
         assert_eq!(log.delete_records_before(1).unwrap(), 1);
         assert_eq!(log.segment_count(), 3);
-        assert_eq!(log.read(0, 10, None).unwrap_err().kafka_code(), 1);
+        assert_eq!(
+            log.read(0, 10, None).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::OffsetOutOfRange.code()
+        );
         assert_eq!(bases(&read_headers(&log, 1, 1 << 20, None)), vec![1, 2, 3, 4]);
         assert_eq!(log.delete_records_before(0).unwrap(), 1, "never moves back");
         assert_eq!(log.delete_records_before(3).unwrap(), 3);
@@ -2010,7 +2028,10 @@ mod tests {
         assert_eq!(log.delete_records_before(5).unwrap(), 5);
         assert_eq!(log.segment_base_offsets(), vec![4], "active segment stays");
         assert!(log.read(5, 10, None).unwrap().is_empty());
-        assert_eq!(log.delete_records_before(6).unwrap_err().kafka_code(), 1);
+        assert_eq!(
+            log.delete_records_before(6).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::OffsetOutOfRange.code()
+        );
         log.close().unwrap();
         drop(log);
         // the start offset survives a reopen through the checkpoint value
@@ -2098,7 +2119,10 @@ mod tests {
         assert_eq!(log.segment_base_offsets(), vec![0]);
         assert_eq!(bases(&read_headers(&log, 0, 1 << 20, None)), vec![5]);
         let again = b.clone();
-        assert_eq!(log.append_as_follower(&again).unwrap_err().kafka_code(), 87);
+        assert_eq!(
+            log.append_as_follower(&again).unwrap_err().kafka_code(),
+            crate::protocol::ErrorCode::InvalidRecord.code()
+        );
         let hs = read_headers(&log, 5, 1 << 20, None);
         assert_eq!(hs[0].partition_leader_epoch, 3);
         // a leader append continues from there

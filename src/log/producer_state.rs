@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::producer_snapshot::SnapshotEntry;
 use crate::log::batch::EndTxnMarker;
+use crate::protocol::ErrorCode;
 
 /// How many recent batches per producer are remembered for duplicate detection.
 const CACHED_BATCHES: usize = 5;
@@ -63,9 +64,6 @@ pub enum SequenceCheck {
     Reject(i16),
 }
 
-const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-const INVALID_PRODUCER_EPOCH: i16 = 47;
-
 /// A transaction that ended in an ABORT marker: read_committed consumers are told to drop the
 /// producer's batches from `first_offset` up to the marker (Kafka's `AbortedTxn`, one
 /// `.txnindex` entry).
@@ -107,13 +105,13 @@ impl ProducerStateManager {
             return SequenceCheck::Append;
         };
         if epoch < entry.epoch {
-            return SequenceCheck::Reject(INVALID_PRODUCER_EPOCH);
+            return SequenceCheck::Reject(ErrorCode::InvalidProducerEpoch.code());
         }
         if epoch > entry.epoch {
             return if first_seq == 0 {
                 SequenceCheck::Append
             } else {
-                SequenceCheck::Reject(OUT_OF_ORDER_SEQUENCE_NUMBER)
+                SequenceCheck::Reject(ErrorCode::OutOfOrderSequenceNumber.code())
             };
         }
         if let Some(b) = entry.batches.iter().find(|b| b.first_seq == first_seq && b.last_seq == last_seq) {
@@ -122,7 +120,7 @@ impl ProducerStateManager {
         match entry.batches.back() {
             Some(last) if first_seq == next_seq(last.last_seq) => SequenceCheck::Append,
             None => SequenceCheck::Append,
-            Some(_) => SequenceCheck::Reject(OUT_OF_ORDER_SEQUENCE_NUMBER),
+            Some(_) => SequenceCheck::Reject(ErrorCode::OutOfOrderSequenceNumber.code()),
         }
     }
 

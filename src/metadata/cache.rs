@@ -9,6 +9,8 @@ use std::sync::{Arc, RwLock};
 
 use uuid::Uuid;
 
+use crate::sync::RwLockExt;
+
 #[derive(Debug, Clone)]
 pub struct BrokerInfo {
     pub id: i32,
@@ -103,12 +105,12 @@ pub struct MetadataCache {
 
 impl MetadataCache {
     pub fn snapshot(&self) -> Arc<ClusterSnapshot> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.read_unpoisoned().clone()
     }
 
     /// Applies `f` to a copy of the current state and publishes the result.
     pub fn update(&self, f: impl FnOnce(&mut ClusterSnapshot)) {
-        let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.write_unpoisoned();
         let mut next = (**guard).clone();
         f(&mut next);
         *guard = Arc::new(next);

@@ -13,6 +13,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::sync::MutexExt;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("znode {0} already exists")]
@@ -352,11 +354,11 @@ impl EmbeddedStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Znode>> {
         // A panic while holding the lock cannot leave the map half-updated (every mutation is a
         // single insert/remove), so a poisoned lock is still safe to use.
-        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+        self.nodes.lock_unpoisoned()
     }
 
     fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
-        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+        self.journal.lock_unpoisoned()
     }
 
     /// Appends `changes` as one write and one fsync (taken with the journal lock held by the

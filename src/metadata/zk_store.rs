@@ -16,6 +16,7 @@ use zookeeper_client as zk;
 
 use super::store::StoreError;
 use super::zk_data::CONTROLLER;
+use crate::sync::{MutexExt, RwLockExt};
 
 pub struct ZkStore {
     /// The current session's client. A session that ends (expiry after a ZooKeeper stall or a
@@ -179,7 +180,7 @@ impl ZkStore {
     /// they end with the session, as a controller's term does.
     pub fn set_controller_watches(&self, on: bool) -> Result<(), StoreError> {
         let generation = self.sessions.borrow().generation;
-        let mut current = self.controller_watches.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.controller_watches.lock_unpoisoned();
         if !on {
             if let Some((_, stop)) = current.take() {
                 let _ = stop.send(true);
@@ -205,7 +206,7 @@ impl ZkStore {
     {
         let runtime =
             self.runtime.as_ref().ok_or_else(|| StoreError::ZooKeeper("the ZooKeeper client stopped".into()))?;
-        let client = self.client.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let client = self.client.read_unpoisoned().clone();
         run_on(runtime, f(client))
     }
 
@@ -215,7 +216,7 @@ impl ZkStore {
 
     /// Takes what changed since the last call.
     pub fn take_dirty(&self) -> Dirty {
-        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.dirty.lock_unpoisoned())
     }
 
     /// Has the next pass read `paths` again as if their watches had fired (the controller
@@ -228,7 +229,7 @@ impl ZkStore {
 
     /// Makes the next [`ZkStore::take_dirty`] ask for a full re-read (after a failed pass).
     pub fn mark_all_dirty(&self) {
-        self.dirty.lock().unwrap_or_else(|p| p.into_inner()).full = true;
+        self.dirty.lock_unpoisoned().full = true;
     }
 
     pub fn sessions(&self) -> watch::Receiver<SessionEvent> {
@@ -238,7 +239,7 @@ impl ZkStore {
     /// Whether the current session is connected to a server (for the metrics), and how many
     /// sessions ended since start.
     pub fn session_status(&self) -> (bool, u64) {
-        let state = self.client.read().unwrap_or_else(|p| p.into_inner()).state();
+        let state = self.client.read_unpoisoned().state();
         let connected = matches!(state, zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly);
         let event = *self.sessions.borrow();
         // `generation` sessions were opened; all but the current one have ended, and it too
@@ -249,13 +250,13 @@ impl ZkStore {
 
     fn remember_ephemeral(&self, path: &str, data: &str) {
         if path != CONTROLLER {
-            self.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_string(), data.to_string());
+            self.ephemerals.lock_unpoisoned().insert(path.to_string(), data.to_string());
         }
     }
 
     fn forget_ephemerals(&self, path: &str) {
         let prefix = format!("{path}/");
-        self.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| k != path && !k.starts_with(&prefix));
+        self.ephemerals.lock_unpoisoned().retain(|k, _| k != path && !k.starts_with(&prefix));
     }
 
     pub fn create_sequential(&self, prefix: &str, data: &str) -> Result<(), StoreError> {
@@ -603,7 +604,7 @@ struct Watches {
 impl Watches {
     fn touch(&self, path: Option<String>) {
         {
-            let mut d = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+            let mut d = self.dirty.lock_unpoisoned();
             match path {
                 Some(p) => {
                     d.paths.insert(p);
@@ -701,7 +702,7 @@ async fn supervise(
                 }
             }
         };
-        *shared.write().unwrap_or_else(|p| p.into_inner()) = client.clone();
+        *shared.write_unpoisoned() = client.clone();
         generation += 1;
         tracing::info!(generation, "ZooKeeper session re-established; ephemeral znodes re-registered");
         sessions.send_replace(SessionEvent { generation, live: true });
@@ -726,7 +727,7 @@ async fn restore(
 ) -> Result<(), StoreError> {
     start_watches(client, watches, WATCHED, None).await?;
     let mut owned: Vec<(String, String)> =
-        ephemerals.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        ephemerals.lock_unpoisoned().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     owned.sort_by_key(|(path, _)| restore_rank(path));
     let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
     let parent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
@@ -760,7 +761,7 @@ async fn restore(
                     }
                     Some(stat) => {
                         tracing::info!(%path, owner = stat.ephemeral_owner, "ephemeral znode held by another session; left to it");
-                        let mut set = ephemerals.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut set = ephemerals.lock_unpoisoned();
                         if set.get(&path) == Some(&data) {
                             set.remove(&path);
                         }

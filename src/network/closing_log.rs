@@ -13,6 +13,8 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::sync::MutexExt;
+
 /// Addresses remembered at once. Past it, addresses whose interval has ended are forgotten
 /// first; if every one is still in its interval, lines are written untracked rather than
 /// letting many addresses grow the map without bound.
@@ -37,7 +39,7 @@ impl ClosingLog {
     /// of such lines suppressed since the last one, or `None` when this one is suppressed.
     pub fn admit(&self, client: IpAddr, kind: &'static str, now: Instant) -> Option<u64> {
         let key = (client, kind);
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock_unpoisoned();
         if let Some(w) = seen.get_mut(&key) {
             if now.duration_since(w.started) < self.interval {
                 w.suppressed += 1;

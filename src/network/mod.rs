@@ -19,6 +19,9 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::protocol::ErrorCode;
+use crate::sync::{MutexExt, RwLockExt};
+
 mod closing_log;
 
 use closing_log::{closing_line, ClosingLog};
@@ -169,18 +172,18 @@ impl ConnectionQuotas {
     fn creation_delay(&self, listener: &str) -> Option<std::time::Duration> {
         let now = Instant::now();
         if let Some(bucket) = self.listener_rates.get(listener) {
-            if let Some(wait) = bucket.lock().unwrap_or_else(|p| p.into_inner()).take(now) {
+            if let Some(wait) = bucket.lock_unpoisoned().take(now) {
                 return Some(wait);
             }
         }
         if listener == self.inter_broker_listener {
             return None;
         }
-        let wait = self.broker_rate.lock().unwrap_or_else(|p| p.into_inner()).as_mut()?.take(now);
+        let wait = self.broker_rate.lock_unpoisoned().as_mut()?.take(now);
         if wait.is_some() {
             // Give the listener's token back: this connection is not accepted yet.
             if let Some(b) = self.listener_rates.get(listener) {
-                let mut b = b.lock().unwrap_or_else(|p| p.into_inner());
+                let mut b = b.lock_unpoisoned();
                 b.tokens += 1.0;
             }
         }
@@ -188,7 +191,7 @@ impl ConnectionQuotas {
     }
 
     fn limits(&self) -> std::sync::RwLockReadGuard<'_, Limits> {
-        self.limits.read().unwrap_or_else(|p| p.into_inner())
+        self.limits.read_unpoisoned()
     }
 
     /// Applies new broker-wide limits (dynamic broker configs). Connections already open
@@ -196,20 +199,19 @@ impl ConnectionQuotas {
     pub fn reconfigure(&self, config: &crate::config::BrokerConfig) {
         let next = Limits::of(config);
         let rate_changed = {
-            let mut l = self.limits.write().unwrap_or_else(|p| p.into_inner());
+            let mut l = self.limits.write_unpoisoned();
             let changed = l.creation_rate != next.creation_rate;
             *l = next;
             changed
         };
         if rate_changed {
-            *self.broker_rate.lock().unwrap_or_else(|p| p.into_inner()) =
-                config.max_connection_creation_rate.map(TokenBucket::full);
+            *self.broker_rate.lock_unpoisoned() = config.max_connection_creation_rate.map(TokenBucket::full);
         }
         self.freed.notify_waiters();
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+        self.counts.lock_unpoisoned()
     }
 
     /// Why `listener` cannot take another connection now, if it cannot.
@@ -555,7 +557,7 @@ impl RequestPath {
     }
 
     fn auth(&self) -> std::sync::MutexGuard<'_, ConnectionAuth> {
-        self.auth.lock().unwrap_or_else(|p| p.into_inner())
+        self.auth.lock_unpoisoned()
     }
 
     fn set_principal(&self, principal: KafkaPrincipal) {
@@ -654,7 +656,7 @@ impl RequestPath {
         };
         let response = match api::handle(&ctx, request).instrument(span).await {
             Ok(Some(response)) => {
-                let files = std::mem::take(&mut *ctx.file_ranges.lock().unwrap_or_else(|p| p.into_inner()));
+                let files = std::mem::take(&mut *ctx.file_ranges.lock_unpoisoned());
                 Some(encode_response_with_files(key, version, correlation_id, &response, files)?)
             }
             Ok(None) => None,
@@ -749,13 +751,6 @@ impl RequestPath {
     }
 }
 
-const SASL_HANDSHAKE: i16 = 17;
-const API_VERSIONS: i16 = 18;
-const SASL_AUTHENTICATE: i16 = 36;
-const ILLEGAL_SASL_STATE: i16 = 34;
-const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
-const SASL_AUTHENTICATION_FAILED: i16 = 58;
-
 /// SASL on the request path: what may be asked before authentication, the handshake and the
 /// token exchange.
 impl RequestPath {
@@ -766,13 +761,15 @@ impl RequestPath {
         let expired = auth.session_expiry.is_some_and(|at| Instant::now() >= at);
         let allowed = match &auth.state {
             AuthState::NotSasl => true,
-            AuthState::Handshake if !auth.authenticated_once => key == API_VERSIONS || key == SASL_HANDSHAKE,
-            AuthState::Authenticated if expired => key == SASL_HANDSHAKE,
+            AuthState::Handshake if !auth.authenticated_once => {
+                key == ApiKey::ApiVersions as i16 || key == ApiKey::SaslHandshake as i16
+            }
+            AuthState::Authenticated if expired => key == ApiKey::SaslHandshake as i16,
             AuthState::Authenticated => true,
-            AuthState::Authenticate { .. } if !auth.authenticated_once => key == SASL_AUTHENTICATE,
+            AuthState::Authenticate { .. } if !auth.authenticated_once => key == ApiKey::SaslAuthenticate as i16,
             // Re-authenticating: the old session serves until it expires.
             AuthState::Handshake | AuthState::Authenticate { .. } => {
-                !expired || key == SASL_AUTHENTICATE || key == SASL_HANDSHAKE
+                !expired || key == ApiKey::SaslAuthenticate as i16 || key == ApiKey::SaslHandshake as i16
             }
         };
         if allowed {
@@ -792,7 +789,7 @@ impl RequestPath {
     ) -> kafka_protocol::messages::SaslHandshakeResponse {
         use kafka_protocol::messages::SaslHandshakeResponse;
         let Some(settings) = &self.security.sasl else {
-            return SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE);
+            return SaslHandshakeResponse::default().with_error_code(ErrorCode::IllegalSaslState.code());
         };
         let mechanisms = settings.mechanisms.iter().map(|m| m.clone().into()).collect();
         let response = SaslHandshakeResponse::default().with_mechanisms(mechanisms);
@@ -803,18 +800,18 @@ impl RequestPath {
             AuthState::Authenticated if version >= 1 => true,
             _ => {
                 auth.close_after_response = Some("SaslHandshake out of order".into());
-                return response.with_error_code(ILLEGAL_SASL_STATE);
+                return response.with_error_code(ErrorCode::IllegalSaslState.code());
             }
         };
         if reauth && auth.mechanism.as_deref() != Some(mechanism.as_str()) {
             auth.close_after_response = Some(format!("re-authentication with another mechanism ({mechanism})"));
-            return response.with_error_code(UNSUPPORTED_SASL_MECHANISM);
+            return response.with_error_code(ErrorCode::UnsupportedSaslMechanism.code());
         }
         match Exchange::start(settings, &mechanism) {
             None => {
                 let shown: String = mechanism.chars().take(64).collect();
                 auth.close_after_response = Some(format!("SaslHandshake for unsupported mechanism {shown:?}"));
-                response.with_error_code(UNSUPPORTED_SASL_MECHANISM)
+                response.with_error_code(ErrorCode::UnsupportedSaslMechanism.code())
             }
             Some(exchange) => {
                 auth.state = AuthState::Authenticate { exchange, raw: version == 0 };
@@ -874,7 +871,7 @@ impl RequestPath {
         use kafka_protocol::messages::SaslAuthenticateResponse;
         if self.security.sasl.is_none() {
             return SaslAuthenticateResponse::default()
-                .with_error_code(ILLEGAL_SASL_STATE)
+                .with_error_code(ErrorCode::IllegalSaslState.code())
                 .with_error_message(Some("SaslAuthenticate request received on a listener without SASL".into()));
         }
         match self.sasl_step(&request.auth_bytes, version).await {
@@ -887,9 +884,9 @@ impl RequestPath {
                 let out_of_order = !matches!(auth.state, AuthState::Authenticate { .. });
                 auth.close_after_response = Some(why);
                 let (code, message) = if out_of_order {
-                    (ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request".to_string())
+                    (ErrorCode::IllegalSaslState.code(), "Unexpected SaslAuthenticate request".to_string())
                 } else {
-                    (SASL_AUTHENTICATION_FAILED, crate::security::sasl::failure_message(&mechanism))
+                    (ErrorCode::SaslAuthenticationFailed.code(), crate::security::sasl::failure_message(&mechanism))
                 };
                 auth.state = AuthState::Handshake;
                 SaslAuthenticateResponse::default().with_error_code(code).with_error_message(Some(message.into()))

@@ -17,6 +17,7 @@ use super::quota::ReplicationQuota;
 use super::ReplicaManager;
 use crate::log::manager::SwapOutcome;
 use crate::log::{BatchHeader, FileRange, Log, LogError, LogManager};
+use crate::sync::MutexExt;
 
 type Key = (String, i32);
 
@@ -55,7 +56,7 @@ pub enum Step {
 }
 
 fn lock(l: &Mutex<Log>) -> MutexGuard<'_, Log> {
-    l.lock().unwrap_or_else(|p| p.into_inner())
+    l.lock_unpoisoned()
 }
 
 /// Copies at most `max_bytes` of the current log to the end of the future log.

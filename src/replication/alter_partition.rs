@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::{Partition, ReplicaManager, Role, TopicPartition};
 use crate::controller::messages::{AlterPartitionRequest, AlterPartitionResponse};
 use crate::security::client::BrokerConnection;
+use crate::sync::MutexExt;
 
 /// AlterPartition v2: the first that names topics by id.
 const ALTER_PARTITION_VERSION: i16 = 2;
@@ -52,12 +53,12 @@ impl AlterPartitionManager {
             return;
         }
         let key = (partition.topic.clone(), partition.index);
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (partition.clone(), isr));
+        self.pending.lock_unpoisoned().insert(key, (partition.clone(), isr));
         self.queued.notify_one();
     }
 
     fn take_batch(&self) -> Vec<IsrChange> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, v)| v).collect()
+        self.pending.lock_unpoisoned().drain().map(|(_, v)| v).collect()
     }
 }
 

@@ -9,14 +9,16 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::ReplicaManager;
-use crate::api::error::ErrorCode;
 use crate::controller::messages::{
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaPartitionError,
     StopReplicaRequest, StopReplicaResponse,
 };
 use crate::metadata::zk_data;
+use crate::protocol::ErrorCode;
 
 pub use crate::metadata::update_metadata::LEADER_DURING_DELETE;
+
+use crate::sync::MutexExt;
 /// LeaderAndIsr `type` (Kafka's `AbstractControlRequest.Type`): an increment, or every
 /// partition the broker replicates.
 pub const INCREMENTAL_STATE: i8 = 1;
@@ -30,7 +32,7 @@ impl ReplicaManager {
         // One controller request at a time (Kafka's replica state change lock): two at once
         // would open or delete the same partition's files together. Client requests never
         // take this lock.
-        let _serial = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.state_lock.lock_unpoisoned();
         let me = self.broker_id;
         let snapshot = self.handles.cache.snapshot();
         let mut errors = Vec::new();
@@ -148,7 +150,7 @@ impl ReplicaManager {
 
     /// Stops following the listed partitions, deleting their logs where asked.
     pub fn stop_replicas(&self, req: &StopReplicaRequest) -> StopReplicaResponse {
-        let _serial = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.state_lock.lock_unpoisoned();
         let mut errors = Vec::new();
         for topic in &req.topics {
             for p in &topic.partitions {

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use crate::sync::MutexExt;
+
 /// How long a session is protected from displacement after it is created, and after which an
 /// unused one goes first (Kafka's `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`, not a config).
 pub const EVICTION: Duration = Duration::from_secs(120);
@@ -61,12 +63,12 @@ pub struct Changes {
 
 impl Changes {
     pub fn mark(&self, topic: &str, index: i32) {
-        self.changed.lock().unwrap_or_else(|p| p.into_inner()).insert((topic.to_string(), index));
+        self.changed.lock_unpoisoned().insert((topic.to_string(), index));
         self.notify.notify_one();
     }
 
     pub fn take(&self) -> BTreeSet<(String, i32)> {
-        std::mem::take(&mut *self.changed.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.changed.lock_unpoisoned())
     }
 }
 
@@ -103,7 +105,7 @@ impl FetchSessions {
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     /// A new session for `replica` (negative: a consumer), or None when the cache is full of
@@ -118,9 +120,7 @@ impl FetchSessions {
         let mut inner = self.inner();
         let follower = replica >= 0;
         if follower {
-            inner
-                .sessions
-                .retain(|_, e| !e.follower || e.session.lock().unwrap_or_else(|p| p.into_inner()).replica != replica);
+            inner.sessions.retain(|_, e| !e.follower || e.session.lock_unpoisoned().replica != replica);
         }
         let size = partitions.len();
         if inner.sessions.len() >= self.slots && !inner.evict_one(follower, size, now) {

@@ -19,7 +19,9 @@ use tokio::sync::Notify;
 
 use super::{quota, ReplicaManager, Role, TopicPartition};
 use crate::metadata::cache::ClusterSnapshot;
+use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
+use crate::sync::MutexExt;
 
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
 /// `diverging_epoch`, and still naming topics rather than ids.
@@ -27,7 +29,6 @@ const FETCH_VERSION: i16 = 12;
 /// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`):
 /// a leader that refuses this broker's credentials is not asked five times a second.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
-const OFFSET_OUT_OF_RANGE: i16 = 1;
 /// Spare room for the first read of a response: the size prefix and a small answer (an
 /// empty long poll, a few records) arrive in one read.
 const RX_FIRST_READ: usize = 64 * 1024;
@@ -64,9 +65,6 @@ struct Built {
     forgotten: Vec<TopicPartition>,
 }
 
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
-
 #[derive(Default)]
 pub struct FetcherManager {
     fetchers: Mutex<HashMap<i32, Fetcher>>,
@@ -75,10 +73,10 @@ pub struct FetcherManager {
 impl FetcherManager {
     /// Makes the fetcher for `leader` copy `tp` (and no other fetcher).
     pub fn follow(&self, broker: &Arc<ReplicaManager>, leader: i32, tp: TopicPartition) {
-        let mut fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fetchers = self.fetchers.lock_unpoisoned();
         for (id, f) in fetchers.iter() {
             if *id != leader {
-                f.partitions.lock().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+                f.partitions.lock_unpoisoned().remove(&tp);
             }
         }
         let f = fetchers.entry(leader).or_insert_with(|| {
@@ -88,7 +86,7 @@ impl FetcherManager {
             tokio::spawn(run(broker.clone(), leader, partitions.clone(), wake.clone(), restart.clone()));
             Fetcher { partitions, wake, added: false, restart }
         });
-        if f.partitions.lock().unwrap_or_else(|p| p.into_inner()).insert(tp) {
+        if f.partitions.lock_unpoisoned().insert(tp) {
             f.added = true;
             f.wake.notify_one();
         }
@@ -97,7 +95,7 @@ impl FetcherManager {
     /// After a batch of [`FetcherManager::follow`] calls: fetchers that were given new
     /// partitions start a new fetch at once.
     pub fn start_added(&self) {
-        let mut fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fetchers = self.fetchers.lock_unpoisoned();
         for f in fetchers.values_mut().filter(|f| f.added) {
             f.added = false;
             f.restart.notify_one();
@@ -107,26 +105,23 @@ impl FetcherManager {
     /// Stops every fetcher's work (controlled shutdown: a departing broker must not look like
     /// a caught-up follower).
     pub fn stop_all(&self) {
-        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let fetchers = self.fetchers.lock_unpoisoned();
         for f in fetchers.values() {
-            f.partitions.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            f.partitions.lock_unpoisoned().clear();
         }
     }
 
     /// The leader whose fetcher copies `tp`, if any.
     pub fn leader_of(&self, tp: &TopicPartition) -> Option<i32> {
-        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
-        fetchers
-            .iter()
-            .find(|(_, f)| f.partitions.lock().unwrap_or_else(|p| p.into_inner()).contains(tp))
-            .map(|(id, _)| *id)
+        let fetchers = self.fetchers.lock_unpoisoned();
+        fetchers.iter().find(|(_, f)| f.partitions.lock_unpoisoned().contains(tp)).map(|(id, _)| *id)
     }
 
     /// Stops fetching `tp` from anyone (this broker leads it now, or no longer hosts it).
     pub fn unfollow(&self, tp: &TopicPartition) {
-        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        let fetchers = self.fetchers.lock_unpoisoned();
         for f in fetchers.values() {
-            f.partitions.lock().unwrap_or_else(|p| p.into_inner()).remove(tp);
+            f.partitions.lock_unpoisoned().remove(tp);
         }
     }
 }
@@ -144,8 +139,7 @@ async fn run(
     let mut connect_failures = 0u32;
     let mut rx = BytesMut::new();
     loop {
-        let wanted: Vec<TopicPartition> =
-            partitions.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        let wanted: Vec<TopicPartition> = partitions.lock_unpoisoned().iter().cloned().collect();
         if wanted.is_empty() {
             conn = None;
             wake.notified().await;
@@ -187,7 +181,10 @@ async fn run(
         };
         match answer {
             Ok(Ok(response)) => {
-                if matches!(response.error_code, FETCH_SESSION_ID_NOT_FOUND | INVALID_FETCH_SESSION_EPOCH) {
+                if matches!(
+                    ErrorCode::from_code(response.error_code),
+                    Some(ErrorCode::FetchSessionIdNotFound | ErrorCode::InvalidFetchSessionEpoch)
+                ) {
                     tracing::debug!(leader, error = response.error_code, "fetch session lost; starting a new one");
                     session = FollowerSession::default();
                     continue;
@@ -450,7 +447,7 @@ fn apply(broker: &ReplicaManager, leader: i32, response: FetchResponse) -> bool 
                     p.truncate_to(target)
                 }
                 0 => p.append_as_follower(leader, pd.records.as_deref().unwrap_or(&[]), pd.high_watermark),
-                OFFSET_OUT_OF_RANGE => {
+                code if code == ErrorCode::OffsetOutOfRange.code() => {
                     let leo = p.log_end_offset();
                     if leo < pd.log_start_offset {
                         p.reset_to(pd.log_start_offset)

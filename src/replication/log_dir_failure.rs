@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::ReplicaManager;
 use crate::metadata::zk_data;
+use crate::sync::MutexExt;
 
 /// Between attempts to write the notification while ZooKeeper is unreachable.
 const NOTIFY_RETRY: Duration = Duration::from_millis(500);
@@ -40,7 +41,7 @@ impl ReplicaManager {
     /// Stops serving every partition of the offline dir `dir`.
     fn handle_log_dir_failure(&self, dir: usize) {
         // Against a LeaderAndIsr opening the same partitions meanwhile.
-        let _serial = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.state_lock.lock_unpoisoned();
         let logs = self.logs();
         let path = logs.dirs().get(dir).map(|d| d.display().to_string()).unwrap_or_default();
         let gone = logs.handle_log_dir_failure(dir);

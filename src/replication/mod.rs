@@ -29,7 +29,9 @@ use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError, LogManager};
 use crate::metadata::{MetadataCache, ZnodeStore};
 use crate::metrics::{BrokerTopicMetrics, IsrMetrics};
+use crate::protocol::ErrorCode;
 use crate::security::client::InterBrokerClient;
+use crate::sync::{MutexExt, RwLockExt};
 
 pub type TopicPartition = (String, i32);
 
@@ -163,12 +165,12 @@ impl ReplicaManager {
         controller_epoch: i32,
         broker_epoch: i64,
         current_broker_epoch: i64,
-    ) -> Result<(), crate::api::error::ErrorCode> {
+    ) -> Result<(), crate::protocol::ErrorCode> {
         if controller_epoch < self.known_controller_epoch.load(Ordering::Acquire) {
-            return Err(crate::api::error::ErrorCode::StaleControllerEpoch);
+            return Err(ErrorCode::StaleControllerEpoch);
         }
         if broker_epoch != -1 && broker_epoch < current_broker_epoch {
-            return Err(crate::api::error::ErrorCode::StaleBrokerEpoch);
+            return Err(ErrorCode::StaleBrokerEpoch);
         }
         self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
         Ok(())
@@ -205,7 +207,7 @@ impl ReplicaManager {
 
     /// The partition if this broker hosts a replica of it, leader or follower.
     pub fn hosted(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(topic).and_then(|t| t.get(&index)).cloned()
+        self.partitions.read_unpoisoned().get(topic).and_then(|t| t.get(&index)).cloned()
     }
 
     /// Opens (creating if needed) the log of a partition replica this broker hosts.
@@ -221,7 +223,7 @@ impl ReplicaManager {
         }
         let log = self.logs.get_or_create(topic, index, config.clone())?;
         {
-            let mut guard = log.lock().unwrap_or_else(|p| p.into_inner());
+            let mut guard = log.lock_unpoisoned();
             // A log loaded at startup was opened with the broker defaults: the topic's own
             // settings (cleanup.policy, retention, segment size) apply from here on.
             if guard.config() != &config {
@@ -237,7 +239,7 @@ impl ReplicaManager {
         let hw = self.checkpointed_hw.get(&key).copied();
         let (metrics, isr_metrics) = (self.topic_metrics.topic(topic), self.isr_metrics.clone());
         let p = Arc::new(Partition::open(topic, index, self.broker_id, log, hw, metrics, isr_metrics));
-        self.partitions.write().unwrap_or_else(|p| p.into_inner()).entry(key.0).or_default().insert(index, p.clone());
+        self.partitions.write_unpoisoned().entry(key.0).or_default().insert(index, p.clone());
         Ok(p)
     }
 
@@ -261,7 +263,7 @@ impl ReplicaManager {
 
     pub fn remove_partition(&self, topic: &str, index: i32) -> Result<(), LogError> {
         self.forget(topic, index);
-        if !self.partitions.read().unwrap_or_else(|p| p.into_inner()).contains_key(topic) {
+        if !self.partitions.read_unpoisoned().contains_key(topic) {
             // The topic's last partition here is gone: its series go too, as in Kafka.
             self.topic_metrics.remove_topic(topic);
         }
@@ -269,7 +271,7 @@ impl ReplicaManager {
     }
 
     fn forget(&self, topic: &str, index: i32) -> bool {
-        let mut all = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.partitions.write_unpoisoned();
         let Some(t) = all.get_mut(topic) else { return false };
         let removed = t.remove(&index);
         if t.is_empty() {
@@ -300,7 +302,7 @@ impl ReplicaManager {
     }
 
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().flat_map(|t| t.values().cloned()).collect()
+        self.partitions.read_unpoisoned().values().flat_map(|t| t.values().cloned()).collect()
     }
 
     /// Writes every hosted partition's high watermark to `replication-offset-checkpoint`.

@@ -18,15 +18,8 @@ use crate::log::producer_snapshot as snapshot;
 use crate::log::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::log::{zero_copy, AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
 use crate::metrics::{IsrMetrics, TopicMetrics};
-
-const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-const FENCED_LEADER_EPOCH: i16 = 74;
-const UNKNOWN_LEADER_EPOCH: i16 = 75;
-const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
-const KAFKA_STORAGE_ERROR: i16 = 56;
-const INVALID_PRODUCER_EPOCH: i16 = 47;
-const INVALID_RECORD: i16 = 87;
-const INVALID_TXN_STATE: i16 = 48;
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -164,7 +157,7 @@ fn notify_all(list: &Mutex<Vec<Weak<Notify>>>) {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every operation below restores its invariants before it can fail, so a guard poisoned
     // by a panic elsewhere still protects consistent data.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_unpoisoned()
 }
 
 impl Partition {
@@ -466,7 +459,7 @@ impl Partition {
         };
         // Markers come from transaction coordinators only (WriteTxnMarkers), never in a Produce.
         if headers.iter().any(|h| h.is_control()) {
-            return fail(INVALID_RECORD);
+            return fail(ErrorCode::InvalidRecord.code());
         }
         let mut producers = lock(&self.producers);
         for h in headers.iter().filter(|h| h.producer_id >= 0 && h.base_sequence >= 0) {
@@ -482,7 +475,7 @@ impl Partition {
                         log_append_time: -1,
                     };
                 }
-                SequenceCheck::Duplicate { .. } => return fail(DUPLICATE_SEQUENCE_NUMBER),
+                SequenceCheck::Duplicate { .. } => return fail(ErrorCode::DuplicateSequenceNumber.code()),
                 SequenceCheck::Reject(code) => return fail(code),
             }
         }
@@ -495,14 +488,14 @@ impl Partition {
                     && producers.markers_of(h.producer_id) != markers
             });
             if ended_since {
-                return fail(INVALID_TXN_STATE);
+                return fail(ErrorCode::InvalidTxnState.code());
             }
         }
         let mut log = self.lock_log();
         // Checked under the log lock so that a leadership change cannot slip in between.
         let (role, epoch) = self.role();
         if role != Role::Leader {
-            return fail(NOT_LEADER_OR_FOLLOWER);
+            return fail(ErrorCode::NotLeaderOrFollower.code());
         }
         let info: AppendInfo = match log.append_validated_shared(&records, headers.clone(), epoch) {
             Ok(info) => info,
@@ -570,7 +563,7 @@ impl Partition {
     pub fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> (i16, i64) {
         let mut producers = lock(&self.producers);
         if producers.epoch_of(producer_id).is_some_and(|known| epoch < known) {
-            return (INVALID_PRODUCER_EPOCH, -1);
+            return (ErrorCode::InvalidProducerEpoch.code(), -1);
         }
         let now = crate::log::now_ms();
         let mut buf = crate::log::batch::encode_control_batch(producer_id, epoch, commit, coordinator_epoch, now);
@@ -581,7 +574,7 @@ impl Partition {
         let mut log = self.lock_log();
         let (role, leader_epoch) = self.role();
         if role != Role::Leader {
-            return (NOT_LEADER_OR_FOLLOWER, -1);
+            return (ErrorCode::NotLeaderOrFollower.code(), -1);
         }
         let info = match log.append_validated_batches(&mut buf, headers, leader_epoch) {
             Ok(info) => info,
@@ -772,9 +765,9 @@ impl Partition {
         if current_leader_epoch < 0 || current_leader_epoch == s.leader_epoch {
             Ok(())
         } else if current_leader_epoch < s.leader_epoch {
-            Err(FENCED_LEADER_EPOCH)
+            Err(ErrorCode::FencedLeaderEpoch.code())
         } else {
-            Err(UNKNOWN_LEADER_EPOCH)
+            Err(ErrorCode::UnknownLeaderEpoch.code())
         }
     }
 
@@ -782,7 +775,7 @@ impl Partition {
     /// last stable offset, with the aborted transactions in what is returned).
     pub fn read(&self, offset: i64, max_bytes: usize, current_leader_epoch: i32, committed: bool) -> FetchResult {
         if !self.is_leader() {
-            return FetchResult::error(NOT_LEADER_OR_FOLLOWER);
+            return FetchResult::error(ErrorCode::NotLeaderOrFollower.code());
         }
         if let Err(code) = self.check_epoch(current_leader_epoch) {
             return FetchResult::error(code);
@@ -818,7 +811,7 @@ impl Partition {
         committed: bool,
     ) -> FetchResult {
         if !matches!(self.role().0, Role::Follower { .. }) {
-            return FetchResult::error(NOT_LEADER_OR_FOLLOWER);
+            return FetchResult::error(ErrorCode::NotLeaderOrFollower.code());
         }
         if let Err(code) = self.check_epoch(current_leader_epoch) {
             return FetchResult::error(code);
@@ -881,7 +874,7 @@ impl Partition {
                 for r in &ranges {
                     if let Err(e) = FileRange::read_into_buf(r, &mut out) {
                         tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "read failed");
-                        return (FetchResult::error(KAFKA_STORAGE_ERROR), None);
+                        return (FetchResult::error(ErrorCode::KafkaStorageError.code()), None);
                     }
                 }
                 out.freeze()
@@ -912,7 +905,7 @@ impl Partition {
         max_bytes: usize,
     ) -> (FetchResult, Option<Vec<i32>>, bool) {
         if !self.is_leader() {
-            return (FetchResult::error(NOT_LEADER_OR_FOLLOWER), None, false);
+            return (FetchResult::error(ErrorCode::NotLeaderOrFollower.code()), None, false);
         }
         if let Err(code) = self.check_epoch(current_leader_epoch) {
             return (FetchResult::error(code), None, false);
@@ -1124,7 +1117,7 @@ fn snapshot_at_roll(
 /// brings the `.txnindex` files of the rescanned range in line with the log, and restarts the
 /// rescan below a damaged one so that it can be rebuilt.
 fn rebuild_producer_state(log: &Mutex<Log>) -> ProducerStateManager {
-    let mut guard = log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = log.lock_unpoisoned();
     let dir = guard.dir().to_path_buf();
     let leo = guard.log_end_offset();
     // Snapshots above the log end describe records a recovery cut or a truncation removed.
@@ -1258,7 +1251,7 @@ mod tests {
         assert!(!p.read(0, 1 << 20, -1, false).records.is_empty());
         // A client may not write markers.
         let marker = crate::log::batch::encode_control_batch(7, 0, true, 0, 1);
-        assert_eq!(p.append(Bytes::from(marker), 1 << 20).error_code, INVALID_RECORD);
+        assert_eq!(p.append(Bytes::from(marker), 1 << 20).error_code, ErrorCode::InvalidRecord.code());
         assert_eq!(p.write_marker(7, 0, false, 3), (0, 5));
         assert_eq!(p.high_watermark(), 6);
         assert_eq!(p.last_stable_offset(), 6);
@@ -1267,7 +1260,7 @@ mod tests {
         assert!(p.read(6, 1 << 20, -1, true).aborted.unwrap_or_default().is_empty());
         // The producer's older epoch is fenced by a newer marker.
         assert_eq!(p.write_marker(7, 1, false, 3).0, 0);
-        assert_eq!(p.write_marker(7, 0, true, 3).0, INVALID_PRODUCER_EPOCH);
+        assert_eq!(p.write_marker(7, 0, true, 3).0, ErrorCode::InvalidProducerEpoch.code());
         drop(p);
         // The records are stamped 1 ms after the epoch and the marker now: segment.ms rolled
         // the log at the marker, and the entry is in the index of the segment holding it.
@@ -1328,7 +1321,7 @@ mod tests {
         // A late write of that transaction, verified before the marker: refused, so it cannot
         // open a transaction behind the marker that nothing would end.
         let r = p.append_verified(txn_batch(9, 2, 1), 1 << 20, Some(before));
-        assert_eq!(r.error_code, INVALID_TXN_STATE);
+        assert_eq!(r.error_code, ErrorCode::InvalidTxnState.code());
         assert_eq!(p.last_stable_offset(), p.high_watermark());
         // The next transaction, verified after the marker, is written; so is its second
         // write, even after another producer's marker.
@@ -1670,9 +1663,9 @@ mod tests {
         p.become_leader(2, &[1, 2], &[1, 2]);
         append(&p, 3);
         let (r, _, _) = p.follower_fetch(2, 0, -1, 1, 1 << 20);
-        assert_eq!(r.error_code, FENCED_LEADER_EPOCH);
+        assert_eq!(r.error_code, ErrorCode::FencedLeaderEpoch.code());
         let (r, _, _) = p.follower_fetch(2, 0, -1, 5, 1 << 20);
-        assert_eq!(r.error_code, UNKNOWN_LEADER_EPOCH);
+        assert_eq!(r.error_code, ErrorCode::UnknownLeaderEpoch.code());
         // The follower led at epoch 1 (before any epoch this leader knows) and wrote 7
         // records: it must cut back to where epoch 2 begins here.
         let (r, _, _) = p.follower_fetch(2, 7, 1, 2, 1 << 20);
@@ -1687,6 +1680,6 @@ mod tests {
         // Not the leader any more: the follower must look elsewhere.
         p.become_follower(2, 3, &[1, 2], &[1, 2]);
         let (r, _, _) = p.follower_fetch(2, 0, -1, 3, 1 << 20);
-        assert_eq!(r.error_code, NOT_LEADER_OR_FOLLOWER);
+        assert_eq!(r.error_code, ErrorCode::NotLeaderOrFollower.code());
     }
 }

@@ -12,6 +12,8 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::sync::MutexExt;
+
 /// Kafka's default for both rates (Long.MaxValue): no throttle.
 pub const UNLIMITED: u64 = i64::MAX as u64;
 
@@ -40,7 +42,7 @@ impl ReplicationQuota {
         if rate >= UNLIMITED {
             return false;
         }
-        let mut slot = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.bucket.lock_unpoisoned();
         Self::refill(&mut slot, rate, Instant::now()) <= 0.0
     }
 
@@ -48,7 +50,7 @@ impl ReplicationQuota {
         if rate >= UNLIMITED || bytes == 0 {
             return;
         }
-        let mut slot = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.bucket.lock_unpoisoned();
         Self::refill(&mut slot, rate, Instant::now());
         if let Some((tokens, _)) = slot.as_mut() {
             *tokens -= bytes as f64;

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use super::KafkaPrincipal;
 use crate::config::ConfigError;
 use crate::metadata::{StoreError, ZnodeStore};
+use crate::sync::RwLockExt;
 
 pub const ACL_PATH: &str = "/kafka-acl";
 pub const EXTENDED_ACL_PATH: &str = "/kafka-acl-extended";
@@ -499,7 +500,7 @@ impl Authorizer {
     }
 
     pub fn snapshot(&self) -> Arc<AclSnapshot> {
-        self.acls.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.acls.read_unpoisoned().clone()
     }
 
     fn is_super_user(&self, principal: &KafkaPrincipal) -> bool {
@@ -575,7 +576,7 @@ impl Authorizer {
     }
 
     fn swap(&self, f: impl FnOnce(&mut BTreeMap<ResourcePattern, BTreeSet<AclEntry>>)) {
-        let mut guard = self.acls.write().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.acls.write_unpoisoned();
         let mut acls = guard.acls.clone();
         f(&mut acls);
         *guard = Arc::new(AclSnapshot::from_acls(acls));
@@ -601,7 +602,7 @@ impl Authorizer {
         }
         let count: usize = all.values().map(BTreeSet::len).sum();
         tracing::info!(patterns = all.len(), acls = count, "ACLs loaded");
-        *self.acls.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(AclSnapshot::from_acls(all));
+        *self.acls.write_unpoisoned() = Arc::new(AclSnapshot::from_acls(all));
         Ok(())
     }
 

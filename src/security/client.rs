@@ -32,6 +32,7 @@ use tokio_rustls::rustls;
 use super::scram::{Mechanism, ScramClient};
 use super::{listener_value, refuse, sasl, tls, MECHANISMS};
 use crate::config::{BrokerConfig, ConfigError};
+use crate::sync::MutexExt;
 
 const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
 const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
@@ -185,7 +186,7 @@ impl InterBrokerClient {
     /// is not near the end of its SASL session. The other broker may have closed it since
     /// (idle timeout, restart): a caller whose request fails on it connects afresh.
     pub fn take_idle(&self, host: &str, port: u16) -> Option<BrokerConnection> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.lock_unpoisoned();
         let conns = idle.get_mut(&(host.to_string(), port))?;
         while let Some((since, c)) = conns.pop() {
             if since.elapsed() < MAX_IDLE && !c.session_expiring() {
@@ -200,7 +201,7 @@ impl InterBrokerClient {
         if conn.session_expiring() {
             return;
         }
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.lock_unpoisoned();
         let conns = idle.entry((host.to_string(), port)).or_default();
         conns.retain(|(since, _)| since.elapsed() < MAX_IDLE);
         if conns.len() < MAX_IDLE_PER_BROKER {

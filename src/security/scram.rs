@@ -9,6 +9,7 @@ use base64::Engine;
 use hmac::{KeyInit, Mac};
 
 use crate::metadata::{StoreError, ZnodeStore};
+use crate::sync::RwLockExt;
 
 pub const CONFIG_USERS: &str = "/config/users";
 /// Kafka's bounds on SCRAM iterations (`ScramMechanism.minIterations` / `maxIterations`).
@@ -223,17 +224,17 @@ pub struct CredentialCache {
 
 impl CredentialCache {
     pub fn get(&self, user: &str, mechanism: Mechanism) -> Option<ScramCredential> {
-        self.users.read().unwrap_or_else(|p| p.into_inner()).get(user)?.get(&mechanism).cloned()
+        self.users.read_unpoisoned().get(user)?.get(&mechanism).cloned()
     }
 
     pub fn describe(&self, user: &str) -> Option<Vec<(Mechanism, i32)>> {
-        let users = self.users.read().unwrap_or_else(|p| p.into_inner());
+        let users = self.users.read_unpoisoned();
         let creds = users.get(user)?;
         Some(creds.iter().map(|(m, c)| (*m, c.iterations)).collect())
     }
 
     pub fn users(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.users.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        let mut v: Vec<String> = self.users.read_unpoisoned().keys().cloned().collect();
         v.sort();
         v
     }
@@ -250,7 +251,7 @@ impl CredentialCache {
                 }
             }
         }
-        *self.users.write().unwrap_or_else(|p| p.into_inner()) = next;
+        *self.users.write_unpoisoned() = next;
         Ok(())
     }
 
@@ -260,7 +261,7 @@ impl CredentialCache {
         let user = user.as_str();
         let creds =
             store.try_get(&user_path(znode))?.map(|d| credentials_of(&parse_user_config(&d))).unwrap_or_default();
-        let mut users = self.users.write().unwrap_or_else(|p| p.into_inner());
+        let mut users = self.users.write_unpoisoned();
         if creds.is_empty() {
             users.remove(user);
         } else {

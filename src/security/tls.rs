@@ -13,6 +13,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, Privat
 
 use super::{listener_value, refuse, KafkaPrincipal};
 use crate::config::ConfigError;
+use crate::sync::{MutexExt, RwLockExt};
 
 pub struct ServerTls {
     pub config: rustls::ServerConfig,
@@ -273,14 +274,14 @@ impl ReloadableTls {
     }
 
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
-        self.acceptor.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.acceptor.read_unpoisoned().clone()
     }
 
     /// Rebuilds the acceptor if a store file changed since it was built (blocking: reads
     /// files). A store that does not load (half written, a key that does not match) leaves
     /// the current one in place, and is tried again at the next change.
     pub fn reload_if_changed(&self, values: &BTreeMap<String, String>) -> bool {
-        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let mut files = self.files.lock_unpoisoned();
         let now: Vec<Option<SystemTime>> = files.iter().map(|(p, _)| modified(p)).collect();
         if files.iter().zip(&now).all(|((_, was), is)| was == is) {
             return false;
@@ -291,8 +292,7 @@ impl ReloadableTls {
         drop(files);
         match server_config(values, &self.listener, &self.protocol) {
             Ok(built) => {
-                *self.acceptor.write().unwrap_or_else(|p| p.into_inner()) =
-                    tokio_rustls::TlsAcceptor::from(Arc::new(built.config));
+                *self.acceptor.write_unpoisoned() = tokio_rustls::TlsAcceptor::from(Arc::new(built.config));
                 tracing::info!(listener = %self.listener, "keystore or truststore changed: new connections use it");
                 true
             }

@@ -10,24 +10,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use super::state::{TxnMetadata, TxnState};
-
-pub mod codes {
-    pub const NONE: i16 = 0;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const INVALID_TXN_STATE: i16 = 48;
-    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
-    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
-    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
-    pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
-    pub const PRODUCER_FENCED: i16 = 90;
-}
-
-use codes::*;
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
 
 #[derive(Debug, Clone)]
 pub struct TxnConfig {
@@ -74,7 +58,7 @@ pub struct TransactionCoordinator {
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Each step below leaves the map consistent before anything that could panic.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_unpoisoned()
 }
 
 /// The next epoch, or None when the epoch space is spent and a new producer id is needed.
@@ -123,14 +107,14 @@ impl TransactionCoordinator {
     /// transaction that added the partition (KIP-890's check, made where the state is).
     pub fn verify_partition(&self, id: &str, pid: i64, epoch: i16, tp: &(String, i32)) -> Result<(), i16> {
         let txns = guard(&self.txns);
-        let Some(m) = txns.get(id) else { return Err(INVALID_TXN_STATE) };
+        let Some(m) = txns.get(id) else { return Err(ErrorCode::InvalidTxnState.code()) };
         if m.producer_id == pid && epoch < m.epoch {
-            return Err(INVALID_PRODUCER_EPOCH);
+            return Err(ErrorCode::InvalidProducerEpoch.code());
         }
         if m.producer_id == pid && m.epoch == epoch && m.state == TxnState::Ongoing && m.partitions.contains(tp) {
             Ok(())
         } else {
-            Err(INVALID_TXN_STATE)
+            Err(ErrorCode::InvalidTxnState.code())
         }
     }
 
@@ -140,15 +124,15 @@ impl TransactionCoordinator {
     pub fn verify_only(&self, id: &str, pid: i64, epoch: i16, tps: &[(String, i32)]) -> Vec<((String, i32), i16)> {
         let txns = guard(&self.txns);
         let all = |code: i16| tps.iter().map(|tp| (tp.clone(), code)).collect();
-        let Some(m) = txns.get(id) else { return all(INVALID_PRODUCER_ID_MAPPING) };
+        let Some(m) = txns.get(id) else { return all(ErrorCode::InvalidProducerIdMapping.code()) };
         if m.producer_id != pid {
-            return all(INVALID_PRODUCER_ID_MAPPING);
+            return all(ErrorCode::InvalidProducerIdMapping.code());
         }
         if m.epoch != epoch {
-            return all(PRODUCER_FENCED);
+            return all(ErrorCode::ProducerFenced.code());
         }
         if matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
-            return all(CONCURRENT_TRANSACTIONS);
+            return all(ErrorCode::ConcurrentTransactions.code());
         }
         tps.iter()
             .map(|tp| {
@@ -156,12 +140,12 @@ impl TransactionCoordinator {
                     // Already added and written: a pending write (more partitions being
                     // added, the producer adding while batches are in flight) does not
                     // change that.
-                    NONE
+                    ErrorCode::None.code()
                 } else if m.pending {
                     // Possibly being added right now: ask again shortly.
-                    CONCURRENT_TRANSACTIONS
+                    ErrorCode::ConcurrentTransactions.code()
                 } else {
-                    INVALID_TXN_STATE
+                    ErrorCode::InvalidTxnState.code()
                 };
                 (tp.clone(), code)
             })
@@ -222,7 +206,7 @@ impl TransactionCoordinator {
 
     pub fn prepare_init(&self, id: &str, timeout_ms: i32, new_pid: Option<i64>, now: i64) -> Result<InitStep, i16> {
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
-            return Err(INVALID_TRANSACTION_TIMEOUT);
+            return Err(ErrorCode::InvalidTransactionTimeout.code());
         }
         let mut txns = guard(&self.txns);
         let fresh = |pid: i64| TxnMetadata {
@@ -243,7 +227,7 @@ impl TransactionCoordinator {
             return Ok(InitStep::Write(fresh(pid)));
         };
         if m.pending || m.state.is_preparing() {
-            return Err(CONCURRENT_TRANSACTIONS);
+            return Err(ErrorCode::ConcurrentTransactions.code());
         }
         if m.state == TxnState::Ongoing {
             let mut target = m.clone();
@@ -270,15 +254,15 @@ impl TransactionCoordinator {
         pid: i64,
         epoch: i16,
     ) -> Result<&'a mut TxnMetadata, i16> {
-        let m = txns.get_mut(id).ok_or(INVALID_PRODUCER_ID_MAPPING)?;
+        let m = txns.get_mut(id).ok_or(ErrorCode::InvalidProducerIdMapping.code())?;
         if m.producer_id != pid || m.epoch < 0 {
-            return Err(INVALID_PRODUCER_ID_MAPPING);
+            return Err(ErrorCode::InvalidProducerIdMapping.code());
         }
         if m.epoch != epoch {
-            return Err(PRODUCER_FENCED);
+            return Err(ErrorCode::ProducerFenced.code());
         }
         if m.pending {
-            return Err(CONCURRENT_TRANSACTIONS);
+            return Err(ErrorCode::ConcurrentTransactions.code());
         }
         Ok(m)
     }
@@ -295,8 +279,8 @@ impl TransactionCoordinator {
         let mut txns = guard(&self.txns);
         let m = Self::check_producer(&mut txns, id, pid, epoch)?;
         match m.state {
-            s if s.is_preparing() => return Err(CONCURRENT_TRANSACTIONS),
-            TxnState::Dead => return Err(INVALID_TXN_STATE),
+            s if s.is_preparing() => return Err(ErrorCode::ConcurrentTransactions.code()),
+            TxnState::Dead => return Err(ErrorCode::InvalidTxnState.code()),
             TxnState::Ongoing if partitions.iter().all(|p| m.partitions.contains(p)) => return Ok(None),
             _ => {}
         }
@@ -332,8 +316,10 @@ impl TransactionCoordinator {
                 Ok(Some(target))
             }
             (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(None),
-            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => Err(CONCURRENT_TRANSACTIONS),
-            _ => Err(INVALID_TXN_STATE),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                Err(ErrorCode::ConcurrentTransactions.code())
+            }
+            _ => Err(ErrorCode::InvalidTxnState.code()),
         }
     }
 
@@ -449,21 +435,24 @@ mod tests {
     fn init_allocates_then_bumps_the_epoch() {
         let c = coordinator();
         assert_eq!(c.prepare_init("t", 1000, None, 0), Ok(InitStep::NeedProducerId));
-        assert_eq!(c.prepare_init("t", 900_001, None, 0), Err(INVALID_TRANSACTION_TIMEOUT));
+        assert_eq!(c.prepare_init("t", 900_001, None, 0), Err(ErrorCode::InvalidTransactionTimeout.code()));
         let first = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
         assert_eq!((first.producer_id, first.epoch, first.state), (5, 0, TxnState::Empty));
         let second = written(&c, "t", c.prepare_init("t", 1000, None, 1));
         assert_eq!((second.producer_id, second.epoch), (5, 1));
         // The first incarnation is fenced.
-        assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 2), Err(PRODUCER_FENCED));
-        assert_eq!(c.prepare_add_partitions("t", 6, 1, &[("a".into(), 0)], 2), Err(INVALID_PRODUCER_ID_MAPPING));
+        assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 2), Err(ErrorCode::ProducerFenced.code()));
+        assert_eq!(
+            c.prepare_add_partitions("t", 6, 1, &[("a".into(), 0)], 2),
+            Err(ErrorCode::InvalidProducerIdMapping.code())
+        );
     }
 
     #[test]
     fn a_failed_first_write_leaves_nothing_behind() {
         let c = coordinator();
         let Ok(InitStep::Write(_)) = c.prepare_init("t", 1000, Some(5), 0) else { panic!() };
-        assert_eq!(c.prepare_init("t", 1000, Some(6), 0), Err(CONCURRENT_TRANSACTIONS));
+        assert_eq!(c.prepare_init("t", 1000, Some(6), 0), Err(ErrorCode::ConcurrentTransactions.code()));
         c.complete_write("t", None);
         assert_eq!(c.get("t"), None);
     }
@@ -473,19 +462,22 @@ mod tests {
         let c = coordinator();
         let m = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
         let add = c.prepare_add_partitions("t", 5, m.epoch, &[("a".into(), 0)], 10).unwrap().unwrap();
-        assert_eq!(c.prepare_end("t", 5, 0, true, 11), Err(CONCURRENT_TRANSACTIONS), "pending write");
+        assert_eq!(c.prepare_end("t", 5, 0, true, 11), Err(ErrorCode::ConcurrentTransactions.code()), "pending write");
         c.complete_write("t", Some(add));
         assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 11), Ok(None));
         let prep = c.prepare_end("t", 5, 0, true, 12).unwrap().unwrap();
         assert_eq!(prep.state, TxnState::PrepareCommit);
         c.complete_write("t", Some(prep.clone()));
-        assert_eq!(c.prepare_end("t", 5, 0, true, 12), Err(CONCURRENT_TRANSACTIONS));
-        assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("b".into(), 0)], 12), Err(CONCURRENT_TRANSACTIONS));
+        assert_eq!(c.prepare_end("t", 5, 0, true, 12), Err(ErrorCode::ConcurrentTransactions.code()));
+        assert_eq!(
+            c.prepare_add_partitions("t", 5, 0, &[("b".into(), 0)], 12),
+            Err(ErrorCode::ConcurrentTransactions.code())
+        );
         let done = c.prepare_complete("t", &prep, 13).unwrap();
         assert!(done.partitions.is_empty());
         c.complete_write("t", Some(done));
         assert_eq!(c.prepare_end("t", 5, 0, true, 14), Ok(None), "a retried commit succeeds");
-        assert_eq!(c.prepare_end("t", 5, 0, false, 14), Err(INVALID_TXN_STATE));
+        assert_eq!(c.prepare_end("t", 5, 0, false, 14), Err(ErrorCode::InvalidTxnState.code()));
         // The next transaction starts afresh.
         let next = c.prepare_add_partitions("t", 5, 0, &[("b".into(), 1)], 20).unwrap().unwrap();
         assert_eq!(next.partitions.len(), 1);
@@ -517,18 +509,18 @@ mod tests {
         // NONE, of one being reached CONCURRENT_TRANSACTIONS, the opposite result
         // INVALID_TXN_STATE).
         let cases = [
-            (Empty, true, Err(INVALID_TXN_STATE)),
-            (Empty, false, Err(INVALID_TXN_STATE)),
-            (PrepareCommit, true, Err(CONCURRENT_TRANSACTIONS)),
-            (PrepareCommit, false, Err(INVALID_TXN_STATE)),
-            (PrepareAbort, false, Err(CONCURRENT_TRANSACTIONS)),
-            (PrepareAbort, true, Err(INVALID_TXN_STATE)),
+            (Empty, true, Err(ErrorCode::InvalidTxnState.code())),
+            (Empty, false, Err(ErrorCode::InvalidTxnState.code())),
+            (PrepareCommit, true, Err(ErrorCode::ConcurrentTransactions.code())),
+            (PrepareCommit, false, Err(ErrorCode::InvalidTxnState.code())),
+            (PrepareAbort, false, Err(ErrorCode::ConcurrentTransactions.code())),
+            (PrepareAbort, true, Err(ErrorCode::InvalidTxnState.code())),
             (CompleteCommit, true, Ok(None)),
-            (CompleteCommit, false, Err(INVALID_TXN_STATE)),
+            (CompleteCommit, false, Err(ErrorCode::InvalidTxnState.code())),
             (CompleteAbort, false, Ok(None)),
-            (CompleteAbort, true, Err(INVALID_TXN_STATE)),
-            (Dead, true, Err(INVALID_TXN_STATE)),
-            (Dead, false, Err(INVALID_TXN_STATE)),
+            (CompleteAbort, true, Err(ErrorCode::InvalidTxnState.code())),
+            (Dead, true, Err(ErrorCode::InvalidTxnState.code())),
+            (Dead, false, Err(ErrorCode::InvalidTxnState.code())),
         ];
         for (state, commit, want) in cases {
             let c = loaded_with(state);
@@ -541,16 +533,28 @@ mod tests {
             assert_eq!(t.state, if commit { PrepareCommit } else { PrepareAbort });
             assert_eq!((t.producer_id, t.epoch, t.partitions.len()), (5, 3, 1));
             // While it is being written, a retry of either kind waits.
-            assert_eq!(c.prepare_end("t", 5, 3, commit, 2), Err(CONCURRENT_TRANSACTIONS));
-            assert_eq!(c.prepare_end("t", 5, 3, !commit, 2), Err(CONCURRENT_TRANSACTIONS));
+            assert_eq!(c.prepare_end("t", 5, 3, commit, 2), Err(ErrorCode::ConcurrentTransactions.code()));
+            assert_eq!(c.prepare_end("t", 5, 3, !commit, 2), Err(ErrorCode::ConcurrentTransactions.code()));
         }
         // The producer is checked before the state, in every state.
         for state in [Ongoing, PrepareCommit, CompleteCommit] {
             let c = loaded_with(state);
-            assert_eq!(c.prepare_end("t", 5, 2, true, 1), Err(PRODUCER_FENCED), "older epoch, {state:?}");
-            assert_eq!(c.prepare_end("t", 5, 4, true, 1), Err(PRODUCER_FENCED), "newer epoch, {state:?}");
-            assert_eq!(c.prepare_end("t", 6, 3, true, 1), Err(INVALID_PRODUCER_ID_MAPPING), "{state:?}");
-            assert_eq!(c.prepare_end("u", 5, 3, true, 1), Err(INVALID_PRODUCER_ID_MAPPING), "unknown id");
+            assert_eq!(
+                c.prepare_end("t", 5, 2, true, 1),
+                Err(ErrorCode::ProducerFenced.code()),
+                "older epoch, {state:?}"
+            );
+            assert_eq!(
+                c.prepare_end("t", 5, 4, true, 1),
+                Err(ErrorCode::ProducerFenced.code()),
+                "newer epoch, {state:?}"
+            );
+            assert_eq!(c.prepare_end("t", 6, 3, true, 1), Err(ErrorCode::InvalidProducerIdMapping.code()), "{state:?}");
+            assert_eq!(
+                c.prepare_end("u", 5, 3, true, 1),
+                Err(ErrorCode::InvalidProducerIdMapping.code()),
+                "unknown id"
+            );
         }
     }
 
@@ -563,22 +567,29 @@ mod tests {
         assert_eq!(resume.len(), 1, "the prepared transaction is handed back to be finished");
         let prepared = resume[0].1.clone();
         assert_eq!(c.coordinator_epoch(7), Some(3));
-        assert_eq!(c.prepare_end("t", 5, 3, true, 1), Err(CONCURRENT_TRANSACTIONS));
-        assert_eq!(c.prepare_add_partitions("t", 5, 3, &[("b".into(), 0)], 1), Err(CONCURRENT_TRANSACTIONS));
-        assert_eq!(c.prepare_init("t", 1000, None, 1), Err(CONCURRENT_TRANSACTIONS));
+        assert_eq!(c.prepare_end("t", 5, 3, true, 1), Err(ErrorCode::ConcurrentTransactions.code()));
+        assert_eq!(
+            c.prepare_add_partitions("t", 5, 3, &[("b".into(), 0)], 1),
+            Err(ErrorCode::ConcurrentTransactions.code())
+        );
+        assert_eq!(c.prepare_init("t", 1000, None, 1), Err(ErrorCode::ConcurrentTransactions.code()));
         let done = c.prepare_complete("t", &prepared, 2).unwrap();
         assert_eq!(done.state, TxnState::CompleteCommit);
-        assert_eq!(c.prepare_end("t", 5, 3, true, 2), Err(CONCURRENT_TRANSACTIONS), "completion being written");
+        assert_eq!(
+            c.prepare_end("t", 5, 3, true, 2),
+            Err(ErrorCode::ConcurrentTransactions.code()),
+            "completion being written"
+        );
         c.complete_write("t", Some(done));
         assert_eq!(c.prepare_end("t", 5, 3, true, 3), Ok(None));
-        assert_eq!(c.prepare_end("t", 5, 3, false, 3), Err(INVALID_TXN_STATE));
+        assert_eq!(c.prepare_end("t", 5, 3, false, 3), Err(ErrorCode::InvalidTxnState.code()));
         // A completion whose write failed leaves the prepared state to finish again.
         let c = loaded_with(TxnState::PrepareAbort);
         let prepared = c.get("t").unwrap();
         assert!(c.prepare_complete("t", &prepared, 1).is_some());
         c.complete_write("t", None);
         assert_eq!(c.get("t").map(|m| (m.state, m.pending)), Some((TxnState::PrepareAbort, false)));
-        assert_eq!(c.prepare_end("t", 5, 3, false, 2), Err(CONCURRENT_TRANSACTIONS));
+        assert_eq!(c.prepare_end("t", 5, 3, false, 2), Err(ErrorCode::ConcurrentTransactions.code()));
     }
 
     #[test]
@@ -587,32 +598,38 @@ mod tests {
         let (a0, a1) = (("a".to_string(), 0), ("a".to_string(), 1));
         assert_eq!(
             c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
-            vec![(a0.clone(), INVALID_PRODUCER_ID_MAPPING)]
+            vec![(a0.clone(), ErrorCode::InvalidProducerIdMapping.code())]
         );
         let m = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
         assert_eq!(
             c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
-            vec![(a0.clone(), INVALID_TXN_STATE)],
+            vec![(a0.clone(), ErrorCode::InvalidTxnState.code())],
             "not added yet"
         );
         let add = c.prepare_add_partitions("t", 5, m.epoch, std::slice::from_ref(&a0), 10).unwrap().unwrap();
-        assert_eq!(c.verify_only("t", 5, 0, std::slice::from_ref(&a0)), vec![(a0.clone(), CONCURRENT_TRANSACTIONS)]);
+        assert_eq!(
+            c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), ErrorCode::ConcurrentTransactions.code())]
+        );
         c.complete_write("t", Some(add));
         assert_eq!(
             c.verify_only("t", 5, 0, &[a0.clone(), a1.clone()]),
-            vec![(a0.clone(), NONE), (a1.clone(), INVALID_TXN_STATE)]
+            vec![(a0.clone(), ErrorCode::None.code()), (a1.clone(), ErrorCode::InvalidTxnState.code())]
         );
         // Adding a1 does not hold up writes to a0, already in the transaction.
         let add = c.prepare_add_partitions("t", 5, m.epoch, std::slice::from_ref(&a1), 11).unwrap().unwrap();
         assert_eq!(
             c.verify_only("t", 5, 0, &[a0.clone(), a1.clone()]),
-            vec![(a0.clone(), NONE), (a1.clone(), CONCURRENT_TRANSACTIONS)]
+            vec![(a0.clone(), ErrorCode::None.code()), (a1.clone(), ErrorCode::ConcurrentTransactions.code())]
         );
         c.complete_write("t", Some(add));
-        assert_eq!(c.verify_only("t", 5, 1, std::slice::from_ref(&a0)), vec![(a0.clone(), PRODUCER_FENCED)]);
+        assert_eq!(
+            c.verify_only("t", 5, 1, std::slice::from_ref(&a0)),
+            vec![(a0.clone(), ErrorCode::ProducerFenced.code())]
+        );
         assert_eq!(
             c.verify_only("t", 6, 0, std::slice::from_ref(&a0)),
-            vec![(a0.clone(), INVALID_PRODUCER_ID_MAPPING)]
+            vec![(a0.clone(), ErrorCode::InvalidProducerIdMapping.code())]
         );
     }
 

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::metadata::{store::StoreError, zk_data, ZnodeStore};
+use crate::sync::MutexExt;
 
 /// How many ids one claim in the znode reserves (Kafka's block size).
 const BLOCK_SIZE: i64 = 1000;
@@ -21,7 +22,7 @@ impl ProducerIdManager {
     }
 
     pub fn next_id(&self) -> Result<i64, StoreError> {
-        let mut block = self.block.lock().unwrap_or_else(|p| p.into_inner());
+        let mut block = self.block.lock_unpoisoned();
         while block.0 > block.1 {
             // Brokers race for the next block; the version check makes exactly one win.
             let current = self.store.get_versioned(zk_data::PRODUCER_ID_BLOCK)?;

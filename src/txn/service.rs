@@ -24,12 +24,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::coordinator::{codes::*, InitStep};
+use super::coordinator::InitStep;
 use super::state::{TxnMetadata, TxnState};
 use super::txn_log::{self, TxnLogValue};
 use crate::broker::Broker;
 use crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
+use crate::protocol::ErrorCode;
 
 /// How long a state write waits for the ISR of its `__transaction_state` partition.
 const STATE_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -52,12 +53,12 @@ impl Broker {
     /// Whether this broker coordinates `id`; its partition if so.
     pub fn check_txn_coordinator(&self, id: &str) -> Result<i32, i16> {
         // As for groups: not knowing the topic yet means not leading any of it.
-        let p = self.txn_partition_for(id).ok_or(NOT_COORDINATOR)?;
+        let p = self.txn_partition_for(id).ok_or(ErrorCode::NotCoordinator.code())?;
         match self.replicas.partition(TRANSACTION_STATE_TOPIC, p) {
-            Some(_) if self.txns.is_loading(p) => Err(COORDINATOR_LOAD_IN_PROGRESS),
-            Some(_) if self.txns.coordinator_epoch(p).is_none() => Err(COORDINATOR_LOAD_IN_PROGRESS),
+            Some(_) if self.txns.is_loading(p) => Err(ErrorCode::CoordinatorLoadInProgress.code()),
+            Some(_) if self.txns.coordinator_epoch(p).is_none() => Err(ErrorCode::CoordinatorLoadInProgress.code()),
             Some(_) => Ok(p),
-            None => Err(NOT_COORDINATOR),
+            None => Err(ErrorCode::NotCoordinator.code()),
         }
     }
 
@@ -80,13 +81,13 @@ impl Broker {
                 }
                 Ok(())
             }
-            Ok(None) => Err(COORDINATOR_NOT_AVAILABLE),
+            Ok(None) => Err(ErrorCode::CoordinatorNotAvailable.code()),
             Err(_) if self.cache.topic(TRANSACTION_STATE_TOPIC).is_some() => Ok(()),
             Err(e) => {
                 // Too few brokers for the replication factor, or another broker is creating
                 // it: clients ask again.
                 tracing::debug!(error = %e, "cannot create {TRANSACTION_STATE_TOPIC} yet");
-                Err(COORDINATOR_NOT_AVAILABLE)
+                Err(ErrorCode::CoordinatorNotAvailable.code())
             }
         }
     }
@@ -112,11 +113,11 @@ impl Broker {
         }
         match remote.get(tp).copied() {
             // Confirmed by this request, and no marker since (it would have forgotten it).
-            Some(NONE) if self.txns.is_verified(tp, pid, epoch) => Ok(()),
-            Some(NONE) => Err(NOT_ENOUGH_REPLICAS),
+            Some(code) if code == ErrorCode::None.code() && self.txns.is_verified(tp, pid, epoch) => Ok(()),
+            Some(code) if code == ErrorCode::None.code() => Err(ErrorCode::NotEnoughReplicas.code()),
             Some(code) => Err(code),
             // Not asked (the coordinator moved here or away between the two looks): retriable.
-            None => Err(NOT_ENOUGH_REPLICAS),
+            None => Err(ErrorCode::NotEnoughReplicas.code()),
         }
     }
 
@@ -144,7 +145,7 @@ impl Broker {
         tps: &[(String, i32)],
     ) -> HashMap<(String, i32), i16> {
         let all = |code: i16| tps.iter().map(|tp| (tp.clone(), code)).collect::<HashMap<_, _>>();
-        let Some(p) = self.txn_partition_for(id) else { return all(NOT_ENOUGH_REPLICAS) };
+        let Some(p) = self.txn_partition_for(id) else { return all(ErrorCode::NotEnoughReplicas.code()) };
         let snapshot = self.cache.snapshot();
         let leader = snapshot
             .topics
@@ -152,7 +153,7 @@ impl Broker {
             .and_then(|t| t.partitions.iter().find(|x| x.index == p))
             .map(|x| x.leader);
         let Some(b) = leader.and_then(|l| snapshot.brokers.iter().find(|b| b.id == l)) else {
-            return all(NOT_ENOUGH_REPLICAS);
+            return all(ErrorCode::NotEnoughReplicas.code());
         };
         let rounds: HashMap<(String, i32), u64> =
             tps.iter().map(|tp| (tp.clone(), self.txns.verification_round(tp))).collect();
@@ -185,19 +186,19 @@ impl Broker {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 tracing::debug!(transactional_id = id, error = %e, "cannot verify a transactional produce");
-                return all(NOT_ENOUGH_REPLICAS);
+                return all(ErrorCode::NotEnoughReplicas.code());
             }
-            Err(_) => return all(NOT_ENOUGH_REPLICAS),
+            Err(_) => return all(ErrorCode::NotEnoughReplicas.code()),
         };
         // The producer is not shown the broker's own authorization problem: its write is
         // simply not verified.
-        if resp.error_code == crate::api::error::ErrorCode::ClusterAuthorizationFailed.code() {
-            return all(INVALID_TXN_STATE);
+        if resp.error_code == ErrorCode::ClusterAuthorizationFailed.code() {
+            return all(ErrorCode::InvalidTxnState.code());
         }
-        if resp.error_code != NONE {
-            return all(NOT_ENOUGH_REPLICAS);
+        if resp.error_code != ErrorCode::None.code() {
+            return all(ErrorCode::NotEnoughReplicas.code());
         }
-        let mut out = all(NOT_ENOUGH_REPLICAS);
+        let mut out = all(ErrorCode::NotEnoughReplicas.code());
         for r in resp.results_by_transaction.iter().filter(|r| r.transactional_id.0.as_str() == id) {
             for t in &r.topic_results {
                 for pr in &t.results_by_partition {
@@ -205,19 +206,23 @@ impl Broker {
                     if !out.contains_key(&tp) {
                         continue;
                     }
-                    let code = match pr.partition_error_code {
-                        PRODUCER_FENCED => INVALID_PRODUCER_EPOCH,
-                        NOT_COORDINATOR
-                        | COORDINATOR_NOT_AVAILABLE
-                        | COORDINATOR_LOAD_IN_PROGRESS
-                        | CONCURRENT_TRANSACTIONS => NOT_ENOUGH_REPLICAS,
-                        c => c,
+                    let code = match ErrorCode::from_code(pr.partition_error_code) {
+                        Some(ErrorCode::ProducerFenced) => ErrorCode::InvalidProducerEpoch.code(),
+                        Some(
+                            ErrorCode::NotCoordinator
+                            | ErrorCode::CoordinatorNotAvailable
+                            | ErrorCode::CoordinatorLoadInProgress
+                            | ErrorCode::ConcurrentTransactions,
+                        ) => ErrorCode::NotEnoughReplicas.code(),
+                        _ => pr.partition_error_code,
                     };
                     // A marker written here while the question was out may have ended
                     // the transaction the answer speaks of: ask again.
                     let code = match rounds.get(&tp) {
-                        Some(&round) if code == NONE && !self.txns.mark_verified(&tp, pid, epoch, round) => {
-                            NOT_ENOUGH_REPLICAS
+                        Some(&round)
+                            if code == ErrorCode::None.code() && !self.txns.mark_verified(&tp, pid, epoch, round) =>
+                        {
+                            ErrorCode::NotEnoughReplicas.code()
                         }
                         _ => code,
                     };
@@ -231,8 +236,8 @@ impl Broker {
     /// Writes `target` as `id`'s state and waits until the partition's ISR has it. The caller
     /// applies or abandons it with `complete_write`.
     async fn persist_txn(self: &Arc<Self>, id: &str, target: &TxnMetadata) -> Result<(), i16> {
-        let p = self.txn_partition_for(id).ok_or(NOT_COORDINATOR)?;
-        let partition = self.replicas.partition(TRANSACTION_STATE_TOPIC, p).ok_or(NOT_COORDINATOR)?;
+        let p = self.txn_partition_for(id).ok_or(ErrorCode::NotCoordinator.code())?;
+        let partition = self.replicas.partition(TRANSACTION_STATE_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
         let min_isr = self
             .cache
             .topic(TRANSACTION_STATE_TOPIC)
@@ -242,7 +247,7 @@ impl Broker {
         // at creation), so Kafka's default min ISR of 2 cannot apply.
         let min_isr = if self.store.is_zookeeper() { min_isr } else { 1 };
         if partition.isr().len() < min_isr {
-            return Err(COORDINATOR_NOT_AVAILABLE);
+            return Err(ErrorCode::CoordinatorNotAvailable.code());
         }
         let key = txn_log::encode_key(id);
         let value = target.to_value().encode();
@@ -254,13 +259,13 @@ impl Broker {
         // A disk write: off the async workers.
         let result = tokio::task::spawn_blocking(move || part.append(Bytes::from(batch), u32::MAX))
             .await
-            .map_err(|_| COORDINATOR_NOT_AVAILABLE)?;
+            .map_err(|_| ErrorCode::CoordinatorNotAvailable.code())?;
         match result.error_code {
             0 => {}
-            6 => return Err(NOT_COORDINATOR),
+            6 => return Err(ErrorCode::NotCoordinator.code()),
             code => {
                 tracing::warn!(transactional_id = id, error = code, "cannot write transaction state");
-                return Err(COORDINATOR_NOT_AVAILABLE);
+                return Err(ErrorCode::CoordinatorNotAvailable.code());
             }
         }
         let deadline = Instant::now() + STATE_WRITE_TIMEOUT;
@@ -273,14 +278,14 @@ impl Broker {
                 return Ok(());
             }
             if !partition.is_leader() {
-                return Err(NOT_COORDINATOR);
+                return Err(ErrorCode::NotCoordinator.code());
             }
             let now = Instant::now();
             if now >= deadline || tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
                 return if partition.high_watermark() > result.last_offset {
                     Ok(())
                 } else {
-                    Err(COORDINATOR_NOT_AVAILABLE)
+                    Err(ErrorCode::CoordinatorNotAvailable.code())
                 };
             }
         }
@@ -319,15 +324,15 @@ impl Broker {
                         Ok(Ok(pid)) => new_pid = Some(pid),
                         Ok(Err(e)) => {
                             tracing::warn!(error = %e, "cannot allocate a producer id");
-                            return (COORDINATOR_NOT_AVAILABLE, -1, -1);
+                            return (ErrorCode::CoordinatorNotAvailable.code(), -1, -1);
                         }
-                        Err(_) => return (COORDINATOR_NOT_AVAILABLE, -1, -1),
+                        Err(_) => return (ErrorCode::CoordinatorNotAvailable.code(), -1, -1),
                     }
                 }
                 InitStep::Write(target) => {
                     let (pid, epoch) = (target.producer_id, target.epoch);
                     return match self.write_txn_state(id, target).await {
-                        Ok(()) => (NONE, pid, epoch),
+                        Ok(()) => (ErrorCode::None.code(), pid, epoch),
                         Err(code) => (code, -1, -1),
                     };
                 }
@@ -337,11 +342,11 @@ impl Broker {
                         return (code, -1, -1);
                     }
                     self.spawn_complete(id.to_string(), prepared);
-                    return (CONCURRENT_TRANSACTIONS, -1, -1);
+                    return (ErrorCode::ConcurrentTransactions.code(), -1, -1);
                 }
             }
         }
-        (COORDINATOR_NOT_AVAILABLE, -1, -1)
+        (ErrorCode::CoordinatorNotAvailable.code(), -1, -1)
     }
 
     /// AddPartitionsToTxn and AddOffsetsToTxn: one error code for all the partitions.
@@ -366,7 +371,7 @@ impl Broker {
             return code;
         }
         let target = match self.txns.prepare_end(id, pid, epoch, commit, crate::log::now_ms()) {
-            Ok(None) => return NONE,
+            Ok(None) => return ErrorCode::None.code(),
             Ok(Some(t)) => t,
             Err(code) => return code,
         };
@@ -375,7 +380,7 @@ impl Broker {
             return code;
         }
         self.spawn_complete(id.to_string(), prepared);
-        NONE
+        ErrorCode::None.code()
     }
 
     fn spawn_complete(self: &Arc<Self>, id: String, prepared: TxnMetadata) {
@@ -458,7 +463,7 @@ impl Broker {
                     }
                 };
                 for (tp, code) in results {
-                    if code == NONE {
+                    if code == ErrorCode::None.code() {
                         remaining.remove(&tp);
                     } else {
                         tracing::debug!(topic = %tp.0, partition = tp.1, error = code, "transaction marker not written yet");
@@ -490,7 +495,7 @@ impl Broker {
                 Some(p) => {
                     self.txns.forget_verified(&(topic.clone(), *index), pid);
                     let (code, _) = p.write_marker(pid, epoch, commit, coordinator_epoch);
-                    if code == NONE && topic == crate::group::OFFSETS_TOPIC {
+                    if code == ErrorCode::None.code() && topic == crate::group::OFFSETS_TOPIC {
                         self.groups.complete_txn_offsets(pid, *index, commit);
                     }
                     code
