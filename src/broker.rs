@@ -4,22 +4,21 @@
 //! topics from the store, then the listeners. Shutdown reverses it and ends by writing the
 //! clean-shutdown marker so the next start skips recovery.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::error::ErrorCode;
 use crate::config::BrokerConfig;
-use crate::controller::channel::ControllerChannels;
-use crate::controller::propagate::Propagated;
+use crate::controller::Controller;
 use crate::group::coordinator::CoordinatorConfig;
 use crate::group::GroupCoordinator;
 use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
 use crate::metrics::BrokerMetrics;
-use crate::replication::fetcher::FetcherManager;
-use crate::replication::{Partition, ReplicaManager};
+use crate::replication::alter_partition::ControllerGateway;
+use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
 use crate::txn::ProducerIdManager;
 
 /// How long a controlled shutdown waits for leadership to move (Kafka: 3 retries x 5 s).
@@ -28,20 +27,16 @@ const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
-/// AlterPartition v2: the first that names topics by id.
-const ALTER_PARTITION_VERSION: i16 = 2;
 const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
-
-/// A leader's proposed ISR for one of its partitions.
-type IsrChange = (Arc<Partition>, Vec<i32>);
 
 pub struct Broker {
     /// The static configuration; what is in force is `effective_config()`.
     pub config: BrokerConfig,
-    pub dynamic: crate::dynamic_config::DynamicConfigs,
-    pub cache: MetadataCache,
+    pub dynamic: Arc<crate::dynamic_config::DynamicConfigs>,
+    pub cache: Arc<MetadataCache>,
     pub store: Arc<ZnodeStore>,
-    pub replicas: ReplicaManager,
+    /// The replicas hosted here, their fetchers, and the ISR writer.
+    pub replicas: Arc<ReplicaManager>,
     pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
     pub txns: crate::txn::TransactionCoordinator,
@@ -49,12 +44,6 @@ pub struct Broker {
     pub offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror,
     /// Group membership waiting to be written under `/consumers/<group>`.
     pub membership_zk_mirror: crate::group::zk_mirror::MembershipMirror,
-    pub fetchers: FetcherManager,
-    /// Leader side of the followers' fetch sessions.
-    pub fetch_sessions: crate::replication::fetch_session::FetchSessions,
-    /// Bytes sent to throttled followers and fetched for throttled replicas (KIP-73).
-    pub leader_quota: crate::replication::quota::ReplicationQuota,
-    pub follower_quota: crate::replication::quota::ReplicationQuota,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
     pub quotas: crate::client_quota::ClientQuotas,
     pub metrics: BrokerMetrics,
@@ -62,33 +51,12 @@ pub struct Broker {
     pub request_slots: Arc<tokio::sync::Semaphore>,
     /// `num.io.threads`: where produce appends and fetch reads touch the disk.
     pub io: Arc<crate::io_pool::IoPool>,
-    controller_epoch: AtomicI32,
-    is_controller: AtomicBool,
-    /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
-    /// preferred replicas (auto.leader.rebalance.enable).
-    preferred_election_due: AtomicBool,
-    /// Set once controlled shutdown starts: this broker no longer follows anyone.
-    pub shutting_down: AtomicBool,
+    /// The controller's state and operations; active only while this broker is the controller.
+    pub controller: Arc<Controller>,
     /// `__consumer_offsets` partitions whose groups are being loaded.
     loading_offsets: std::sync::Mutex<std::collections::HashSet<i32>>,
-    /// Serializes topic creation, deletion and partition changes (the controller's event queue).
-    pub admin_lock: std::sync::Mutex<()>,
-    /// ISR changes proposed by this broker's leaders, waiting to be written (latest wins).
-    pending_isr: std::sync::Mutex<std::collections::HashMap<(String, i32), IsrChange>>,
-    isr_queued: tokio::sync::Notify,
-    /// The highest controller epoch any controller request carried: older ones are fenced.
-    known_controller_epoch: AtomicI32,
     /// The czxid of this broker's registration, renewed with each ZooKeeper session.
     broker_epoch: AtomicI64,
-    /// Controller only: its connections to the other brokers, and what it last told them.
-    pub channels: ControllerChannels,
-    pub propagated: std::sync::Mutex<Propagated>,
-    /// Controller only: brokers in controlled shutdown, which may neither lead nor join an ISR.
-    pub shutting_down_brokers: std::sync::Mutex<std::collections::BTreeSet<i32>>,
-    /// Controller only: replicas brokers reported in offline log dirs (KIP-112).
-    pub replicas_on_offline_dirs: std::sync::Mutex<crate::controller::log_dir_events::OfflineReplicas>,
-    /// Serializes the application of LeaderAndIsr and StopReplica.
-    pub replica_state_lock: std::sync::Mutex<()>,
     /// For the few places that hold `&Broker` and must start tasks that keep it.
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     /// The log cleaner, once the log tasks are started.
@@ -160,7 +128,7 @@ impl Broker {
         let id = config.broker_id;
         register(&config, &store).await?;
 
-        let cache = MetadataCache::default();
+        let cache = Arc::new(MetadataCache::default());
         let me: Vec<BrokerInfo> = config
             .advertised_listeners
             .first()
@@ -180,9 +148,22 @@ impl Broker {
             c.brokers = me;
         });
 
+        let dynamic = Arc::new(crate::dynamic_config::DynamicConfigs::new(&config, store.clone()));
         let metrics = BrokerMetrics::new().map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
+        let handles = ReplicaHandles {
+            config: Arc::new(config.clone()),
+            effective: {
+                let dynamic = dynamic.clone();
+                Arc::new(move || dynamic.effective())
+            },
+            cache: cache.clone(),
+            store: store.clone(),
+            inter_broker: security.inter_broker.clone(),
+        };
+        let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone());
         let broker = Arc::new(Broker {
-            replicas: ReplicaManager::new(id, logs, metrics.topics.clone(), metrics.isr.clone()),
+            controller,
+            replicas: Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles)),
             io: Arc::new(crate::io_pool::IoPool::new(
                 config.num_io_threads,
                 config.log_dirs.len(),
@@ -200,45 +181,29 @@ impl Broker {
                 config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
             ),
             membership_zk_mirror: Default::default(),
-            fetchers: FetcherManager::default(),
-            fetch_sessions: crate::replication::fetch_session::FetchSessions::new(
-                config.max_incremental_fetch_session_cache_slots,
-            ),
-            leader_quota: Default::default(),
-            follower_quota: Default::default(),
             quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
-            dynamic: crate::dynamic_config::DynamicConfigs::new(&config, store.clone()),
+            dynamic,
             config,
             cache,
             store,
-            controller_epoch: AtomicI32::new(0),
-            is_controller: AtomicBool::new(false),
-            preferred_election_due: AtomicBool::new(false),
-            shutting_down: AtomicBool::new(false),
             loading_offsets: std::sync::Mutex::new(Default::default()),
-            admin_lock: std::sync::Mutex::new(()),
-            pending_isr: std::sync::Mutex::new(Default::default()),
-            isr_queued: tokio::sync::Notify::new(),
-            known_controller_epoch: AtomicI32::new(0),
             broker_epoch: AtomicI64::new(-1),
-            channels: ControllerChannels::default(),
-            propagated: std::sync::Mutex::new(Propagated::default()),
-            shutting_down_brokers: std::sync::Mutex::new(Default::default()),
-            replicas_on_offline_dirs: std::sync::Mutex::new(Default::default()),
-            replica_state_lock: std::sync::Mutex::new(()),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
             security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
+        let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(&broker) as _;
+        broker.controller.attach(local);
+        broker.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
         broker.subscribe_to_dynamic_configs();
         broker.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
-            broker.try_become_controller()?;
-            broker.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
+            broker.controller.try_become_controller()?;
+            broker.controller.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
         }
         if !broker.store.is_zookeeper() {
             // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
@@ -253,10 +218,6 @@ impl Broker {
         self.self_ref.get().and_then(std::sync::Weak::upgrade)
     }
 
-    pub fn is_controller(&self) -> bool {
-        self.is_controller.load(Ordering::Acquire)
-    }
-
     pub fn set_loading_offsets(&self, partition: i32, loading: bool) {
         let mut set = self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner());
         if loading {
@@ -268,23 +229,6 @@ impl Broker {
 
     pub fn is_loading_offsets(&self, partition: i32) -> bool {
         self.loading_offsets.lock().unwrap_or_else(|p| p.into_inner()).contains(&partition)
-    }
-
-    pub fn request_preferred_election(&self) {
-        self.preferred_election_due.store(true, Ordering::Release);
-    }
-
-    pub fn take_preferred_election(&self) -> bool {
-        let enabled = self.config.values.get("auto.leader.rebalance.enable").map(String::as_str) != Some("false");
-        self.preferred_election_due.swap(false, Ordering::AcqRel) && enabled
-    }
-
-    pub fn resign_controller(&self) {
-        self.is_controller.store(false, Ordering::Release);
-        self.channels.clear();
-        if let ZnodeStore::ZooKeeper(zk) = &*self.store {
-            let _ = zk.set_controller_watches(false);
-        }
     }
 
     pub fn broker_epoch(&self) -> i64 {
@@ -302,62 +246,7 @@ impl Broker {
     /// Fencing of a controller request, as Kafka checks it: an older controller epoch than
     /// one already seen, or a broker epoch from before this broker's current registration.
     pub fn check_controller_request(&self, controller_epoch: i32, broker_epoch: i64) -> Result<(), ErrorCode> {
-        if controller_epoch < self.known_controller_epoch.load(Ordering::Acquire) {
-            return Err(ErrorCode::StaleControllerEpoch);
-        }
-        if broker_epoch != -1 && broker_epoch < self.broker_epoch() {
-            return Err(ErrorCode::StaleBrokerEpoch);
-        }
-        self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
-        Ok(())
-    }
-
-    pub fn controller_epoch(&self) -> i32 {
-        self.controller_epoch.load(Ordering::Acquire)
-    }
-
-    /// Controller election, as Kafka runs it: whoever creates the ephemeral `/controller`
-    /// first is the controller, and bumps `/controller_epoch` so that writes stamped with an
-    /// older epoch can be told apart.
-    pub fn try_become_controller(&self) -> Result<bool, StoreError> {
-        let id = self.config.broker_id;
-        match self.store.create(zk_data::CONTROLLER, &zk_data::controller_json(id, now_ms()), true) {
-            Ok(()) => {}
-            Err(StoreError::NodeExists(_)) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-        if let ZnodeStore::ZooKeeper(zk) = &*self.store {
-            // Before anything is read, so that no change goes unseen.
-            if let Err(e) = zk.set_controller_watches(true) {
-                let _ = self.store.delete_recursive(zk_data::CONTROLLER);
-                return Err(e);
-            }
-        }
-        let epoch = loop {
-            let current = self.store.get_versioned(zk_data::CONTROLLER_EPOCH)?;
-            let next = current.as_ref().and_then(|(d, _)| d.trim().parse::<i32>().ok()).unwrap_or(0) + 1;
-            let written = match current {
-                Some((_, version)) => self.store.set_if_version(zk_data::CONTROLLER_EPOCH, &next.to_string(), version),
-                None => self.store.create(zk_data::CONTROLLER_EPOCH, &next.to_string(), false),
-            };
-            match written {
-                Ok(()) => break next,
-                Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        self.controller_epoch.store(epoch, Ordering::Release);
-        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
-        if let Err(e) = self.setup_feature_versioning() {
-            // Only ApiVersions' finalized-features epoch depends on it; the next election
-            // tries again.
-            tracing::warn!(error = %e, "cannot set up /feature");
-        }
-        self.reset_propagated();
-        self.is_controller.store(true, Ordering::Release);
-        self.cache.update(|c| c.controller_id = id);
-        tracing::info!(broker_id = id, epoch, "became controller");
-        Ok(true)
+        self.replicas.check_controller_request(controller_epoch, broker_epoch, self.broker_epoch())
     }
 
     /// The state the metrics scrape reports. Each partition's replica state is read under its
@@ -395,7 +284,7 @@ impl Broker {
                 }
             })
             .collect();
-        let active_controller = self.is_controller();
+        let active_controller = self.controller.is_controller();
         let (mut offline_partitions, mut global_partitions, mut global_topics) = (0, 0, 0);
         if active_controller {
             // Kafka's controller counts these; other brokers report 0.
@@ -423,8 +312,8 @@ impl Broker {
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
     pub fn spawn_log_tasks(self: &Arc<Self>) {
-        tokio::spawn(crate::replication::alter_log_dirs::run(self.clone()));
-        self.spawn_log_dir_failure_handler();
+        tokio::spawn(crate::replication::alter_log_dirs::run(self.replicas.clone()));
+        self.replicas.spawn_log_dir_failure_handler();
         // The dynamic values read at startup count from the first pass.
         let cleaner = crate::log::cleaner::LogCleaner::start(
             self.replicas.logs_handle(),
@@ -486,23 +375,6 @@ impl Broker {
         }
     }
 
-    /// Queues a leader's ISR change. The data plane never waits on ZooKeeper: a follower's
-    /// fetch that brings it back into the ISR is answered at once, and the change is
-    /// recorded by [`Broker::spawn_isr_writer`] with others queued meanwhile.
-    pub fn record_isr_change(&self, partition: &Arc<Partition>, isr: Vec<i32>) {
-        if !self.store.is_zookeeper() {
-            partition.set_isr(isr);
-            return;
-        }
-        let key = (partition.topic.clone(), partition.index);
-        self.pending_isr.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (partition.clone(), isr));
-        self.isr_queued.notify_one();
-    }
-
-    /// Sends queued ISR changes to the controller in AlterPartition requests (the controller
-    /// alone writes partition state), then applies each one it accepted. A change is skipped
-    /// if leadership moved meanwhile; one the controller refused is dropped, and the leader
-    /// proposes it again if it still holds.
     /// Every `gregor.ssl.store.check.interval.ms` (30 s; 0: never), looks whether a TLS
     /// listener's keystore or truststore file changed and serves new connections with it, so
     /// a renewed certificate needs no restart.
@@ -524,144 +396,14 @@ impl Broker {
         });
     }
 
+    /// Starts the ISR writer, which reaches the controller in process when it is this broker.
     pub fn spawn_isr_writer(self: &Arc<Self>) {
-        let b = self.clone();
-        tokio::spawn(async move {
-            let mut conn: Option<(i32, crate::security::client::BrokerConnection)> = None;
-            let mut correlation_id = 0i32;
-            loop {
-                b.isr_queued.notified().await;
-                loop {
-                    let batch: Vec<IsrChange> = {
-                        let mut q = b.pending_isr.lock().unwrap_or_else(|p| p.into_inner());
-                        q.drain().map(|(_, v)| v).collect()
-                    };
-                    if batch.is_empty() {
-                        break;
-                    }
-                    correlation_id = correlation_id.wrapping_add(1);
-                    match b.alter_partition(batch, &mut conn, correlation_id).await {
-                        Ok(()) => {}
-                        Err(e) => {
-                            tracing::info!(error = %e, "cannot send ISR changes to the controller; the leaders will propose them again");
-                            conn = None;
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-    }
-
-    async fn alter_partition(
-        self: &Arc<Self>,
-        batch: Vec<IsrChange>,
-        conn: &mut Option<(i32, crate::security::client::BrokerConnection)>,
-        correlation_id: i32,
-    ) -> anyhow::Result<()> {
-        use crate::controller::messages::{
-            AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionTopicData,
-            BrokerState,
-        };
-        let me = self.config.broker_id;
-        let snapshot = self.cache.snapshot();
-        let mut topics: Vec<AlterPartitionTopicData> = Vec::new();
-        let mut sent: std::collections::HashMap<(uuid::Uuid, i32), (Arc<Partition>, i32)> = Default::default();
-        for (partition, isr) in batch {
-            let (role, epoch) = partition.role();
-            let Some(topic) = snapshot.topics.get(&partition.topic) else { continue };
-            if role != crate::replication::Role::Leader {
-                continue;
-            }
-            let data = AlterPartitionPartitionData {
-                partition_index: partition.index,
-                leader_epoch: epoch,
-                new_isr_with_epochs: isr.iter().map(|&broker_id| BrokerState { broker_id, broker_epoch: -1 }).collect(),
-                leader_recovery_state: 0,
-                partition_epoch: partition.partition_epoch(),
-            };
-            match topics.iter_mut().find(|t| t.topic_id == topic.id) {
-                Some(t) => t.partitions.push(data),
-                None => topics.push(AlterPartitionTopicData {
-                    topic_name: topic.name.clone(),
-                    topic_id: topic.id,
-                    partitions: vec![data],
-                }),
-            }
-            sent.insert((topic.id, partition.index), (partition, epoch));
-        }
-        if topics.is_empty() {
-            return Ok(());
-        }
-        let req = AlterPartitionRequest { broker_id: me, broker_epoch: self.broker_epoch(), topics };
-        let resp: AlterPartitionResponse = if self.is_controller() {
-            let b = self.clone();
-            tokio::task::spawn_blocking(move || b.handle_alter_partition(&req)).await?
-        } else {
-            let controller = snapshot.controller_id;
-            if conn.as_ref().is_none_or(|(id, c)| *id != controller || c.session_expiring()) {
-                let target = snapshot
-                    .brokers
-                    .iter()
-                    .find(|b| b.id == controller)
-                    .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
-                let stream = self
-                    .security
-                    .inter_broker
-                    .connect(&target.host, target.port, &format!("gregor-broker-{me}"))
-                    .await?;
-                *conn = Some((controller, stream));
-            }
-            let Some((_, stream)) = conn.as_mut() else { anyhow::bail!("no connection to the controller") };
-            let client_id = format!("gregor-broker-{me}");
-            let max = self.config.socket_request_max_bytes;
-            let call = crate::controller::channel::round_trip(
-                stream,
-                correlation_id,
-                &client_id,
-                &req,
-                ALTER_PARTITION_VERSION,
-                max,
-            );
-            tokio::time::timeout(self.security.inter_broker.request_timeout, call).await??
-        };
-        if resp.error_code != 0 {
-            anyhow::bail!("AlterPartition refused with error {}", resp.error_code);
-        }
-        for t in resp.topics {
-            for p in t.partitions {
-                let Some((partition, epoch)) = sent.get(&(t.topic_id, p.partition_index)) else { continue };
-                if p.error_code != 0 {
-                    tracing::info!(topic = %partition.topic, partition = p.partition_index, error = p.error_code, "ISR change refused by the controller");
-                    continue;
-                }
-                // Applied only if this broker still leads at the epoch it proposed for.
-                if partition.role() == (crate::replication::Role::Leader, *epoch) && p.leader_epoch == *epoch {
-                    partition.set_partition_epoch(p.partition_epoch);
-                    partition.set_isr(p.isr);
-                }
-            }
-        }
-        self.replicas.notify_changed();
-        Ok(())
+        self.replicas.spawn_isr_writer(Arc::new(BrokerLink(Arc::downgrade(self))));
     }
 
     /// Drops followers that stopped keeping up (checked every replica.lag.time.max.ms / 2).
     pub fn spawn_isr_expiry(self: &Arc<Self>) {
-        let b = self.clone();
-        let lag = Duration::from_millis(self.config.replica_lag_time_max_ms);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval((lag / 2).max(Duration::from_millis(100)));
-            loop {
-                tick.tick().await;
-                for p in b.replicas.all_partitions() {
-                    if let Some(isr) = p.isr_to_shrink(lag) {
-                        b.record_isr_change(&p, isr);
-                    }
-                }
-            }
-        });
+        self.replicas.spawn_isr_expiry();
     }
 
     /// Controlled shutdown as Kafka does it: ask the controller (ControlledShutdown) to move
@@ -680,8 +422,7 @@ impl Broker {
             self.config.values.get("controlled.shutdown.retry.backoff.ms").and_then(|v| v.parse().ok()).unwrap_or(5000),
         );
         // A departing broker must not look like a caught-up follower.
-        self.shutting_down.store(true, Ordering::Release);
-        self.fetchers.stop_all();
+        self.replicas.begin_shutdown();
         let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_TIMEOUT;
         for attempt in 0..=retries {
             match self.ask_controlled_shutdown().await {
@@ -706,9 +447,9 @@ impl Broker {
         let me = self.config.broker_id;
         let epoch = self.broker_epoch();
         let snapshot = self.cache.snapshot();
-        let resp: ControlledShutdownResponse = if self.is_controller() {
-            let b = self.clone();
-            tokio::task::spawn_blocking(move || b.handle_controlled_shutdown(me, epoch)).await?
+        let resp: ControlledShutdownResponse = if self.controller.is_controller() {
+            let c = self.controller.clone();
+            tokio::task::spawn_blocking(move || c.handle_controlled_shutdown(me, epoch)).await?
         } else {
             let target = snapshot
                 .brokers
@@ -767,7 +508,7 @@ impl Broker {
         // Leaving /brokers/ids and /controller at once lets the others react now rather than
         // after the session timeout.
         let _ = self.store.delete_recursive(&zk_data::broker_path(self.config.broker_id));
-        if self.is_controller() {
+        if self.controller.is_controller() {
             let _ = self.store.delete_recursive(zk_data::CONTROLLER);
         }
         if let Err(e) = self.replicas.checkpoint_high_watermarks() {
@@ -783,6 +524,51 @@ impl Broker {
             Ok(()) => tracing::info!("logs flushed; clean shutdown recorded"),
             Err(e) => tracing::error!(error = %e, "log shutdown failed; the next start will run recovery"),
         }
+    }
+}
+
+impl crate::controller::LocalBroker for Broker {
+    fn become_leader_or_follower(
+        &self,
+        req: &crate::controller::messages::LeaderAndIsrRequest,
+    ) -> crate::controller::messages::LeaderAndIsrResponse {
+        self.replicas.become_leader_or_follower(req)
+    }
+
+    fn stop_replicas(&self, req: &crate::controller::messages::StopReplicaRequest) {
+        self.replicas.stop_replicas(req);
+    }
+
+    fn make_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        topic_id: &str,
+        config: crate::log::LogConfig,
+    ) -> Result<(), crate::log::LogError> {
+        self.replicas.make_leader(topic, partition, topic_id, config).map(|_| ())
+    }
+
+    fn remove_partition(&self, topic: &str, partition: i32) -> Result<(), crate::log::LogError> {
+        self.replicas.remove_partition(topic, partition)
+    }
+
+    fn set_log_config(&self, topic: &str, partition: i32, config: crate::log::LogConfig) {
+        if let Some(part) = self.replicas.partition(topic, partition) {
+            part.set_config(config);
+        }
+    }
+
+    fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
+        Broker::on_partitions_deleted(self, deleted);
+    }
+
+    fn effective_config(&self) -> Arc<BrokerConfig> {
+        Broker::effective_config(self)
+    }
+
+    fn saw_controller_epoch(&self, epoch: i32) {
+        self.replicas.observe_controller_epoch(epoch);
     }
 }
 
@@ -913,4 +699,78 @@ fn write_meta_properties(config: &BrokerConfig, cluster_id: &str) -> anyhow::Res
         std::fs::write(&path, text)?;
     }
     Ok(())
+}
+
+/// What the replica manager sees of the broker's other components: the coordinators that load
+/// and drop their state with leadership of their topics' partitions, and the controller.
+/// Weak, as the broker owns the replica manager.
+struct BrokerLink(std::sync::Weak<Broker>);
+
+impl LeadershipListener for BrokerLink {
+    fn before_become_leader(&self, tp: &TopicPartition) {
+        let Some(b) = self.0.upgrade() else { return };
+        if tp.0 == crate::group::OFFSETS_TOPIC {
+            b.set_loading_offsets(tp.1, true);
+        }
+        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+            b.txns.set_loading(tp.1, true);
+        }
+    }
+
+    fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
+        let Some(b) = self.0.upgrade() else { return };
+        let offsets = tp.0 == crate::group::OFFSETS_TOPIC;
+        let txn_state = tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
+        if new_term && offsets {
+            b.load_groups(Some(tp.1));
+        }
+        if new_term && txn_state {
+            b.load_txns(Some(tp.1));
+        }
+        if txn_state {
+            b.txns.set_loading(tp.1, false);
+        }
+        if offsets {
+            b.set_loading_offsets(tp.1, false);
+        }
+    }
+
+    fn forget_partition(&self, tp: &TopicPartition) {
+        if let Some(b) = self.0.upgrade() {
+            b.txns.forget_partition(tp);
+        }
+    }
+
+    fn on_resign(&self, tp: &TopicPartition) {
+        let Some(b) = self.0.upgrade() else { return };
+        if tp.0 == crate::group::OFFSETS_TOPIC {
+            b.unload_groups(tp.1);
+        }
+        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+            b.unload_txns(tp.1);
+        }
+    }
+}
+
+impl ControllerGateway for BrokerLink {
+    fn broker_epoch(&self) -> i64 {
+        self.0.upgrade().map_or(-1, |b| b.broker_epoch())
+    }
+
+    fn is_controller(&self) -> bool {
+        self.0.upgrade().is_some_and(|b| b.controller.is_controller())
+    }
+
+    fn handle_alter_partition(
+        &self,
+        req: &crate::controller::messages::AlterPartitionRequest,
+    ) -> crate::controller::messages::AlterPartitionResponse {
+        match self.0.upgrade() {
+            Some(b) => b.controller.handle_alter_partition(req),
+            None => crate::controller::messages::AlterPartitionResponse {
+                error_code: ErrorCode::NotController.code(),
+                ..Default::default()
+            },
+        }
+    }
 }

@@ -61,10 +61,10 @@ fn run_elections(ctx: &RequestContext, req: &ElectLeadersRequest) -> Result<Vec<
             snapshot.topics.values().flat_map(|t| t.partitions.iter().map(move |p| (t.name.clone(), p.index))).collect()
         }
     };
-    if let Err(e) = broker.check_controller() {
+    if let Err(e) = broker.controller.check_controller() {
         return Ok(wanted.into_iter().map(|tp| (tp, Err(e.clone()))).collect());
     }
-    let results = broker.elect_leaders(kind, &wanted);
+    let results = broker.controller.elect_leaders(kind, &wanted);
     Ok(wanted.into_iter().zip(results).collect())
 }
 
@@ -297,7 +297,7 @@ pub fn alter_partition_reassignments(
     let mut r = AlterPartitionReassignmentsResponse::default();
     // null on success, as Kafka answers (the crate's default is an empty string)
     r.error_message = None;
-    if let Err(e) = ctx.require_cluster(Operation::Alter).and_then(|()| ctx.broker.check_controller()) {
+    if let Err(e) = ctx.require_cluster(Operation::Alter).and_then(|()| ctx.broker.controller.check_controller()) {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;
@@ -312,7 +312,7 @@ pub fn alter_partition_reassignments(
             })
         })
         .collect();
-    let results = ctx.broker.alter_reassignments(&wanted);
+    let results = ctx.broker.controller.alter_reassignments(&wanted);
     for ((topic, partition, _), res) in wanted.into_iter().zip(results) {
         let mut pr = ReassignablePartitionResponse::default();
         pr.partition_index = partition;
@@ -341,7 +341,7 @@ pub fn list_partition_reassignments(
 ) -> ListPartitionReassignmentsResponse {
     let mut r = ListPartitionReassignmentsResponse::default();
     r.error_message = None;
-    if let Err(e) = ctx.require_cluster(Operation::Describe).and_then(|()| ctx.broker.check_controller()) {
+    if let Err(e) = ctx.require_cluster(Operation::Describe).and_then(|()| ctx.broker.controller.check_controller()) {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;
@@ -350,7 +350,7 @@ pub fn list_partition_reassignments(
         .topics
         .as_ref()
         .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.iter().copied().collect())).collect());
-    for (topic, partition, replicas, adding, removing) in ctx.broker.list_reassignments(only.as_ref()) {
+    for (topic, partition, replicas, adding, removing) in ctx.broker.controller.list_reassignments(only.as_ref()) {
         let mut p = OngoingPartitionReassignment::default();
         p.partition_index = partition;
         p.replicas = broker_ids(&replicas);

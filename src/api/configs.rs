@@ -291,7 +291,7 @@ fn alter_topic(
     if validate_only {
         return Ok(());
     }
-    broker.set_topic_configs(name, configs)
+    broker.controller.set_topic_configs(name, configs)
 }
 
 pub fn incremental_alter_configs(
@@ -480,7 +480,7 @@ fn replace_topic_configs(
     if validate_only {
         return Ok(());
     }
-    broker.set_topic_configs(name, configs)
+    broker.controller.set_topic_configs(name, configs)
 }
 
 pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse {

@@ -91,7 +91,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
 
     // Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
     // epoch 0 opens a new one. Any other epoch continues the named session.
-    let sessions = &ctx.broker.fetch_sessions;
+    let sessions = &ctx.broker.replicas.fetch_sessions;
     let now = Instant::now();
     let mut session: Option<Arc<Mutex<Session>>> = None;
     let mut incremental = false;
@@ -587,17 +587,17 @@ fn read_all(
                             limit.max(1),
                         );
                         if let Some(isr) = expand {
-                            broker.record_isr_change(&p, isr);
+                            broker.replicas.record_isr_change(&p, isr);
                         }
                         let mut result = result;
                         if quota::is_throttled(throttled.as_ref(), wp.index, broker.config.broker_id)
                             && !p.isr().contains(&replica)
                         {
                             // Its progress is recorded; only the copy waits for the bucket.
-                            if broker.leader_quota.exceeded(throttle_rate) {
+                            if broker.replicas.leader_quota.exceeded(throttle_rate) {
                                 result.records = Bytes::new();
                             } else {
-                                broker.leader_quota.record(throttle_rate, result.records.len());
+                                broker.replicas.leader_quota.record(throttle_rate, result.records.len());
                             }
                         }
                         result

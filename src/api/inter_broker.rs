@@ -64,7 +64,7 @@ pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: 
         messages::CONTROLLED_SHUTDOWN => {
             let req = ControlledShutdownRequest::decode(&mut body, version).map_err(malformed)?;
             let b = broker.clone();
-            blocking(move || b.handle_controlled_shutdown(req.broker_id, req.broker_epoch))
+            blocking(move || b.controller.handle_controlled_shutdown(req.broker_id, req.broker_epoch))
                 .await
                 .unwrap_or_else(|e| ControlledShutdownResponse { error_code: e.code(), remaining_partitions: vec![] })
                 .encode(&mut out, version)
@@ -72,7 +72,7 @@ pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: 
         messages::ALTER_PARTITION => {
             let req = AlterPartitionRequest::decode(&mut body, version).map_err(malformed)?;
             let b = broker.clone();
-            blocking(move || b.handle_alter_partition(&req))
+            blocking(move || b.controller.handle_alter_partition(&req))
                 .await
                 .unwrap_or_else(|e| AlterPartitionResponse { error_code: e.code(), ..Default::default() })
                 .encode(&mut out, version)
@@ -110,7 +110,7 @@ async fn leader_and_isr(broker: &Arc<Broker>, req: LeaderAndIsrRequest) -> Leade
     }
     let b = broker.clone();
     let req2 = req.clone();
-    match blocking(move || b.become_leader_or_follower(&req2)).await {
+    match blocking(move || b.replicas.become_leader_or_follower(&req2)).await {
         Ok(r) => r,
         Err(code) => refuse(code, &req),
     }
@@ -121,10 +121,10 @@ async fn update_metadata(broker: &Arc<Broker>, req: UpdateMetadataRequest) -> Up
         tracing::warn!(controller = req.controller_id, epoch = req.controller_epoch, ?code, "UpdateMetadata fenced");
         return UpdateMetadataResponse { error_code: code.code() };
     }
-    if broker.is_controller() {
+    if broker.controller.is_controller() {
         // The controller's image comes from ZooKeeper. Only a newer controller's word counts,
         // and it means this one was replaced without noticing.
-        if req.controller_epoch <= broker.controller_epoch() {
+        if req.controller_epoch <= broker.controller.controller_epoch() {
             return UpdateMetadataResponse { error_code: ErrorCode::StaleControllerEpoch.code() };
         }
         tracing::warn!(
@@ -132,7 +132,7 @@ async fn update_metadata(broker: &Arc<Broker>, req: UpdateMetadataRequest) -> Up
             epoch = req.controller_epoch,
             "a newer controller exists; resigning"
         );
-        broker.resign_controller();
+        broker.controller.resign_controller();
     }
     let b = broker.clone();
     blocking(move || b.update_metadata(&req))
@@ -161,5 +161,5 @@ async fn stop_replica(broker: &Arc<Broker>, req: StopReplicaRequest) -> StopRepl
     }
     let b = broker.clone();
     let req2 = req.clone();
-    blocking(move || b.stop_replicas(&req2)).await.unwrap_or_else(|code| refuse(code, &req))
+    blocking(move || b.replicas.stop_replicas(&req2)).await.unwrap_or_else(|code| refuse(code, &req))
 }

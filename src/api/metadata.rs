@@ -149,7 +149,7 @@ pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
                 {
                     return error_topic(Some(name), Uuid::nil(), ErrorCode::TopicAuthorizationFailed);
                 }
-                match broker.auto_create(&name) {
+                match broker.controller.auto_create(&name) {
                     Ok(Some(t)) => topic_response(&t),
                     // Kafka answers LEADER_NOT_AVAILABLE until the controller has elected leaders.
                     Ok(None) => error_topic(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable),

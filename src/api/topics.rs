@@ -67,9 +67,10 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
             continue;
         }
         let plan = broker
+            .controller
             .check_controller()
             .and_then(|_| {
-                broker.plan_topic(TopicRequest {
+                broker.controller.plan_topic(TopicRequest {
                     name: name.clone(),
                     num_partitions: t.num_partitions,
                     replication_factor: t.replication_factor,
@@ -94,7 +95,7 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
         }
     }
     let shapes: Vec<(i32, i16)> = to_create.iter().map(|p| (p.num_partitions, p.replication_factor)).collect();
-    for ((i, (np, rf)), result) in planned.into_iter().zip(shapes).zip(broker.create_topics(to_create)) {
+    for ((i, (np, rf)), result) in planned.into_iter().zip(shapes).zip(broker.controller.create_topics(to_create)) {
         answers[i].1 = Some(result.map(|info| (np, rf, info.configs.clone(), Some(info.id))));
     }
     for (mut out, answer) in answers {
@@ -176,7 +177,12 @@ fn delete_topics_now(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
                 Ok(n)
             }
         });
-        match broker.check_controller().and(resolved).and_then(|n| broker.delete_topic(&n).map(|id| (n, id))) {
+        match broker
+            .controller
+            .check_controller()
+            .and(resolved)
+            .and_then(|n| broker.controller.delete_topic(&n).map(|id| (n, id)))
+        {
             Ok((n, id)) => {
                 out.name = Some(TopicName(StrBytes::from_string(n)));
                 out.topic_id = id;
@@ -254,12 +260,13 @@ pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> 
             false => Err(refused("ALTER on the topic")),
         };
         let result = allowed
-            .and_then(|_| ctx.broker.check_partition_bound(t.count))
+            .and_then(|_| ctx.broker.controller.check_partition_bound(t.count))
             .and_then(|_| budget.claim(t.count))
             .and_then(|_| {
                 ctx.broker
+                    .controller
                     .check_controller()
-                    .and_then(|_| ctx.broker.create_partitions(&name, t.count, manual, req.validate_only))
+                    .and_then(|_| ctx.broker.controller.create_partitions(&name, t.count, manual, req.validate_only))
             });
         if let Err(e) = result {
             out.error_code = e.code;

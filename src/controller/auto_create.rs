@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::Controller;
 use super::TopicRequest;
 use crate::api::error::ApiError;
-use crate::broker::Broker;
 use crate::config::InternalTopicConfig;
 use crate::metadata::TopicInfo;
 
@@ -24,7 +24,7 @@ pub fn is_internal(name: &str) -> bool {
     name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC
 }
 
-impl Broker {
+impl Controller {
     /// What auto-creation asks for `name`: Kafka's coordinator settings for the two internal
     /// topics, the broker defaults (-1) for any other.
     pub fn auto_topic_request(&self, name: &str) -> TopicRequest {

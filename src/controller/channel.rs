@@ -17,7 +17,7 @@ use super::messages::{
     self, InterBrokerHeader, LeaderAndIsrRequest, LeaderAndIsrResponse, Message, StopReplicaRequest,
     StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
 };
-use crate::broker::Broker;
+use super::Controller;
 use crate::security::client::BrokerConnection;
 
 /// The versions the controller sends: the newest ZooKeeper-mode ones that name topics by id
@@ -64,7 +64,7 @@ pub struct ControllerChannels {
 impl ControllerChannels {
     /// Keeps exactly one channel per broker in `live` (id, broker epoch): a broker that
     /// re-registered gets a new channel, one that left loses its own.
-    pub fn retain(&self, broker: &Arc<Broker>, live: &[(i32, i64)]) {
+    pub fn retain(&self, broker: &Arc<Controller>, live: &[(i32, i64)]) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         channels.retain(|id, c| live.iter().any(|(l, e)| l == id && *e == c.epoch));
@@ -107,7 +107,7 @@ impl ControllerChannels {
 }
 
 async fn run(
-    broker: Weak<Broker>,
+    broker: Weak<Controller>,
     target: i32,
     mut rx: mpsc::Receiver<ControlRequest>,
     resync: Arc<AtomicBool>,
@@ -158,7 +158,7 @@ async fn run(
                 let client_id = format!("gregor-controller-{}", b.config.broker_id);
                 let max = b.config.socket_request_max_bytes;
                 // request.timeout.ms: a broker that does not answer in this time is reconnected.
-                let request_timeout = b.security.inter_broker.request_timeout;
+                let request_timeout = b.inter_broker.request_timeout;
                 drop(b);
                 let sent =
                     tokio::time::timeout(request_timeout, exchange(stream, correlation_id, &client_id, &request, max))
@@ -194,14 +194,14 @@ async fn run(
     }
 }
 
-async fn connect(broker: &Broker, target: i32) -> Option<BrokerConnection> {
+async fn connect(broker: &Controller, target: i32) -> Option<BrokerConnection> {
     let snapshot = broker.cache.snapshot();
     let b = snapshot.brokers.iter().find(|b| b.id == target)?;
     let client_id = format!("gregor-controller-{}", broker.config.broker_id);
-    match broker.security.inter_broker.connect(&b.host, b.port, &client_id).await {
+    match broker.inter_broker.connect(&b.host, b.port, &client_id).await {
         Ok(c) => Some(c),
         Err(e) if e.is_authentication() => {
-            tracing::warn!(broker = target, listener = broker.security.inter_broker.listener(), error = %e, "cannot authenticate to broker");
+            tracing::warn!(broker = target, listener = broker.inter_broker.listener(), error = %e, "cannot authenticate to broker");
             None
         }
         Err(e) => {

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::Controller;
 use crate::api::error::{ApiError, ErrorCode};
-use crate::broker::Broker;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::zk_sync::Changes;
@@ -133,7 +133,7 @@ struct Candidate<'a> {
 /// of a large cluster dies).
 const STATE_CHANGE_BATCH: usize = 1000;
 
-impl Broker {
+impl Controller {
     /// The controller's share of a pass, decided from its image of the cluster (the metadata
     /// cache, just brought up to date): topic deletions and reassignments, first leaders for
     /// new partitions, and, when brokers came or went, new leaders and ISRs for the
@@ -314,7 +314,7 @@ pub fn admin_election(
 /// with the controller's own passes.
 const ADMIN_ELECTION_ATTEMPTS: usize = 3;
 
-impl Broker {
+impl Controller {
     /// ElectLeaders on the controller: decides each partition from its state in ZooKeeper and
     /// writes the new state (compare-and-set); the controller's next pass, woken by the watch on
     /// that znode, tells the brokers. Returns the new (leader, leader epoch) per partition.

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::broker::Broker;
+use super::Controller;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, FeatureZnode};
 
@@ -37,7 +37,7 @@ pub fn finalized_features_epoch(read: Option<&(String, i32)>) -> Option<i64> {
     (node.enabled && !unsupported).then_some(i64::from(*version))
 }
 
-impl Broker {
+impl Controller {
     /// At election: `/feature` enabled, as Kafka's controller sets it up in onControllerFailover.
     pub fn setup_feature_versioning(&self) -> Result<(), StoreError> {
         let current = self.store.get_versioned(zk_data::FEATURE)?;

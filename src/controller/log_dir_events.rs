@@ -12,14 +12,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::messages::LeaderAndIsrPartitionError;
-use crate::broker::Broker;
+use super::Controller;
 use crate::metadata::store::{StoreError, ZnodeStore};
 use crate::metadata::zk_data;
 
 /// Per broker: the broker epoch its offline replicas were reported under, and the replicas.
 pub type OfflineReplicas = BTreeMap<i32, (i64, BTreeSet<(String, i32)>)>;
 
-impl Broker {
+impl Controller {
     fn offline_dirs(&self) -> std::sync::MutexGuard<'_, OfflineReplicas> {
         self.replicas_on_offline_dirs.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -53,10 +53,10 @@ impl Broker {
             self.channels.resync(broker);
             return;
         }
-        let Some(me) = self.arc() else { return };
+        let Some(local) = self.local() else { return };
         for r in self.full_state_for(broker) {
             if let super::channel::ControlRequest::LeaderAndIsr(req) = r {
-                let resp = me.become_leader_or_follower(&req);
+                let resp = local.become_leader_or_follower(&req);
                 let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
                 let offline = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();
                 self.on_replicas_offline(broker, offline);

@@ -12,6 +12,11 @@ pub mod messages;
 pub mod propagate;
 pub mod reassign;
 pub mod requests;
+pub mod state;
+#[cfg(test)]
+mod unit_tests;
+
+pub use state::{Controller, LocalBroker};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +24,6 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::api::error::{ApiError, ErrorCode};
-use crate::broker::Broker;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{PartitionInfo, TopicInfo};
 
@@ -115,7 +119,7 @@ pub struct TopicRequest {
     pub configs: BTreeMap<String, String>,
 }
 
-impl Broker {
+impl Controller {
     /// Refuses a topic of more partitions than `gregor.max.partitions.per.topic`, before
     /// anything is allocated for them.
     pub(crate) fn check_partition_bound(&self, partitions: i32) -> Result<(), ApiError> {
@@ -468,8 +472,9 @@ impl Broker {
             .log_config_for(&topic.configs)
             .map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?;
         let id = zk_data::uuid_to_kafka(topic.id);
+        let Some(local) = self.local() else { return Ok(()) };
         for p in topic.partitions.iter().filter(|p| p.leader == self.config.broker_id) {
-            self.replicas.make_leader(&topic.name, p.index, &id, log_config.clone())?;
+            local.make_leader(&topic.name, p.index, &id, log_config.clone())?;
         }
         Ok(())
     }
@@ -496,9 +501,11 @@ impl Broker {
         self.cache.update(|c| {
             c.topics.remove(name);
         });
-        for p in &topic.partitions {
-            if let Err(e) = self.replicas.remove_partition(name, p.index) {
-                tracing::warn!(topic = %name, partition = p.index, error = %e, "could not delete partition log");
+        if let Some(local) = self.local() {
+            for p in &topic.partitions {
+                if let Err(e) = local.remove_partition(name, p.index) {
+                    tracing::warn!(topic = %name, partition = p.index, error = %e, "could not delete partition log");
+                }
             }
         }
         tracing::info!(topic = %name, "deleted topic");
@@ -581,9 +588,9 @@ impl Broker {
         self.cache.update(|c| {
             c.topics.insert(name.to_string(), next.clone());
         });
-        for p in &topic.partitions {
-            if let Some(part) = self.replicas.partition(name, p.index) {
-                part.set_config(log_config.clone());
+        if let Some(local) = self.local() {
+            for p in &topic.partitions {
+                local.set_log_config(name, p.index, log_config.clone());
             }
         }
         Ok(())

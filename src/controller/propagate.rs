@@ -13,7 +13,7 @@ use super::messages::{
     StopReplicaPartitionState, StopReplicaRequest, StopReplicaTopicState, UpdateMetadataBroker, UpdateMetadataEndpoint,
     UpdateMetadataPartitionState, UpdateMetadataRequest, UpdateMetadataTopicState,
 };
-use crate::broker::Broker;
+use super::Controller;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::PartitionInfo;
 use crate::replication::control::{FULL_STATE, INCREMENTAL_STATE, LEADER_DURING_DELETE};
@@ -49,8 +49,8 @@ struct Batch<'a> {
     removed: Vec<(i32, &'a str, i32)>,
 }
 
-impl Broker {
-    /// Forgets what brokers were told: the next [`Broker::propagate`] sends everything (a new
+impl Controller {
+    /// Forgets what brokers were told: the next [`Controller::propagate`] sends everything (a new
     /// controller knows nothing of what its predecessor sent).
     pub fn reset_propagated(&self) {
         *self.propagated.lock().unwrap_or_else(|p| p.into_inner()) = Propagated::default();
@@ -174,8 +174,8 @@ impl Broker {
         // The controller applies its own share directly (it opens and closes logs, so not
         // under the lock); its image is already current.
         let (lai, stop) = own;
-        if let (Some(r), Some(me)) = (lai, self.arc()) {
-            let resp = me.become_leader_or_follower(&r);
+        if let (Some(r), Some(local)) = (lai, self.local()) {
+            let resp = local.become_leader_or_follower(&r);
             // Its own replicas in an offline log dir, as another broker's answer would name them.
             let storage = crate::api::error::ErrorCode::KafkaStorageError.code();
             let offline: Vec<_> = resp.partition_errors.into_iter().filter(|e| e.error_code == storage).collect();

@@ -15,8 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::Controller;
 use crate::api::error::{ApiError, ErrorCode};
-use crate::broker::Broker;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, Moving, PartitionState};
 use crate::metadata::zk_sync::Changes;
@@ -107,7 +107,7 @@ pub type ReassignmentRequest = (String, i32, Option<Vec<i32>>);
 /// A reassignment in flight: (topic, partition, replicas, adding, removing).
 pub type Ongoing = (String, i32, Vec<i32>, Vec<i32>, Vec<i32>);
 
-impl Broker {
+impl Controller {
     /// AlterPartitionReassignments on the controller: each move checked, started (or, when its
     /// target is already in the ISR, such as a cancellation or a shrink, finished at once) and
     /// told to the brokers before the answer.

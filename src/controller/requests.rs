@@ -12,8 +12,8 @@ use super::messages::{
     AlterPartitionPartitionResult, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionTopicResult,
     ControlledShutdownResponse, RemainingPartition,
 };
+use super::Controller;
 use crate::api::error::ErrorCode;
-use crate::broker::Broker;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::StoreError;
@@ -26,7 +26,7 @@ const SHUTDOWN_SETTLE: Duration = Duration::from_secs(5);
 /// version it replaces).
 type IsrWrite = ((usize, usize), String, i32, PartitionState, i32);
 
-impl Broker {
+impl Controller {
     /// The brokers that may lead or join an ISR: registered and not shutting down.
     pub fn eligible_brokers(&self, snapshot: &ClusterSnapshot) -> BTreeSet<i32> {
         let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());

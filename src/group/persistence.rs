@@ -219,7 +219,7 @@ impl Broker {
     }
 
     fn create_offsets_topic(&self) -> Result<(), i16> {
-        match self.auto_create(OFFSETS_TOPIC) {
+        match self.controller.auto_create(OFFSETS_TOPIC) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(COORDINATOR_NOT_AVAILABLE),
             Err(_) if self.cache.topic(OFFSETS_TOPIC).is_some() => Ok(()),

@@ -6,6 +6,7 @@
 
 pub mod cache;
 pub mod store;
+pub mod update_metadata;
 pub mod zk_data;
 pub mod zk_store;
 pub mod zk_sync;

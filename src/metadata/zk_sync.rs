@@ -181,7 +181,7 @@ impl Broker {
             self.quotas.reload_client_quotas()?;
         }
         if changes.is_none_or(|c| c.feature) {
-            self.load_finalized_features()?;
+            self.controller.load_finalized_features()?;
         }
         if changes.is_none_or(|c| c.config_changes) {
             if let Err(e) = self.dynamic.purge_obsolete_changes() {
@@ -207,7 +207,7 @@ impl Broker {
                 }
             }
         }
-        let was_controller = self.is_controller();
+        let was_controller = self.controller.is_controller();
         let previous = self.cache.snapshot();
         let mut controller = (previous.controller_id >= 0).then_some(previous.controller_id);
         if changes.is_none_or(|c| c.controller || c.brokers) {
@@ -215,15 +215,15 @@ impl Broker {
                 serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32)
             };
             controller = store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
-            if controller.is_none() && self.try_become_controller()? {
+            if controller.is_none() && self.controller.try_become_controller()? {
                 controller = Some(self.config.broker_id);
             }
-            if controller != Some(self.config.broker_id) && self.is_controller() {
+            if controller != Some(self.config.broker_id) && self.controller.is_controller() {
                 tracing::warn!("no longer the controller");
-                self.resign_controller();
+                self.controller.resign_controller();
             }
         }
-        if !self.is_controller() {
+        if !self.controller.is_controller() {
             // Everything else a broker knows comes from the controller's requests; of the
             // tree it follows only who the controller is and the topic configs.
             self.cache.update(|c| c.controller_id = controller.unwrap_or(-1));
@@ -248,8 +248,7 @@ impl Broker {
         let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
         {
             // A broker in controlled shutdown stays out of leadership and ISRs until it is gone.
-            let mut leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
-            leaving.retain(|b| live.contains(b));
+            self.controller.retain_shutting_down(&live);
         }
 
         // What this pass read, merged into the image at the end against what the image holds
@@ -330,20 +329,17 @@ impl Broker {
             // Configs changed by others are applied to this broker's own logs here.
             self.apply_topic_configs(&previous.topics, &topics, &c.topics);
         }
-        let eligible: BTreeSet<i32> = {
-            let leaving = self.shutting_down_brokers.lock().unwrap_or_else(|p| p.into_inner());
-            live.difference(&leaving).copied().collect()
-        };
+        let eligible: BTreeSet<i32> = self.controller.eligible_of(&live);
         if brokers_read {
-            self.forget_offline_replicas_of_gone_brokers();
+            self.controller.forget_offline_replicas_of_gone_brokers();
         }
         if scope.is_none_or(|c| c.log_dir_events) {
-            self.process_log_dir_events()?;
+            self.controller.process_log_dir_events()?;
         }
-        self.controller_duties(&eligible, scope)?;
+        self.controller.controller_duties(&eligible, scope)?;
         let touched: Option<BTreeSet<String>> =
             scope.map(|c| c.topics.iter().chain(c.partitions.keys()).cloned().collect());
-        self.propagate(touched.as_ref());
+        self.controller.propagate(touched.as_ref());
         Ok(())
     }
 
@@ -435,7 +431,7 @@ impl Broker {
             let id = match id {
                 Some(id) => id,
                 // A topic written by hand (as old tools did) gets its id from the controller.
-                None if self.is_controller() => {
+                None if self.controller.is_controller() => {
                     let id = zk_data::new_kafka_uuid();
                     store.set(&zk_data::topic_path(name), &zk_data::topic_json_moving(&assignment, id, &moving))?;
                     id
@@ -478,9 +474,9 @@ impl Broker {
         tokio::spawn(async move {
             while sessions.changed().await.is_ok() {
                 let event = *sessions.borrow_and_update();
-                if !event.live && b.is_controller() {
+                if !event.live && b.controller.is_controller() {
                     tracing::warn!("ZooKeeper session lost: resigning as controller");
-                    b.resign_controller();
+                    b.controller.resign_controller();
                     b.cache.update(|c| c.controller_id = -1);
                 }
             }
@@ -499,14 +495,14 @@ impl Broker {
             loop {
                 tokio::select! {
                     changed = changes.changed() => if changed.is_err() { return },
-                    _ = imbalance_check.tick() => broker.request_preferred_election(),
+                    _ = imbalance_check.tick() => broker.controller.request_preferred_election(),
                 }
                 loop {
                     let b = broker.clone();
                     let result = tokio::task::spawn_blocking(move || {
                         let super::store::ZnodeStore::ZooKeeper(zk) = &*b.store else { return Ok(()) };
                         let dirty = zk.take_dirty();
-                        let preferred = b.take_preferred_election();
+                        let preferred = b.controller.take_preferred_election();
                         let result = if dirty.full {
                             b.reconcile()
                         } else if dirty.paths.is_empty() {
@@ -514,8 +510,8 @@ impl Broker {
                         } else {
                             b.reconcile_changes(Some(&Changes::from_paths(&dirty.paths)))
                         };
-                        let result = result.and_then(|()| match preferred && b.is_controller() {
-                            true => b.preferred_elections(),
+                        let result = result.and_then(|()| match preferred && b.controller.is_controller() {
+                            true => b.controller.preferred_elections(),
                             false => Ok(()),
                         });
                         if result.is_err() {

@@ -249,10 +249,9 @@ fn drop_move(logs: &LogManager, key: &Key, future: &crate::log::manager::SharedL
 /// The task that drives every log dir move: woken when one starts, and while any is in
 /// progress, by an append to a moving partition (the copies follow the current logs), a
 /// metadata change, or after a short wait.
-pub async fn run(broker: Arc<crate::broker::Broker>) {
+pub async fn run(replicas: Arc<super::ReplicaManager>) {
     let quota = Arc::new(ReplicationQuota::default());
     loop {
-        let replicas = &broker.replicas;
         if replicas.logs().moving().is_empty() {
             tokio::select! {
                 _ = replicas.log_dir_moves.notified() => {}
@@ -269,13 +268,12 @@ pub async fn run(broker: Arc<crate::broker::Broker>) {
             }
         }
         let changed = replicas.changed();
-        let config = broker.effective_config();
+        let config = replicas.handles.effective_config();
         let (max_bytes, rate) =
             (config.replica_fetch_max_bytes.max(1) as usize, config.replica_alter_log_dirs_io_max_bytes_per_second);
-        let (b, q) = (broker.clone(), quota.clone());
-        let progressed = tokio::task::spawn_blocking(move || b.replicas.drive_log_dir_moves(max_bytes, &q, rate))
-            .await
-            .unwrap_or_else(|e| {
+        let (r, q) = (replicas.clone(), quota.clone());
+        let progressed =
+            tokio::task::spawn_blocking(move || r.drive_log_dir_moves(max_bytes, &q, rate)).await.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "log dir mover failed");
                 false
             });

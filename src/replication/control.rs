@@ -1,30 +1,28 @@
 //! What a broker does with the controller's requests (Kafka's `ReplicaManager`
-//! `becomeLeaderOrFollower` and `stopReplicas`, and `MetadataCache.updateMetadata`). The
-//! fencing of stale controllers and broker epochs happens before these are called; here each
-//! partition is checked against its own leader epoch.
+//! `becomeLeaderOrFollower` and `stopReplicas`). The fencing of stale controllers and broker
+//! epochs ([`ReplicaManager::check_controller_request`]) happens before these are called; here
+//! each partition is checked against its own leader epoch.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use uuid::Uuid;
 
+use super::ReplicaManager;
 use crate::api::error::ErrorCode;
-use crate::broker::Broker;
 use crate::controller::messages::{
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaPartitionError,
-    StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
+    StopReplicaRequest, StopReplicaResponse,
 };
-use crate::metadata::{zk_data, BrokerInfo, PartitionInfo, TopicInfo};
+use crate::metadata::zk_data;
 
-/// The leader of a partition whose topic is being deleted, in UpdateMetadata (Kafka's
-/// `LeaderAndIsr.LeaderDuringDelete`).
-pub const LEADER_DURING_DELETE: i32 = -2;
+pub use crate::metadata::update_metadata::LEADER_DURING_DELETE;
 /// LeaderAndIsr `type` (Kafka's `AbstractControlRequest.Type`): an increment, or every
 /// partition the broker replicates.
 pub const INCREMENTAL_STATE: i8 = 1;
 pub const FULL_STATE: i8 = 2;
 
-impl Broker {
+impl ReplicaManager {
     /// Makes this broker leader or follower of each partition in the request, points the
     /// follower fetchers at the leaders, and, for a full-state request, deletes hosted
     /// replicas the controller no longer assigns here.
@@ -32,9 +30,9 @@ impl Broker {
         // One controller request at a time (Kafka's replica state change lock): two at once
         // would open or delete the same partition's files together. Client requests never
         // take this lock.
-        let _serial = self.replica_state_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let me = self.config.broker_id;
-        let snapshot = self.cache.snapshot();
+        let _serial = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let me = self.broker_id;
+        let snapshot = self.handles.cache.snapshot();
         let mut errors = Vec::new();
         let mut listed: HashSet<(&str, i32)> = HashSet::new();
         for topic in &req.topics {
@@ -42,7 +40,7 @@ impl Broker {
                 Some(t) => t.configs.clone(),
                 None => self.read_topic_config(&topic.topic_name),
             };
-            let effective = self.effective_config();
+            let effective = self.handles.effective_config();
             let log_config = match effective.log_config_for(&configs) {
                 Ok(c) => c,
                 Err(e) => {
@@ -54,7 +52,7 @@ impl Broker {
             for p in &topic.partitions {
                 listed.insert((topic.topic_name.as_str(), p.partition_index));
                 let tp = (topic.topic_name.clone(), p.partition_index);
-                if let Some(local) = self.replicas.hosted(&topic.topic_name, p.partition_index) {
+                if let Some(local) = self.hosted(&topic.topic_name, p.partition_index) {
                     let epoch = local.role().1;
                     if epoch > p.leader_epoch {
                         // Kafka answers an older leader epoch as a stale controller.
@@ -76,12 +74,7 @@ impl Broker {
                     errors.push(partition_error(&topic.topic_name, topic.topic_id, p.partition_index, 0));
                     continue;
                 }
-                let part = match self.replicas.open_replica(
-                    &topic.topic_name,
-                    p.partition_index,
-                    &id,
-                    log_config.clone(),
-                ) {
+                let part = match self.open_replica(&topic.topic_name, p.partition_index, &id, log_config.clone()) {
                     Ok(part) => part,
                     Err(e) => {
                         tracing::error!(topic = %topic.topic_name, partition = p.partition_index, error = %e, "cannot open partition");
@@ -97,47 +90,37 @@ impl Broker {
                 part.set_partition_epoch(p.partition_epoch);
                 if p.leader == me {
                     self.fetchers.unfollow(&tp);
-                    let offsets = topic.topic_name == crate::group::OFFSETS_TOPIC;
-                    // Until its groups are loaded, a new coordinator answers
+                    // Until its state is loaded, a new coordinator answers
                     // COORDINATOR_LOAD_IN_PROGRESS rather than "no offsets".
-                    let txn_state = topic.topic_name == crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
-                    if offsets {
-                        self.set_loading_offsets(p.partition_index, true);
+                    if let Some(l) = self.listener() {
+                        l.before_become_leader(&tp);
                     }
-                    if txn_state {
-                        self.txns.set_loading(p.partition_index, true);
-                    }
-                    if part.become_leader(p.leader_epoch, &p.replicas, &p.isr) {
+                    let new_term = part.become_leader(p.leader_epoch, &p.replicas, &p.isr);
+                    if new_term {
                         tracing::info!(topic = %topic.topic_name, partition = p.partition_index, epoch = p.leader_epoch, "became leader");
-                        self.txns.forget_partition(&(topic.topic_name.to_string(), p.partition_index));
-                        if offsets {
-                            self.load_groups(Some(p.partition_index));
-                        }
-                        if txn_state {
-                            self.load_txns(Some(p.partition_index));
-                        }
                     }
-                    if txn_state {
-                        self.txns.set_loading(p.partition_index, false);
-                    }
-                    if offsets {
-                        self.set_loading_offsets(p.partition_index, false);
+                    if let Some(l) = self.listener() {
+                        if new_term {
+                            l.forget_partition(&tp);
+                        }
+                        l.on_become_leader(&tp, new_term);
                     }
                 } else {
                     let was_leader = part.is_leader();
                     // Verified transactional writes matter only to a leader; a later term
                     // here verifies again.
-                    self.txns.forget_partition(&(topic.topic_name.to_string(), p.partition_index));
+                    if let Some(l) = self.listener() {
+                        l.forget_partition(&tp);
+                    }
                     if part.become_follower(p.leader, p.leader_epoch, &p.replicas, &p.isr) {
                         tracing::info!(topic = %topic.topic_name, partition = p.partition_index, leader = p.leader, epoch = p.leader_epoch, "following");
                     }
-                    if was_leader && topic.topic_name == crate::group::OFFSETS_TOPIC {
-                        self.unload_groups(p.partition_index);
+                    if was_leader {
+                        if let Some(l) = self.listener() {
+                            l.on_resign(&tp);
+                        }
                     }
-                    if was_leader && topic.topic_name == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
-                        self.unload_txns(p.partition_index);
-                    }
-                    if p.leader >= 0 && !self.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
+                    if p.leader >= 0 && !self.is_shutting_down() {
                         self.fetchers.follow(self, p.leader, tp);
                     } else {
                         self.fetchers.unfollow(&tp);
@@ -147,30 +130,30 @@ impl Broker {
             }
         }
         if req.request_type == FULL_STATE {
-            for part in self.replicas.all_partitions() {
+            for part in self.all_partitions() {
                 if listed.contains(&(part.topic.as_str(), part.index)) {
                     continue;
                 }
                 tracing::info!(topic = %part.topic, partition = part.index, "not assigned here by the controller; deleting local log");
                 self.fetchers.unfollow(&(part.topic.clone(), part.index));
-                if let Err(e) = self.replicas.remove_partition(&part.topic, part.index) {
+                if let Err(e) = self.remove_partition(&part.topic, part.index) {
                     tracing::warn!(topic = %part.topic, partition = part.index, error = %e, "cannot delete partition log");
                 }
             }
         }
         self.fetchers.start_added();
-        self.replicas.notify_changed();
+        self.notify_changed();
         LeaderAndIsrResponse { error_code: 0, partition_errors: errors }
     }
 
     /// Stops following the listed partitions, deleting their logs where asked.
     pub fn stop_replicas(&self, req: &StopReplicaRequest) -> StopReplicaResponse {
-        let _serial = self.replica_state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut errors = Vec::new();
         for topic in &req.topics {
             for p in &topic.partitions {
                 let tp = (topic.topic_name.clone(), p.partition_index);
-                let local = self.replicas.hosted(&topic.topic_name, p.partition_index);
+                let local = self.hosted(&topic.topic_name, p.partition_index);
                 // -2 marks a deletion, -1 a request without an epoch: both apply.
                 if p.leader_epoch >= 0 && local.as_ref().is_some_and(|l| l.role().1 > p.leader_epoch) {
                     errors.push(StopReplicaPartitionError {
@@ -181,11 +164,13 @@ impl Broker {
                     continue;
                 }
                 self.fetchers.unfollow(&tp);
-                self.txns.forget_partition(&(topic.topic_name.to_string(), p.partition_index));
+                if let Some(l) = self.listener() {
+                    l.forget_partition(&tp);
+                }
                 let mut error_code = 0;
                 if p.delete_partition {
                     tracing::info!(topic = %topic.topic_name, partition = p.partition_index, "StopReplica: deleting local log");
-                    if let Err(e) = self.replicas.remove_partition(&topic.topic_name, p.partition_index) {
+                    if let Err(e) = self.remove_partition(&topic.topic_name, p.partition_index) {
                         tracing::warn!(topic = %topic.topic_name, partition = p.partition_index, error = %e, "cannot delete partition log");
                         error_code = ErrorCode::KafkaStorageError.code();
                     }
@@ -197,148 +182,258 @@ impl Broker {
                 });
             }
         }
-        self.replicas.notify_changed();
+        self.notify_changed();
         StopReplicaResponse { error_code: 0, partition_errors: errors }
     }
+}
 
-    /// Brings this broker's metadata image up to date with the controller's: the live
-    /// brokers, and the partitions the request names (a deleted topic's with leader -2).
-    /// Topic configs are read once, when a topic first appears here.
-    pub fn update_metadata(&self, req: &UpdateMetadataRequest) -> UpdateMetadataResponse {
-        let listener = self.config.inter_broker_listener.clone();
-        let brokers: Vec<BrokerInfo> = req
-            .live_brokers
-            .iter()
-            .filter_map(|b| {
-                let endpoints: Vec<crate::config::Endpoint> = b
-                    .endpoints
-                    .iter()
-                    .filter_map(|e| {
-                        let protocol = match e.security_protocol {
-                            1 => "SSL",
-                            2 => "SASL_PLAINTEXT",
-                            3 => "SASL_SSL",
-                            _ => "PLAINTEXT",
-                        };
-                        Some(crate::config::Endpoint::of_broker(
-                            e.listener.clone(),
-                            e.host.clone(),
-                            u16::try_from(e.port).ok()?,
-                            protocol,
-                        ))
-                    })
-                    .collect();
-                let ep = endpoints.iter().find(|e| e.listener_name == listener).or(endpoints.first())?.clone();
-                Some(BrokerInfo { id: b.id, host: ep.host, port: ep.port, rack: b.rack.clone(), epoch: -1, endpoints })
-            })
-            .collect();
-        let snapshot = self.cache.snapshot();
-        let new_topics: Vec<String> = req
-            .topics
-            .iter()
-            .filter(|t| !snapshot.topics.contains_key(&t.topic_name))
-            .filter(|t| t.partitions.iter().any(|p| p.leader != LEADER_DURING_DELETE))
-            .map(|t| t.topic_name.clone())
-            .collect();
-        let configs = self.read_topic_configs(&new_topics);
-        self.cache.update(|c| {
-            c.brokers = brokers;
-            c.controller_id = req.controller_id;
-            for t in &req.topics {
-                let mut info = match c.topics.get(&t.topic_name) {
-                    Some(old) => (**old).clone(),
-                    None => TopicInfo {
-                        name: t.topic_name.clone(),
-                        id: t.topic_id,
-                        partitions: Vec::new(),
-                        configs: configs.get(&t.topic_name).cloned().unwrap_or_default(),
-                    },
-                };
-                if t.topic_id != Uuid::nil() {
-                    info.id = t.topic_id;
-                }
-                let mut deleted = false;
-                for p in &t.partitions {
-                    if p.leader == LEADER_DURING_DELETE {
-                        deleted = true;
-                        continue;
-                    }
-                    let next = PartitionInfo {
-                        index: p.partition_index,
-                        leader: p.leader,
-                        leader_epoch: p.leader_epoch,
-                        replicas: p.replicas.clone(),
-                        isr: p.isr.clone(),
-                        partition_epoch: p.zk_version,
-                        adding_replicas: Vec::new(),
-                        removing_replicas: Vec::new(),
-                        offline_replicas: p.offline_replicas.clone(),
-                    };
-                    match info.partitions.binary_search_by_key(&p.partition_index, |x| x.index) {
-                        Ok(i) => {
-                            let old = &info.partitions[i];
-                            // A reordered older state never replaces a newer one.
-                            if (old.leader_epoch, old.partition_epoch) <= (next.leader_epoch, next.partition_epoch) {
-                                info.partitions[i] = next;
-                            }
-                        }
-                        Err(i) => info.partitions.insert(i, next),
-                    }
-                }
-                if deleted {
-                    c.topics.remove(&t.topic_name);
-                } else {
-                    c.topics.insert(t.topic_name.clone(), Arc::new(info));
-                }
-            }
-        });
-        // DeleteTopics answers once the topic is gone from this image.
-        self.replicas.notify_metadata_changed();
-        // As Kafka's KafkaApis does with the partitions UpdateMetadata shows deleted.
-        let deleted: Vec<(String, i32)> = req
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .filter(|p| p.leader == LEADER_DURING_DELETE)
-                    .map(|p| (t.topic_name.clone(), p.partition_index))
-            })
-            .collect();
-        self.on_partitions_deleted(&deleted);
-        UpdateMetadataResponse { error_code: 0 }
-    }
-
-    fn read_topic_config(&self, name: &str) -> BTreeMap<String, String> {
-        self.read_topic_configs(&[name.to_string()]).remove(name).unwrap_or_default()
-    }
-
-    /// `/config/topics/<t>` of each topic, in one pipelined read.
-    pub fn read_topic_configs(&self, names: &[String]) -> BTreeMap<String, BTreeMap<String, String>> {
-        self.try_read_topic_configs(names).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot read topic configs; using broker defaults until they change");
-            BTreeMap::new()
-        })
-    }
-
-    /// The overrides in `/config/topics/<name>` of each topic (empty where none is set).
-    pub fn try_read_topic_configs(
-        &self,
-        names: &[String],
-    ) -> Result<BTreeMap<String, BTreeMap<String, String>>, crate::metadata::store::StoreError> {
-        if names.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let paths: Vec<String> = names.iter().map(|n| zk_data::topic_config_path(n)).collect();
-        let found = self.store.get_many_versioned(&paths)?;
-        Ok(names
-            .iter()
-            .zip(found)
-            .map(|(n, d)| (n.clone(), d.map(|(d, _)| zk_data::parse_topic_config(&d)).unwrap_or_default()))
-            .collect())
+impl ReplicaManager {
+    fn read_topic_config(&self, name: &str) -> std::collections::BTreeMap<String, String> {
+        let names = [name.to_string()];
+        crate::metadata::update_metadata::read_topic_configs(&self.handles.store, &names)
+            .remove(name)
+            .unwrap_or_default()
     }
 }
 
 fn partition_error(topic: &str, id: Uuid, partition: i32, error_code: i16) -> LeaderAndIsrPartitionError {
     LeaderAndIsrPartitionError { topic_name: topic.to_string(), topic_id: id, partition_index: partition, error_code }
+}
+
+#[cfg(test)]
+mod tests {
+    //! LeaderAndIsr and StopReplica applied to a replica manager over a temporary log dir and
+    //! the embedded store, with a listener that records what the coordinators would be told.
+
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::controller::messages::{
+        LeaderAndIsrPartitionState, LeaderAndIsrTopicState, StopReplicaPartitionState, StopReplicaTopicState,
+    };
+    use crate::metadata::{EmbeddedStore, MetadataCache, ZnodeStore};
+    use crate::replication::{LeadershipListener, ReplicaHandles, Role, TopicPartition};
+
+    const ME: i32 = 1;
+    const OTHER: i32 = 2;
+    const TOPIC: &str = "orders";
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+        fn push(&self, what: &str, tp: &TopicPartition) {
+            self.0.lock().unwrap().push(format!("{what} {}-{}", tp.0, tp.1));
+        }
+    }
+
+    impl LeadershipListener for Recorder {
+        fn before_become_leader(&self, tp: &TopicPartition) {
+            self.push("loading", tp);
+        }
+        fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
+            self.push(if new_term { "load" } else { "loaded" }, tp);
+        }
+        fn forget_partition(&self, tp: &TopicPartition) {
+            self.push("forget", tp);
+        }
+        fn on_resign(&self, tp: &TopicPartition) {
+            self.push("unload", tp);
+        }
+    }
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        replicas: Arc<ReplicaManager>,
+        listener: Arc<Recorder>,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let logs_dir = dir.path().join("logs");
+        std::fs::create_dir_all(&logs_dir).unwrap();
+        let mut given = BTreeMap::new();
+        given.insert("broker.id".to_string(), ME.to_string());
+        given.insert("log.dirs".to_string(), logs_dir.display().to_string());
+        let config = BrokerConfig::from_map(given).unwrap();
+        let logs = crate::log::LogManager::open(vec![logs_dir], config.log.clone()).unwrap();
+        let store = Arc::new(ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("metadata.json")).unwrap()));
+        let metrics = crate::metrics::BrokerMetrics::new().unwrap();
+        let handles = ReplicaHandles {
+            effective: {
+                let c = Arc::new(config.clone());
+                Arc::new(move || c.clone())
+            },
+            cache: Arc::new(MetadataCache::default()),
+            store,
+            inter_broker: Arc::new(crate::security::client::InterBrokerClient::from_config(&config).unwrap()),
+            config: Arc::new(config),
+        };
+        let replicas = Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles));
+        let listener = Arc::new(Recorder::default());
+        replicas.set_leadership_listener(listener.clone());
+        Fixture { dir, replicas, listener }
+    }
+
+    fn leader_and_isr(request_type: i8, leader: i32, leader_epoch: i32) -> LeaderAndIsrRequest {
+        LeaderAndIsrRequest {
+            controller_id: OTHER,
+            controller_epoch: 1,
+            broker_epoch: -1,
+            request_type,
+            topics: vec![LeaderAndIsrTopicState {
+                topic_name: TOPIC.to_string(),
+                topic_id: Uuid::from_u128(7),
+                partitions: vec![LeaderAndIsrPartitionState {
+                    partition_index: 0,
+                    controller_epoch: 1,
+                    leader,
+                    leader_epoch,
+                    isr: vec![ME, OTHER],
+                    partition_epoch: leader_epoch,
+                    replicas: vec![ME, OTHER],
+                    ..Default::default()
+                }],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn stop_replica(leader_epoch: i32, delete_partition: bool) -> StopReplicaRequest {
+        StopReplicaRequest {
+            controller_id: OTHER,
+            controller_epoch: 1,
+            broker_epoch: -1,
+            topics: vec![StopReplicaTopicState {
+                topic_name: TOPIC.to_string(),
+                partitions: vec![StopReplicaPartitionState { partition_index: 0, leader_epoch, delete_partition }],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn codes(resp: &LeaderAndIsrResponse) -> Vec<i16> {
+        resp.partition_errors.iter().map(|e| e.error_code).collect()
+    }
+
+    fn tp() -> TopicPartition {
+        (TOPIC.to_string(), 0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn become_leader_opens_the_log_and_tells_the_listener() {
+        let f = fixture();
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 3));
+        assert_eq!((resp.error_code, codes(&resp)), (0, vec![0]));
+        let p = f.replicas.partition(TOPIC, 0).expect("led here");
+        assert_eq!(p.role(), (Role::Leader, 3));
+        assert_eq!(p.partition_epoch(), 3);
+        assert!(f.replicas.logs().get(TOPIC, 0).is_some());
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+        assert_eq!(f.listener.take(), ["loading orders-0", "forget orders-0", "load orders-0"]);
+        // The same state again is no new term: nothing to load.
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 3));
+        assert_eq!(f.listener.take(), ["loading orders-0", "loaded orders-0"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn become_follower_fetches_from_the_leader_and_resigns() {
+        let f = fixture();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 3));
+        f.listener.take();
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 4));
+        assert_eq!(codes(&resp), vec![0]);
+        let p = f.replicas.hosted(TOPIC, 0).expect("hosted");
+        assert_eq!(p.role(), (Role::Follower { leader: OTHER }, 4));
+        assert!(f.replicas.partition(TOPIC, 0).is_none(), "client requests see no leader here");
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), Some(OTHER));
+        assert_eq!(f.listener.take(), ["forget orders-0", "unload orders-0"]);
+        // Leading again stops the fetcher.
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 5));
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_departing_broker_follows_no_one() {
+        let f = fixture();
+        f.replicas.begin_shutdown();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 4));
+        assert_eq!(f.replicas.hosted(TOPIC, 0).map(|p| p.role()), Some((Role::Follower { leader: OTHER }, 4)));
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_older_leader_epoch_is_fenced() {
+        let f = fixture();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 5));
+        f.listener.take();
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 3));
+        assert_eq!(codes(&resp), vec![ErrorCode::StaleControllerEpoch.code()]);
+        assert_eq!(f.replicas.hosted(TOPIC, 0).map(|p| p.role()), Some((Role::Leader, 5)));
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+        assert!(f.listener.take().is_empty(), "a fenced request changes nothing");
+        // StopReplica for an older epoch is fenced too, and keeps the log.
+        let resp = f.replicas.stop_replicas(&stop_replica(3, true));
+        assert_eq!(resp.partition_errors[0].error_code, ErrorCode::FencedLeaderEpoch.code());
+        assert!(f.replicas.hosted(TOPIC, 0).is_some());
+        assert!(f.replicas.logs().get(TOPIC, 0).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_from_an_older_controller_or_registration_are_fenced() {
+        let f = fixture();
+        assert_eq!(f.replicas.check_controller_request(3, -1, 100), Ok(()));
+        assert_eq!(f.replicas.check_controller_request(2, -1, 100), Err(ErrorCode::StaleControllerEpoch));
+        assert_eq!(f.replicas.check_controller_request(3, 99, 100), Err(ErrorCode::StaleBrokerEpoch));
+        assert_eq!(f.replicas.check_controller_request(3, 100, 100), Ok(()));
+        f.replicas.observe_controller_epoch(5);
+        assert_eq!(f.replicas.check_controller_request(4, 100, 100), Err(ErrorCode::StaleControllerEpoch));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_replica_with_delete_removes_the_log() {
+        let f = fixture();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, OTHER, 2));
+        let dir = f.dir.path().join("logs").join(format!("{TOPIC}-0"));
+        assert!(dir.exists());
+        f.listener.take();
+        // Without delete: no longer served, the log stays.
+        let resp = f.replicas.stop_replicas(&stop_replica(2, false));
+        assert_eq!(resp.partition_errors[0].error_code, 0);
+        assert_eq!(f.replicas.fetchers.leader_of(&tp()), None);
+        assert!(f.replicas.logs().get(TOPIC, 0).is_some());
+        assert_eq!(f.listener.take(), ["forget orders-0"]);
+        // -2: the topic is being deleted, whatever the epoch.
+        let resp = f.replicas.stop_replicas(&stop_replica(-2, true));
+        assert_eq!(resp.partition_errors[0].error_code, 0);
+        assert!(f.replicas.hosted(TOPIC, 0).is_none());
+        assert!(f.replicas.logs().get(TOPIC, 0).is_none());
+        assert!(!dir.exists(), "log dir {} still there", dir.display());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn full_state_deletes_replicas_no_longer_assigned_here() {
+        let f = fixture();
+        let mut req = leader_and_isr(INCREMENTAL_STATE, ME, 1);
+        req.topics[0].partitions.push(LeaderAndIsrPartitionState {
+            partition_index: 1,
+            leader: ME,
+            leader_epoch: 1,
+            isr: vec![ME],
+            replicas: vec![ME],
+            ..Default::default()
+        });
+        f.replicas.become_leader_or_follower(&req);
+        assert!(f.replicas.hosted(TOPIC, 1).is_some());
+        let resp = f.replicas.become_leader_or_follower(&leader_and_isr(FULL_STATE, ME, 1));
+        assert_eq!(codes(&resp), vec![0]);
+        assert!(f.replicas.hosted(TOPIC, 0).is_some());
+        assert!(f.replicas.hosted(TOPIC, 1).is_none());
+        assert!(f.replicas.logs().get(TOPIC, 1).is_none());
+    }
 }

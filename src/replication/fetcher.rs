@@ -17,8 +17,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use super::{quota, Role, TopicPartition};
-use crate::broker::Broker;
+use super::{quota, ReplicaManager, Role, TopicPartition};
 use crate::metadata::cache::ClusterSnapshot;
 use crate::security::client::BrokerConnection;
 
@@ -77,7 +76,7 @@ pub struct FetcherManager {
 
 impl FetcherManager {
     /// Makes the fetcher for `leader` copy `tp` (and no other fetcher).
-    pub fn follow(&self, broker: &Arc<Broker>, leader: i32, tp: TopicPartition) {
+    pub fn follow(&self, broker: &Arc<ReplicaManager>, leader: i32, tp: TopicPartition) {
         let mut fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
         for (id, f) in fetchers.iter() {
             if *id != leader {
@@ -116,6 +115,15 @@ impl FetcherManager {
         }
     }
 
+    /// The leader whose fetcher copies `tp`, if any.
+    pub fn leader_of(&self, tp: &TopicPartition) -> Option<i32> {
+        let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
+        fetchers
+            .iter()
+            .find(|(_, f)| f.partitions.lock().unwrap_or_else(|p| p.into_inner()).contains(tp))
+            .map(|(id, _)| *id)
+    }
+
     /// Stops fetching `tp` from anyone (this broker leads it now, or no longer hosts it).
     pub fn unfollow(&self, tp: &TopicPartition) {
         let fetchers = self.fetchers.lock().unwrap_or_else(|p| p.into_inner());
@@ -126,7 +134,7 @@ impl FetcherManager {
 }
 
 async fn run(
-    broker: Arc<Broker>,
+    broker: Arc<ReplicaManager>,
     leader: i32,
     partitions: Arc<Mutex<BTreeSet<TopicPartition>>>,
     wake: Arc<Notify>,
@@ -166,7 +174,7 @@ async fn run(
         };
         let request = &built.request;
         correlation_id = correlation_id.wrapping_add(1);
-        let wait = Duration::from_millis(broker.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
+        let wait = Duration::from_millis(broker.handles.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
         let answer = tokio::select! {
             a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, request, &mut rx)) => a,
             _ = restart.notified() => {
@@ -214,14 +222,14 @@ async fn run(
     }
 }
 
-async fn connect(broker: &Broker, leader: i32) -> Option<BrokerConnection> {
-    let snapshot = broker.cache.snapshot();
+async fn connect(broker: &ReplicaManager, leader: i32) -> Option<BrokerConnection> {
+    let snapshot = broker.handles.cache.snapshot();
     let b = snapshot.brokers.iter().find(|b| b.id == leader)?;
-    let client_id = format!("gregor-replica-fetcher-{}", broker.config.broker_id);
-    match broker.security.inter_broker.connect(&b.host, b.port, &client_id).await {
+    let client_id = format!("gregor-replica-fetcher-{}", broker.broker_id);
+    match broker.handles.inter_broker.connect(&b.host, b.port, &client_id).await {
         Ok(c) => Some(c),
         Err(e) if e.is_authentication() => {
-            tracing::warn!(leader, listener = broker.security.inter_broker.listener(), error = %e, "cannot authenticate to leader");
+            tracing::warn!(leader, listener = broker.handles.inter_broker.listener(), error = %e, "cannot authenticate to leader");
             None
         }
         Err(e) => {
@@ -233,18 +241,23 @@ async fn connect(broker: &Broker, leader: i32) -> Option<BrokerConnection> {
 
 /// A full request when there is no session, else an incremental one: the partitions whose
 /// fetch position changed since they were last sent, and those no longer followed.
-fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition], session: &FollowerSession) -> Option<Built> {
+fn build_request(
+    broker: &ReplicaManager,
+    leader: i32,
+    wanted: &[TopicPartition],
+    session: &FollowerSession,
+) -> Option<Built> {
     let mut by_topic: Vec<FetchTopic> = Vec::new();
     // Where each topic sits in `by_topic`: building a request costs the partitions in it.
     let mut slot: HashMap<&str, usize> = HashMap::new();
     let mut sent = Vec::new();
     let mut following = std::collections::HashSet::new();
-    let rate = broker.effective_config().follower_replication_throttled_rate;
-    let snapshot = (rate < quota::UNLIMITED).then(|| broker.cache.snapshot());
+    let rate = broker.handles.effective_config().follower_replication_throttled_rate;
+    let snapshot = (rate < quota::UNLIMITED).then(|| broker.handles.cache.snapshot());
     let over_quota = snapshot.is_some() && broker.follower_quota.exceeded(rate);
     for tp in wanted {
         let (topic, index) = tp;
-        let Some(p) = broker.replicas.hosted(topic, *index) else { continue };
+        let Some(p) = broker.hosted(topic, *index) else { continue };
         let (role, epoch) = p.role();
         if role != (Role::Follower { leader }) {
             continue;
@@ -265,7 +278,7 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition], sessio
         fp.fetch_offset = position.0;
         fp.last_fetched_epoch = position.1;
         fp.log_start_offset = p.log_start_offset();
-        fp.partition_max_bytes = broker.config.replica_fetch_max_bytes;
+        fp.partition_max_bytes = broker.handles.config.replica_fetch_max_bytes;
         sent.push((tp.clone(), position));
         match slot.get(topic.as_str()) {
             Some(&i) => by_topic[i].partitions.push(fp),
@@ -283,10 +296,10 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition], sessio
         return None;
     }
     let mut r = FetchRequest::default();
-    r.replica_id = BrokerId(broker.config.broker_id);
-    r.max_wait_ms = broker.config.replica_fetch_wait_max_ms as i32;
+    r.replica_id = BrokerId(broker.broker_id);
+    r.max_wait_ms = broker.handles.config.replica_fetch_wait_max_ms as i32;
     r.min_bytes = 1;
-    r.max_bytes = broker.config.replica_fetch_response_max_bytes;
+    r.max_bytes = broker.handles.config.replica_fetch_response_max_bytes;
     r.session_id = session.id;
     r.session_epoch = session.epoch;
     r.topics = by_topic;
@@ -308,7 +321,7 @@ fn build_request(broker: &Broker, leader: i32, wanted: &[TopicPartition], sessio
 
 async fn exchange(
     stream: &mut BrokerConnection,
-    broker: &Broker,
+    broker: &ReplicaManager,
     correlation_id: i32,
     request: &FetchRequest,
     rx: &mut BytesMut,
@@ -317,7 +330,7 @@ async fn exchange(
     header.request_api_key = ApiKey::Fetch as i16;
     header.request_api_version = FETCH_VERSION;
     header.correlation_id = correlation_id;
-    header.client_id = Some(StrBytes::from_string(format!("gregor-replica-fetcher-{}", broker.config.broker_id)));
+    header.client_id = Some(StrBytes::from_string(format!("gregor-replica-fetcher-{}", broker.broker_id)));
     let mut buf = BytesMut::new();
     buf.put_i32(0);
     header.encode(&mut buf, ApiKey::Fetch.request_header_version(FETCH_VERSION))?;
@@ -342,7 +355,11 @@ async fn exchange(
 /// A fresh buffer per response of megabytes cost a page fault per 4 KiB on every fetch, plus
 /// the allocator returning the pages, which together cost the follower about as much as
 /// writing the records to its log. The size prefix and a small body come in one read.
-async fn read_response(stream: &mut BrokerConnection, broker: &Broker, rx: &mut BytesMut) -> anyhow::Result<Bytes> {
+async fn read_response(
+    stream: &mut BrokerConnection,
+    broker: &ReplicaManager,
+    rx: &mut BytesMut,
+) -> anyhow::Result<Bytes> {
     rx.clear();
     rx.reserve(RX_FIRST_READ);
     while rx.len() < 4 {
@@ -351,7 +368,7 @@ async fn read_response(stream: &mut BrokerConnection, broker: &Broker, rx: &mut 
         }
     }
     let size = i32::from_be_bytes([rx[0], rx[1], rx[2], rx[3]]);
-    if size < 0 || size as usize > broker.config.socket_request_max_bytes {
+    if size < 0 || size as usize > broker.handles.config.socket_request_max_bytes {
         anyhow::bail!("response of {size} bytes");
     }
     let total = 4 + size as usize;
@@ -380,8 +397,8 @@ async fn read_response(stream: &mut BrokerConnection, broker: &Broker, rx: &mut 
         anyhow::bail!("cannot reset the receive low-water mark");
     }
     let mut frame = rx.split_to(total).freeze();
-    let asked =
-        broker.config.replica_fetch_response_max_bytes as usize + broker.config.replica_fetch_max_bytes as usize;
+    let asked = broker.handles.config.replica_fetch_response_max_bytes as usize
+        + broker.handles.config.replica_fetch_max_bytes as usize;
     if total > asked {
         // An answer larger than this follower asks for (one oversized batch): not worth
         // keeping the allocation for.
@@ -393,8 +410,8 @@ async fn read_response(stream: &mut BrokerConnection, broker: &Broker, rx: &mut 
 
 /// A partition this follower copies under `follower.replication.throttled.rate`: listed for
 /// this broker in its topic's `follower.replication.throttled.replicas` and not in the ISR.
-fn follower_throttled(broker: &Broker, snapshot: &ClusterSnapshot, topic: &str, index: i32) -> bool {
-    let me = broker.config.broker_id;
+fn follower_throttled(broker: &ReplicaManager, snapshot: &ClusterSnapshot, topic: &str, index: i32) -> bool {
+    let me = broker.broker_id;
     let Some(t) = snapshot.topics.get(topic) else { return false };
     quota::is_throttled(t.configs.get("follower.replication.throttled.replicas"), index, me)
         && !t.partitions.iter().any(|p| p.index == index && p.isr.contains(&me))
@@ -402,10 +419,10 @@ fn follower_throttled(broker: &Broker, snapshot: &ClusterSnapshot, topic: &str, 
 
 /// Applies one response. Returns false if any partition reported an error worth backing off
 /// for (leadership in flux).
-fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
+fn apply(broker: &ReplicaManager, leader: i32, response: FetchResponse) -> bool {
     let mut healthy = response.error_code == 0;
-    let rate = broker.effective_config().follower_replication_throttled_rate;
-    let snapshot = (rate < quota::UNLIMITED).then(|| broker.cache.snapshot());
+    let rate = broker.handles.effective_config().follower_replication_throttled_rate;
+    let snapshot = (rate < quota::UNLIMITED).then(|| broker.handles.cache.snapshot());
     for t in response.responses {
         let topic = t.topic.0.to_string();
         for pd in t.partitions {
@@ -415,7 +432,7 @@ fn apply(broker: &Broker, leader: i32, response: FetchResponse) -> bool {
                     broker.follower_quota.record(rate, bytes);
                 }
             }
-            let Some(p) = broker.replicas.hosted(&topic, pd.partition_index) else { continue };
+            let Some(p) = broker.hosted(&topic, pd.partition_index) else { continue };
             if p.role().0 != (Role::Follower { leader }) {
                 continue;
             }

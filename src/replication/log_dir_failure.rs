@@ -11,18 +11,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::broker::Broker;
+use super::ReplicaManager;
 use crate::metadata::zk_data;
 
 /// Between attempts to write the notification while ZooKeeper is unreachable.
 const NOTIFY_RETRY: Duration = Duration::from_millis(500);
 
-impl Broker {
+impl ReplicaManager {
     /// Waits for log dirs to be reported offline and handles each once.
     pub fn spawn_log_dir_failure_handler(self: &Arc<Self>) {
         let broker = self.clone();
         tokio::spawn(async move {
-            let channel = broker.replicas.logs().failure_channel().clone();
+            let channel = broker.logs().failure_channel().clone();
             loop {
                 channel.reported().await;
                 for dir in channel.take() {
@@ -40,24 +40,25 @@ impl Broker {
     /// Stops serving every partition of the offline dir `dir`.
     fn handle_log_dir_failure(&self, dir: usize) {
         // Against a LeaderAndIsr opening the same partitions meanwhile.
-        let _serial = self.replica_state_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let logs = self.replicas.logs();
+        let _serial = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let logs = self.logs();
         let path = logs.dirs().get(dir).map(|d| d.display().to_string()).unwrap_or_default();
         let gone = logs.handle_log_dir_failure(dir);
         for (topic, index) in &gone {
             let tp = (topic.clone(), *index);
             self.fetchers.unfollow(&tp);
-            let was_leader = self.replicas.hosted(topic, *index).is_some_and(|p| p.is_leader());
-            self.txns.forget_partition(&tp);
-            self.replicas.stop_serving(topic, *index);
-            if was_leader && topic == crate::group::OFFSETS_TOPIC {
-                self.unload_groups(*index);
+            let was_leader = self.hosted(topic, *index).is_some_and(|p| p.is_leader());
+            if let Some(l) = self.listener() {
+                l.forget_partition(&tp);
             }
-            if was_leader && topic == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
-                self.unload_txns(*index);
+            self.stop_serving(topic, *index);
+            if was_leader {
+                if let Some(l) = self.listener() {
+                    l.on_resign(&tp);
+                }
             }
         }
-        self.replicas.notify_changed();
+        self.notify_changed();
         tracing::error!(dir = %path, partitions = gone.len(), "log dir is offline; its partitions are no longer served here");
         if !logs.any_online() {
             // Kafka's LogManager halts here: a broker with no disk can only mislead clients.
@@ -70,15 +71,15 @@ impl Broker {
     /// controller watches. Retried until written; a new controller that missed it still finds
     /// it, since the controller deletes notifications only once it has acted on them.
     async fn notify_log_dir_event(self: &Arc<Self>) {
-        if !self.store.is_zookeeper() {
+        if !self.handles.store.is_zookeeper() {
             return;
         }
-        let data = zk_data::log_dir_event_json(self.config.broker_id);
+        let data = zk_data::log_dir_event_json(self.broker_id);
         loop {
             let b = self.clone();
             let d = data.clone();
             let written = tokio::task::spawn_blocking(move || {
-                b.store.create_sequential(
+                b.handles.store.create_sequential(
                     &format!("{}/{}", zk_data::LOG_DIR_EVENT_NOTIFICATION, zk_data::LOG_DIR_EVENT_PREFIX),
                     &d,
                 )
@@ -89,7 +90,7 @@ impl Broker {
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the log dir event notification; retrying"),
                 Err(e) => tracing::warn!(error = %e, "log dir event notification task failed; retrying"),
             }
-            if self.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
+            if self.is_shutting_down() {
                 return;
             }
             tokio::time::sleep(NOTIFY_RETRY).await;

@@ -7,6 +7,7 @@
 //! may become leader (unless unclean election is enabled).
 
 pub mod alter_log_dirs;
+pub mod alter_partition;
 pub mod control;
 pub mod fetch_session;
 pub mod fetcher;
@@ -17,16 +18,53 @@ pub mod quota;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use tokio::sync::Notify;
 
 pub use partition::{FetchResult, Partition, ProduceResult, ReplicaCounts, Role};
 
+use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError, LogManager};
+use crate::metadata::{MetadataCache, ZnodeStore};
 use crate::metrics::{BrokerTopicMetrics, IsrMetrics};
+use crate::security::client::InterBrokerClient;
 
 pub type TopicPartition = (String, i32);
+
+/// What the replica side uses of the rest of the broker.
+pub struct ReplicaHandles {
+    /// The static configuration (what `replica.fetch.*` and the socket limits come from).
+    pub config: Arc<BrokerConfig>,
+    /// The configuration in force, with dynamic overrides (throttle rates, topic defaults).
+    pub effective: Arc<dyn Fn() -> Arc<BrokerConfig> + Send + Sync>,
+    pub cache: Arc<MetadataCache>,
+    pub store: Arc<ZnodeStore>,
+    /// How followers and the ISR writer reach other brokers.
+    pub inter_broker: Arc<InterBrokerClient>,
+}
+
+impl ReplicaHandles {
+    pub fn effective_config(&self) -> Arc<BrokerConfig> {
+        (self.effective)()
+    }
+}
+
+/// Told when this broker's leadership of a partition changes, so that the coordinators whose
+/// state lives in `__consumer_offsets` and `__transaction_state` load or drop it. Called
+/// under the replica state lock, in the order Kafka's `ReplicaManager` calls its callbacks.
+pub trait LeadershipListener: Send + Sync {
+    /// About to lead `tp`: state kept in it answers "loading" until
+    /// [`LeadershipListener::on_become_leader`].
+    fn before_become_leader(&self, _tp: &TopicPartition) {}
+    /// Leads `tp`; `new_term` when leadership (or its epoch) is new, and state is to be loaded.
+    fn on_become_leader(&self, _tp: &TopicPartition, _new_term: bool) {}
+    /// A leader's term of `tp` ended or the replica stopped: what was verified for it goes.
+    fn forget_partition(&self, _tp: &TopicPartition) {}
+    /// No longer leads `tp` (it follows, or its log dir failed): state kept in it is dropped.
+    fn on_resign(&self, _tp: &TopicPartition) {}
+}
 
 pub struct ReplicaManager {
     pub broker_id: i32,
@@ -44,17 +82,44 @@ pub struct ReplicaManager {
     isr_metrics: IsrMetrics,
     /// Wakes the log dir mover when a move starts.
     pub log_dir_moves: Notify,
+    handles: ReplicaHandles,
+    pub fetchers: fetcher::FetcherManager,
+    /// Leader side of the followers' fetch sessions.
+    pub fetch_sessions: fetch_session::FetchSessions,
+    /// Bytes sent to throttled followers and fetched for throttled replicas (KIP-73).
+    pub leader_quota: quota::ReplicationQuota,
+    pub follower_quota: quota::ReplicationQuota,
+    /// The ISR changes this broker's leaders propose, on their way to the controller.
+    pub alter_partition: alter_partition::AlterPartitionManager,
+    /// Serializes the application of LeaderAndIsr and StopReplica (and a log dir failure).
+    state_lock: std::sync::Mutex<()>,
+    /// Set once controlled shutdown starts: this broker no longer follows anyone.
+    shutting_down: AtomicBool,
+    listener: OnceLock<Arc<dyn LeadershipListener>>,
+    /// The highest controller epoch any controller request carried: older ones are fenced.
+    known_controller_epoch: AtomicI32,
 }
 
 impl ReplicaManager {
     pub fn new(
-        broker_id: i32,
         logs: LogManager,
         topic_metrics: Arc<BrokerTopicMetrics>,
         isr_metrics: IsrMetrics,
+        handles: ReplicaHandles,
     ) -> ReplicaManager {
         let checkpointed_hw = logs.read_high_watermarks();
+        let broker_id = handles.config.broker_id;
         ReplicaManager {
+            fetchers: fetcher::FetcherManager::default(),
+            fetch_sessions: fetch_session::FetchSessions::new(handles.config.max_incremental_fetch_session_cache_slots),
+            leader_quota: Default::default(),
+            follower_quota: Default::default(),
+            alter_partition: alter_partition::AlterPartitionManager::new(handles.store.is_zookeeper()),
+            state_lock: std::sync::Mutex::new(()),
+            shutting_down: AtomicBool::new(false),
+            listener: OnceLock::new(),
+            known_controller_epoch: AtomicI32::new(0),
+            handles,
             broker_id,
             logs: Arc::new(logs),
             partitions: RwLock::new(HashMap::new()),
@@ -64,6 +129,54 @@ impl ReplicaManager {
             isr_metrics,
             log_dir_moves: Notify::new(),
         }
+    }
+
+    /// Wires the coordinators that follow leadership changes (once, at startup).
+    pub fn set_leadership_listener(&self, listener: Arc<dyn LeadershipListener>) {
+        let _ = self.listener.set(listener);
+    }
+
+    fn listener(&self) -> Option<&dyn LeadershipListener> {
+        self.listener.get().map(|l| &**l)
+    }
+
+    pub fn handles(&self) -> &ReplicaHandles {
+        &self.handles
+    }
+
+    /// Controlled shutdown has started: stop following, so this broker does not look like a
+    /// caught-up follower while it leaves.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.fetchers.stop_all();
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Fencing of a controller request, as Kafka checks it: an older controller epoch than
+    /// one already seen, or a broker epoch from before this broker's current registration
+    /// (`current_broker_epoch`).
+    pub fn check_controller_request(
+        &self,
+        controller_epoch: i32,
+        broker_epoch: i64,
+        current_broker_epoch: i64,
+    ) -> Result<(), crate::api::error::ErrorCode> {
+        if controller_epoch < self.known_controller_epoch.load(Ordering::Acquire) {
+            return Err(crate::api::error::ErrorCode::StaleControllerEpoch);
+        }
+        if broker_epoch != -1 && broker_epoch < current_broker_epoch {
+            return Err(crate::api::error::ErrorCode::StaleBrokerEpoch);
+        }
+        self.known_controller_epoch.fetch_max(controller_epoch, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// This broker became controller at `epoch`: requests from older controllers are fenced.
+    pub fn observe_controller_epoch(&self, epoch: i32) {
+        self.known_controller_epoch.fetch_max(epoch, Ordering::AcqRel);
     }
 
     pub fn logs(&self) -> &LogManager {

@@ -109,7 +109,7 @@ pub struct Security {
     pub authorizer: Option<authorizer::Authorizer>,
     /// How this broker connects to the others: the inter-broker listener's protocol, trust
     /// and credentials.
-    pub inter_broker: client::InterBrokerClient,
+    pub inter_broker: Arc<client::InterBrokerClient>,
 }
 
 impl Security {
@@ -146,7 +146,7 @@ impl Security {
             decoy_key: scram::random_bytes(32),
             authorizer: authorizer::Authorizer::from_config(values)?,
             // After the listeners: the inter-broker listener's own settings were checked there.
-            inter_broker: client::InterBrokerClient::from_config(config)?,
+            inter_broker: Arc::new(client::InterBrokerClient::from_config(config)?),
         })
     }
 

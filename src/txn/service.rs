@@ -72,7 +72,7 @@ impl Broker {
     }
 
     fn create_txn_topic(&self) -> Result<(), i16> {
-        match self.auto_create(TRANSACTION_STATE_TOPIC) {
+        match self.controller.auto_create(TRANSACTION_STATE_TOPIC) {
             Ok(Some(_)) => {
                 if !self.store.is_zookeeper() {
                     // Standalone, leadership is taken at creation: nothing to load but the

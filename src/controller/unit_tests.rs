@@ -1,0 +1,268 @@
+//! The controller's steps on a controller of its own: the embedded store, a metadata cache
+//! and a recording stand-in for the local broker, no `Broker` and no network.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
+
+use super::election::ElectionType;
+use super::messages::{
+    AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionTopicData, BrokerState, LeaderAndIsrRequest,
+    LeaderAndIsrResponse, StopReplicaRequest,
+};
+use super::{Controller, LocalBroker, TopicRequest};
+use crate::api::error::ErrorCode;
+use crate::config::BrokerConfig;
+use crate::log::{LogConfig, LogError};
+use crate::metadata::zk_data::{self, PartitionState};
+use crate::metadata::{BrokerInfo, EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
+use crate::security::client::InterBrokerClient;
+
+const ME: i32 = 1;
+
+/// What the controller asked of its broker.
+#[derive(Default)]
+struct Recorded {
+    led: Vec<(String, i32)>,
+    removed: Vec<(String, i32)>,
+    deleted: Vec<(String, i32)>,
+    epochs: Vec<i32>,
+}
+
+struct FakeBroker {
+    config: Arc<BrokerConfig>,
+    seen: Mutex<Recorded>,
+}
+
+impl FakeBroker {
+    fn seen(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl LocalBroker for FakeBroker {
+    fn become_leader_or_follower(&self, _: &LeaderAndIsrRequest) -> LeaderAndIsrResponse {
+        LeaderAndIsrResponse::default()
+    }
+    fn stop_replicas(&self, _: &StopReplicaRequest) {}
+    fn make_leader(&self, topic: &str, partition: i32, _: &str, _: LogConfig) -> Result<(), LogError> {
+        self.seen().led.push((topic.to_string(), partition));
+        Ok(())
+    }
+    fn remove_partition(&self, topic: &str, partition: i32) -> Result<(), LogError> {
+        self.seen().removed.push((topic.to_string(), partition));
+        Ok(())
+    }
+    fn set_log_config(&self, _: &str, _: i32, _: LogConfig) {}
+    fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
+        self.seen().deleted.extend_from_slice(deleted);
+    }
+    fn effective_config(&self) -> Arc<BrokerConfig> {
+        self.config.clone()
+    }
+    fn saw_controller_epoch(&self, epoch: i32) {
+        self.seen().epochs.push(epoch);
+    }
+}
+
+struct Fixture {
+    controller: Arc<Controller>,
+    local: Arc<FakeBroker>,
+    _dir: tempfile::TempDir,
+}
+
+/// A controller elected on a fresh embedded store, with `brokers` (id, broker epoch) live.
+fn fixture(brokers: &[(i32, i64)]) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig::from_map(BTreeMap::from([("broker.id".to_string(), ME.to_string())])).unwrap();
+    let store = Arc::new(ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("store.json")).unwrap()));
+    let cache = Arc::new(MetadataCache::default());
+    cache.update(|c| {
+        c.brokers = brokers
+            .iter()
+            .map(|&(id, epoch)| BrokerInfo {
+                id,
+                host: "localhost".into(),
+                port: 9092,
+                rack: None,
+                epoch,
+                endpoints: Vec::new(),
+            })
+            .collect()
+    });
+    let inter_broker = Arc::new(InterBrokerClient::from_config(&config).unwrap());
+    let local = Arc::new(FakeBroker { config: Arc::new(config.clone()), seen: Mutex::default() });
+    let controller = Controller::new(config, store, cache, inter_broker);
+    let weak: std::sync::Weak<dyn LocalBroker> = Arc::downgrade(&local) as _;
+    controller.attach(weak);
+    assert!(controller.try_become_controller().unwrap());
+    Fixture { controller, local, _dir: dir }
+}
+
+/// Puts a one-partition topic `t` in the image and its state in the store.
+fn one_partition(c: &Controller, replicas: &[i32], leader: i32, leader_epoch: i32, isr: &[i32]) -> Uuid {
+    let id = zk_data::new_kafka_uuid();
+    let state = PartitionState { leader, leader_epoch, isr: isr.to_vec(), controller_epoch: 1 };
+    c.store.set(&zk_data::partition_state_path("t", 0), &zk_data::partition_state_json(&state)).unwrap();
+    let p = PartitionInfo {
+        index: 0,
+        leader,
+        leader_epoch,
+        replicas: replicas.to_vec(),
+        isr: isr.to_vec(),
+        partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
+        offline_replicas: Vec::new(),
+    };
+    let info = Arc::new(TopicInfo { name: "t".into(), id, partitions: vec![p], configs: BTreeMap::new() });
+    c.cache.update(|s| {
+        s.topics.insert("t".into(), info);
+    });
+    id
+}
+
+fn propose(
+    broker: i32,
+    broker_epoch: i64,
+    id: Uuid,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: &[i32],
+) -> AlterPartitionRequest {
+    AlterPartitionRequest {
+        broker_id: broker,
+        broker_epoch,
+        topics: vec![AlterPartitionTopicData {
+            topic_name: String::new(),
+            topic_id: id,
+            partitions: vec![AlterPartitionPartitionData {
+                partition_index: 0,
+                leader_epoch,
+                new_isr_with_epochs: isr.iter().map(|&broker_id| BrokerState { broker_id, broker_epoch: -1 }).collect(),
+                leader_recovery_state: 0,
+                partition_epoch,
+            }],
+        }],
+    }
+}
+
+fn stored_state(c: &Controller) -> PartitionState {
+    let data = c.store.get(&zk_data::partition_state_path("t", 0)).unwrap();
+    zk_data::parse_partition_state(&data).unwrap()
+}
+
+fn cached(c: &Controller) -> PartitionInfo {
+    c.cache.topic("t").unwrap().partitions[0].clone()
+}
+
+#[test]
+fn election_bumps_the_epoch_and_tells_the_replica_side() {
+    let f = fixture(&[(ME, 0)]);
+    assert!(f.controller.is_controller());
+    assert_eq!(f.controller.controller_epoch(), 1);
+    assert_eq!(f.local.seen().epochs, vec![1]);
+    assert_eq!(f.controller.store.get(zk_data::CONTROLLER_EPOCH).as_deref(), Some("1"));
+    assert_eq!(f.controller.cache.snapshot().controller_id, ME);
+    f.controller.resign_controller();
+    assert!(!f.controller.is_controller());
+    assert_eq!(f.controller.check_controller().map_err(|e| e.code), Ok(()), "standalone never refuses");
+}
+
+#[test]
+fn an_isr_change_is_written_then_applied_to_the_image() {
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = &f.controller;
+    let id = one_partition(c, &[1, 2, 3], 1, 4, &[1, 2, 3]);
+    let resp = c.handle_alter_partition(&propose(1, 10, id, 4, 0, &[1, 2]));
+    assert_eq!(resp.error_code, 0);
+    let r = &resp.topics[0].partitions[0];
+    assert_eq!((r.error_code, r.isr.clone(), r.partition_epoch), (0, vec![1, 2], 1));
+    let stored = stored_state(c);
+    assert_eq!((stored.leader, stored.leader_epoch, stored.isr), (1, 4, vec![1, 2]));
+    let p = cached(c);
+    assert_eq!((p.isr, p.partition_epoch), (vec![1, 2], 1));
+}
+
+#[test]
+fn an_isr_change_is_refused_as_kafka_refuses_it() {
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = &f.controller;
+    let id = one_partition(c, &[1, 2, 3], 1, 4, &[1, 2]);
+    let code = |req: AlterPartitionRequest| {
+        let resp = c.handle_alter_partition(&req);
+        match resp.error_code {
+            0 => resp.topics[0].partitions[0].error_code,
+            top => top,
+        }
+    };
+    assert_eq!(code(propose(1, 11, id, 4, 0, &[1])), ErrorCode::StaleBrokerEpoch.code());
+    assert_eq!(code(propose(2, 20, id, 4, 0, &[2])), ErrorCode::NotLeaderOrFollower.code());
+    assert_eq!(code(propose(1, 10, id, 3, 0, &[1])), ErrorCode::FencedLeaderEpoch.code());
+    assert_eq!(code(propose(1, 10, id, 4, 7, &[1])), ErrorCode::InvalidUpdateVersion.code());
+    assert_eq!(code(propose(1, 10, id, 4, 0, &[2, 3])), ErrorCode::IneligibleReplica.code(), "the leader stays");
+    assert_eq!(code(propose(1, 10, Uuid::from_u128(7), 4, 0, &[1])), ErrorCode::UnknownTopicId.code());
+    // A broker in controlled shutdown may not join the ISR.
+    c.shutting_down_brokers.lock().unwrap().insert(3);
+    assert_eq!(code(propose(1, 10, id, 4, 0, &[1, 2, 3])), ErrorCode::IneligibleReplica.code());
+    assert_eq!(stored_state(c).isr, vec![1, 2], "nothing refused was written");
+    c.resign_controller();
+    assert_eq!(code(propose(1, 10, id, 4, 0, &[1])), ErrorCode::NotController.code());
+}
+
+#[test]
+fn a_dead_leader_is_replaced_from_the_isr() {
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = &f.controller;
+    one_partition(c, &[1, 2, 3], 1, 4, &[1, 2, 3]);
+    c.controller_duties(&BTreeSet::from([2, 3]), None).unwrap();
+    let s = stored_state(c);
+    assert_eq!((s.leader, s.leader_epoch, s.isr, s.controller_epoch), (2, 5, vec![2, 3], 1));
+}
+
+#[test]
+fn standalone_a_preferred_election_names_the_first_replica() {
+    // Standalone the election is decided from the image and nothing is written.
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = &f.controller;
+    one_partition(c, &[1, 2, 3], 2, 4, &[1, 2, 3]);
+    let elected = c.elect_leaders(ElectionType::Preferred, &[("t".to_string(), 0)]);
+    assert_eq!(elected[0].as_ref().map_err(|e| e.code), Ok(&(1, 5)));
+    let unclean = c.elect_leaders(ElectionType::Unclean, &[("t".to_string(), 0)]);
+    assert_eq!(unclean[0].as_ref().map_err(|e| e.code).err(), Some(ErrorCode::ElectionNotNeeded.code()));
+}
+
+#[test]
+fn standalone_topics_are_created_and_deleted_through_the_local_broker() {
+    let f = fixture(&[(ME, 0)]);
+    let c = &f.controller;
+    let req = TopicRequest {
+        name: "orders".into(),
+        num_partitions: 3,
+        replication_factor: 1,
+        assignment: BTreeMap::new(),
+        configs: BTreeMap::new(),
+    };
+    let planned = c.plan_topic(req).unwrap();
+    let info = c.create_topic(planned).unwrap();
+    assert_eq!(info.partitions.iter().map(|p| (p.index, p.leader)).collect::<Vec<_>>(), vec![(0, 1), (1, 1), (2, 1)]);
+    assert!(c.store.get(&zk_data::topic_path("orders")).is_some());
+    assert!(c.cache.topic("orders").is_some());
+    let led: Vec<(String, i32)> = (0..3).map(|p| ("orders".to_string(), p)).collect();
+    assert_eq!(f.local.seen().led, led);
+    let again = TopicRequest {
+        name: "orders".into(),
+        num_partitions: 1,
+        replication_factor: 1,
+        assignment: BTreeMap::new(),
+        configs: BTreeMap::new(),
+    };
+    assert_eq!(c.plan_topic(again).err().map(|e| e.code), Some(ErrorCode::TopicAlreadyExists.code()));
+
+    assert_eq!(c.delete_topic("orders").unwrap(), info.id);
+    assert!(c.cache.topic("orders").is_none());
+    assert!(c.store.get(&zk_data::topic_path("orders")).is_none());
+    assert_eq!(f.local.seen().removed, led);
+    assert_eq!(f.local.seen().deleted, led, "the group coordinator hears of the deletion");
+}
