@@ -1129,11 +1129,12 @@ def decode_describe_cluster(r: R, version: int) -> dict:
 
 
 def init_producer_id_request(version: int, transactional_id: Optional[str] = None,
-                             timeout_ms: int = 60000) -> bytes:
+                             timeout_ms: int = 60000, producer_id: int = -1, producer_epoch: int = -1) -> bytes:
+    """producer_id/producer_epoch (v3+): what the client holds when it asks to bump its own epoch."""
     w = W(is_flexible(INIT_PRODUCER_ID, version))
     w.nullable_string(transactional_id).i32(timeout_ms)
     if version >= 3:
-        w.i64(-1).i16(-1)
+        w.i64(producer_id).i16(producer_epoch)
     return w.tags().done()
 
 

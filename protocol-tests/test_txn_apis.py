@@ -211,3 +211,43 @@ def test_describe_producers_reports_the_coordinator_epoch_of_the_last_marker(bro
         s.unlink()
     broker.restart()
     assert after_restart() == (0, [before]), "rebuilt from the log"
+
+
+INVALID_REQUEST = 42
+
+
+def test_init_producer_id_with_the_held_epoch_bumps_once_and_fences_stale_epochs(broker):
+    """KIP-360 as librdkafka uses it after an abortable error: InitProducerId naming the producer
+    id and epoch the client holds. A retried bump (its answer lost) gets the same epoch again, an
+    epoch the client no longer holds is fenced (INVALID_PRODUCER_EPOCH before v4), a half-given
+    producer is malformed, and an idempotent producer gets a new id as from Kafka 3.9."""
+    txn_id = f"tx-{uuid.uuid4().hex[:8]}"
+    with kp.Conn(broker.host, broker.port) as c:
+        def find():
+            out = kg.decode_find_coordinator(c.call(kg.FIND_COORDINATOR, 4,
+                                                    kg.find_coordinator_request(4, txn_id, 1)), 4)
+            return out["coordinators"][0]["error_code"], out["coordinators"][0]
+        code, coord = retry("FindCoordinator", find)
+        assert code == 0 and coord["port"] == broker.port, coord
+
+        def init(v, held=(-1, -1), tid=txn_id):
+            def call():
+                req = kp.init_producer_id_request(v, tid, 60000, producer_id=held[0], producer_epoch=held[1])
+                out = kp.decode_init_producer_id(c.call(kp.INIT_PRODUCER_ID, v, req), v)
+                return out["error_code"], (out["producer_id"], out["producer_epoch"])
+            return retry(f"InitProducerId v{v} {held}", call)
+
+        code, (pid, epoch) = init(4)
+        assert code == 0
+        assert init(4, (pid, epoch)) == (0, (pid, epoch + 1))
+        assert init(4, (pid, epoch)) == (0, (pid, epoch + 1)), "a retried bump is answered, not bumped again"
+        assert init(4, (pid, epoch + 1)) == (0, (pid, epoch + 2))
+        assert init(4, (pid, epoch))[0] == kt.PRODUCER_FENCED
+        assert init(3, (pid, epoch))[0] == kt.INVALID_PRODUCER_EPOCH
+        assert init(4, (pid + 1, epoch + 2))[0] == kt.PRODUCER_FENCED, "another producer id"
+        assert init(4, (pid, -1))[0] == INVALID_REQUEST
+        # The fenced attempts changed nothing: the holder of the current epoch still bumps.
+        assert init(4, (pid, epoch + 2)) == (0, (pid, epoch + 3))
+
+        code, (ipid, iepoch) = init(4, (pid, epoch + 3), tid=None)
+        assert code == 0 and ipid != pid and iepoch == 0, (ipid, iepoch)

@@ -19,10 +19,11 @@ pub fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> Ini
         r.error_code = ErrorCode::ClusterAuthorizationFailed.code();
         return r;
     }
-    // KIP-360: a producer that knows its id may ask for the next epoch instead of a new id.
-    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
-        r.producer_id = req.producer_id;
-        r.producer_epoch = req.producer_epoch + 1;
+    // A producer id without an epoch, or the reverse, is malformed. Otherwise Kafka 3.9 gives an
+    // idempotent producer a new id whatever it held: nothing here knows the old id's epoch, and
+    // bumping whatever epoch the client names would let it claim any producer id.
+    if (req.producer_id.0 == -1) != (req.producer_epoch == -1) {
+        r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
     match ctx.broker.producer_ids.next_id() {

@@ -57,8 +57,21 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
     if id.is_empty() {
         return super::producer_id::init_producer_id(ctx, InitProducerIdRequest::default());
     }
-    let (code, pid, epoch) = ctx.broker.init_transactional_producer(&id, req.transaction_timeout_ms).await;
-    r.error_code = code;
+    let expected = match (req.producer_id.0, req.producer_epoch) {
+        (-1, -1) => None,
+        (-1, _) | (_, -1) => {
+            r.error_code = ErrorCode::InvalidRequest.code();
+            return r;
+        }
+        (pid, epoch) => Some((pid, epoch)),
+    };
+    let (code, pid, epoch) = ctx.broker.init_transactional_producer(&id, req.transaction_timeout_ms, expected).await;
+    // PRODUCER_FENCED came with v4 (KIP-588); older clients know the fencing as this.
+    r.error_code = if code == ErrorCode::ProducerFenced.code() && ctx.version() < 4 {
+        ErrorCode::InvalidProducerEpoch.code()
+    } else {
+        code
+    };
     if code == 0 {
         r.producer_id = ProducerId(pid);
         r.producer_epoch = epoch;

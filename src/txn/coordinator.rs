@@ -204,7 +204,16 @@ impl TransactionCoordinator {
         guard(&self.txns).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
-    pub fn prepare_init(&self, id: &str, timeout_ms: i32, new_pid: Option<i64>, now: i64) -> Result<InitStep, i16> {
+    /// InitProducerId. `expected` is the producer id and epoch the client holds, when it asks
+    /// for a bump of its own epoch (KIP-360) rather than to fence whoever holds the id.
+    pub fn prepare_init(
+        &self,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+        new_pid: Option<i64>,
+        now: i64,
+    ) -> Result<InitStep, i16> {
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
             return Err(ErrorCode::InvalidTransactionTimeout.code());
         }
@@ -218,32 +227,58 @@ impl TransactionCoordinator {
             last_update_ms: now,
             start_ms: -1,
             pending: false,
+            last_producer_id: -1,
+            last_epoch: -1,
         };
         let Some(m) = txns.get_mut(id) else {
+            // Whatever the client held is gone (expired, or never written): like a first
+            // init, which is how a producer recovers from UNKNOWN_PRODUCER_ID.
             let Some(pid) = new_pid else { return Ok(InitStep::NeedProducerId) };
             // A placeholder that holds the id while its first state is written; epoch -1 says
             // it has never been written, so a failed write removes it.
             txns.insert(id.to_string(), TxnMetadata { epoch: -1, pending: true, ..fresh(pid) });
             return Ok(InitStep::Write(fresh(pid)));
         };
-        if m.pending || m.state.is_preparing() {
+        if m.pending {
+            return Err(ErrorCode::ConcurrentTransactions.code());
+        }
+        // A client naming another producer id is fenced, unless it is the id this one replaced
+        // with its epochs spent: a retry of the bump that rotated the id.
+        if let Some((pid, epoch)) = expected {
+            if m.epoch >= 0 && pid != m.producer_id && !(pid == m.last_producer_id && next_epoch(epoch).is_none()) {
+                return Err(ErrorCode::ProducerFenced.code());
+            }
+        }
+        if m.state.is_preparing() {
             return Err(ErrorCode::ConcurrentTransactions.code());
         }
         if m.state == TxnState::Ongoing {
+            // Whoever asks, the open transaction is aborted under a new epoch first; the
+            // client's retry then bumps again from there.
             let mut target = m.clone();
             target.epoch = next_epoch(m.epoch).unwrap_or(m.epoch);
+            target.last_epoch = -1;
             target.state = TxnState::PrepareAbort;
             target.last_update_ms = now;
             m.pending = true;
             return Ok(InitStep::AbortFirst(target));
         }
-        let target = match next_epoch(m.epoch) {
-            Some(epoch) => TxnMetadata { epoch, producer_id: m.producer_id, ..fresh(m.producer_id) },
-            None => match new_pid {
-                Some(pid) => fresh(pid),
+        let expected_epoch = expected.map(|(_, e)| e);
+        let (producer_id, epoch, last_epoch) = match next_epoch(m.epoch) {
+            // Epochs spent, and the client (if it named one) holds the last of them: a new id.
+            None if expected_epoch.is_none_or(|e| e == m.epoch) => match new_pid {
+                Some(pid) => (pid, 0, if expected.is_some() { m.epoch } else { -1 }),
                 None => return Ok(InitStep::NeedProducerId),
             },
+            bumped => match expected_epoch {
+                None => (m.producer_id, bumped.unwrap_or(m.epoch), -1),
+                Some(e) if e == m.epoch => (m.producer_id, bumped.unwrap_or(m.epoch), m.epoch),
+                // The client's previous bump succeeded but it never heard: the same answer.
+                Some(e) if e == m.last_epoch => (m.producer_id, m.epoch, m.last_epoch),
+                Some(_) => return Err(ErrorCode::ProducerFenced.code()),
+            },
         };
+        let target = TxnMetadata { epoch, last_epoch, ..fresh(producer_id) };
         m.pending = true;
         Ok(InitStep::Write(target))
     }
@@ -352,7 +387,7 @@ impl TransactionCoordinator {
             Some(t) => {
                 // Unloaded meanwhile (leadership moved): the new coordinator reads the log.
                 if let Some(m) = txns.get_mut(id) {
-                    *m = TxnMetadata { pending: false, ..t };
+                    *m = TxnMetadata { pending: false, last_producer_id: m.producer_id, ..t };
                 }
             }
             None => {
@@ -376,6 +411,7 @@ impl TransactionCoordinator {
             }
             let mut target = m.clone();
             target.epoch = next_epoch(m.epoch).unwrap_or(m.epoch);
+            target.last_epoch = -1;
             target.state = TxnState::PrepareAbort;
             target.last_update_ms = now;
             m.pending = true;
@@ -434,11 +470,11 @@ mod tests {
     #[test]
     fn init_allocates_then_bumps_the_epoch() {
         let c = coordinator();
-        assert_eq!(c.prepare_init("t", 1000, None, 0), Ok(InitStep::NeedProducerId));
-        assert_eq!(c.prepare_init("t", 900_001, None, 0), Err(ErrorCode::InvalidTransactionTimeout.code()));
-        let first = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        assert_eq!(c.prepare_init("t", 1000, None, None, 0), Ok(InitStep::NeedProducerId));
+        assert_eq!(c.prepare_init("t", 900_001, None, None, 0), Err(ErrorCode::InvalidTransactionTimeout.code()));
+        let first = written(&c, "t", c.prepare_init("t", 1000, None, Some(5), 0));
         assert_eq!((first.producer_id, first.epoch, first.state), (5, 0, TxnState::Empty));
-        let second = written(&c, "t", c.prepare_init("t", 1000, None, 1));
+        let second = written(&c, "t", c.prepare_init("t", 1000, None, None, 1));
         assert_eq!((second.producer_id, second.epoch), (5, 1));
         // The first incarnation is fenced.
         assert_eq!(c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 2), Err(ErrorCode::ProducerFenced.code()));
@@ -451,8 +487,8 @@ mod tests {
     #[test]
     fn a_failed_first_write_leaves_nothing_behind() {
         let c = coordinator();
-        let Ok(InitStep::Write(_)) = c.prepare_init("t", 1000, Some(5), 0) else { panic!() };
-        assert_eq!(c.prepare_init("t", 1000, Some(6), 0), Err(ErrorCode::ConcurrentTransactions.code()));
+        let Ok(InitStep::Write(_)) = c.prepare_init("t", 1000, None, Some(5), 0) else { panic!() };
+        assert_eq!(c.prepare_init("t", 1000, None, Some(6), 0), Err(ErrorCode::ConcurrentTransactions.code()));
         c.complete_write("t", None);
         assert_eq!(c.get("t"), None);
     }
@@ -460,7 +496,7 @@ mod tests {
     #[test]
     fn a_transaction_runs_through_its_states() {
         let c = coordinator();
-        let m = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        let m = written(&c, "t", c.prepare_init("t", 1000, None, Some(5), 0));
         let add = c.prepare_add_partitions("t", 5, m.epoch, &[("a".into(), 0)], 10).unwrap().unwrap();
         assert_eq!(c.prepare_end("t", 5, 0, true, 11), Err(ErrorCode::ConcurrentTransactions.code()), "pending write");
         c.complete_write("t", Some(add));
@@ -496,6 +532,8 @@ mod tests {
             last_update_ms: 0,
             start_ms: 0,
             pending: false,
+            last_producer_id: -1,
+            last_epoch: -1,
         };
         c.load(7, 2, HashMap::from([("t".to_string(), m)]), |_| true);
         c
@@ -572,7 +610,7 @@ mod tests {
             c.prepare_add_partitions("t", 5, 3, &[("b".into(), 0)], 1),
             Err(ErrorCode::ConcurrentTransactions.code())
         );
-        assert_eq!(c.prepare_init("t", 1000, None, 1), Err(ErrorCode::ConcurrentTransactions.code()));
+        assert_eq!(c.prepare_init("t", 1000, None, None, 1), Err(ErrorCode::ConcurrentTransactions.code()));
         let done = c.prepare_complete("t", &prepared, 2).unwrap();
         assert_eq!(done.state, TxnState::CompleteCommit);
         assert_eq!(
@@ -600,7 +638,7 @@ mod tests {
             c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
             vec![(a0.clone(), ErrorCode::InvalidProducerIdMapping.code())]
         );
-        let m = written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        let m = written(&c, "t", c.prepare_init("t", 1000, None, Some(5), 0));
         assert_eq!(
             c.verify_only("t", 5, 0, std::slice::from_ref(&a0)),
             vec![(a0.clone(), ErrorCode::InvalidTxnState.code())],
@@ -655,16 +693,102 @@ mod tests {
     #[test]
     fn reinit_aborts_an_open_transaction_and_timeouts_fence() {
         let c = coordinator();
-        written(&c, "t", c.prepare_init("t", 1000, Some(5), 0));
+        written(&c, "t", c.prepare_init("t", 1000, None, Some(5), 0));
         let add = c.prepare_add_partitions("t", 5, 0, &[("a".into(), 0)], 10).unwrap().unwrap();
         c.complete_write("t", Some(add));
         assert!(c.timed_out(1009).is_empty());
-        let Ok(InitStep::AbortFirst(abort)) = c.prepare_init("t", 1000, None, 11) else { panic!() };
+        let Ok(InitStep::AbortFirst(abort)) = c.prepare_init("t", 1000, None, None, 11) else { panic!() };
         assert_eq!((abort.state, abort.epoch), (TxnState::PrepareAbort, 1));
         c.complete_write("t", None);
         let timed = c.timed_out(1010);
         assert_eq!(timed.len(), 1);
         assert_eq!((timed[0].1.state, timed[0].1.epoch), (TxnState::PrepareAbort, 1));
         assert!(c.timed_out(5000).is_empty(), "already being aborted");
+    }
+
+    /// "t" initialized twice (producer 5, epoch 1), with the Complete/Empty `state` written.
+    fn bumped_once() -> TransactionCoordinator {
+        let c = coordinator();
+        written(&c, "t", c.prepare_init("t", 1000, None, Some(5), 0));
+        written(&c, "t", c.prepare_init("t", 1000, None, None, 1));
+        c
+    }
+
+    #[test]
+    fn a_bump_of_the_clients_own_epoch_remembers_it_and_a_retry_gets_the_same_answer() {
+        let c = bumped_once();
+        let t = written(&c, "t", c.prepare_init("t", 1000, Some((5, 1)), None, 2));
+        assert_eq!((t.producer_id, t.epoch, t.last_epoch), (5, 2, 1));
+        // The answer was lost and the client asks again with what it held: no second bump.
+        let t = written(&c, "t", c.prepare_init("t", 1000, Some((5, 1)), None, 3));
+        assert_eq!((t.producer_id, t.epoch, t.last_epoch), (5, 2, 1));
+        // Having heard, it bumps from its new epoch.
+        let t = written(&c, "t", c.prepare_init("t", 1000, Some((5, 2)), None, 4));
+        assert_eq!((t.producer_id, t.epoch, t.last_epoch), (5, 3, 2));
+    }
+
+    #[test]
+    fn a_stale_or_foreign_expected_producer_is_fenced() {
+        let c = bumped_once();
+        // Epoch 0 was fenced by the second init (no expected epoch: last epoch forgotten).
+        assert_eq!(c.prepare_init("t", 1000, Some((5, 0)), None, 2), Err(ErrorCode::ProducerFenced.code()));
+        assert_eq!(
+            c.prepare_init("t", 1000, Some((5, 7)), None, 2),
+            Err(ErrorCode::ProducerFenced.code()),
+            "an epoch never given"
+        );
+        assert_eq!(
+            c.prepare_init("t", 1000, Some((6, 1)), None, 2),
+            Err(ErrorCode::ProducerFenced.code()),
+            "another producer id"
+        );
+        assert_eq!(c.get("t").map(|m| (m.epoch, m.pending)), Some((1, false)), "nothing written");
+        // A plain init (a new incarnation) fences the bumping client's retry too.
+        written(&c, "t", c.prepare_init("t", 1000, Some((5, 1)), None, 3));
+        written(&c, "t", c.prepare_init("t", 1000, None, None, 4));
+        assert_eq!(c.prepare_init("t", 1000, Some((5, 1)), None, 5), Err(ErrorCode::ProducerFenced.code()));
+        // The fencing answer comes before the wait for a transaction being completed.
+        let c = loaded_with(TxnState::PrepareCommit);
+        assert_eq!(c.prepare_init("t", 1000, Some((6, 3)), None, 1), Err(ErrorCode::ProducerFenced.code()));
+        assert_eq!(c.prepare_init("t", 1000, Some((5, 3)), None, 1), Err(ErrorCode::ConcurrentTransactions.code()));
+    }
+
+    #[test]
+    fn an_expected_producer_with_an_open_transaction_aborts_it_first() {
+        let c = bumped_once();
+        let add = c.prepare_add_partitions("t", 5, 1, &[("a".into(), 0)], 10).unwrap().unwrap();
+        c.complete_write("t", Some(add));
+        let Ok(InitStep::AbortFirst(abort)) = c.prepare_init("t", 1000, Some((5, 1)), None, 11) else { panic!() };
+        assert_eq!((abort.state, abort.epoch, abort.last_epoch), (TxnState::PrepareAbort, 2, -1));
+        c.complete_write("t", Some(abort.clone()));
+        assert_eq!(c.prepare_init("t", 1000, Some((5, 1)), None, 12), Err(ErrorCode::ConcurrentTransactions.code()));
+        let done = c.prepare_complete("t", &abort, 13).unwrap();
+        c.complete_write("t", Some(done));
+        // The abort's epoch was never given to the client: its retry is fenced, as in Kafka.
+        assert_eq!(c.prepare_init("t", 1000, Some((5, 1)), None, 14), Err(ErrorCode::ProducerFenced.code()));
+    }
+
+    #[test]
+    fn spent_epochs_rotate_the_producer_id_and_a_retry_of_the_rotation_gets_the_new_one() {
+        let c = coordinator();
+        let m = TxnMetadata { epoch: i16::MAX - 1, ..loaded_with(TxnState::CompleteCommit).get("t").unwrap() };
+        c.load(7, 2, HashMap::from([("t".to_string(), m)]), |_| true);
+        assert_eq!(c.prepare_init("t", 1000, Some((5, i16::MAX - 1)), None, 1), Ok(InitStep::NeedProducerId));
+        let t = written(&c, "t", c.prepare_init("t", 1000, Some((5, i16::MAX - 1)), Some(9), 1));
+        assert_eq!((t.producer_id, t.epoch, t.last_epoch), (9, 0, i16::MAX - 1));
+        assert_eq!(c.get("t").map(|m| m.last_producer_id), Some(5));
+        // The client never heard and asks again with the spent id and epoch.
+        let t = written(&c, "t", c.prepare_init("t", 1000, Some((5, i16::MAX - 1)), None, 2));
+        assert_eq!((t.producer_id, t.epoch), (9, 0));
+        // The old id with an epoch not spent is someone else's stale view.
+        assert_eq!(c.prepare_init("t", 1000, Some((5, 3)), None, 3), Err(ErrorCode::ProducerFenced.code()));
+    }
+
+    #[test]
+    fn an_unknown_transactional_id_gets_a_new_producer_whatever_the_client_held() {
+        let c = coordinator();
+        assert_eq!(c.prepare_init("t", 1000, Some((5, 3)), None, 0), Ok(InitStep::NeedProducerId));
+        let t = written(&c, "t", c.prepare_init("t", 1000, Some((5, 3)), Some(8), 0));
+        assert_eq!((t.producer_id, t.epoch), (8, 0));
     }
 }

@@ -306,13 +306,18 @@ impl Broker {
     }
 
     /// InitProducerId with a transactional id: (error, producer id, epoch).
-    pub async fn init_transactional_producer(self: &Arc<Self>, id: &str, timeout_ms: i32) -> (i16, i64, i16) {
+    pub async fn init_transactional_producer(
+        self: &Arc<Self>,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> (i16, i64, i16) {
         if let Err(code) = self.check_txn_coordinator(id) {
             return (code, -1, -1);
         }
         let mut new_pid = None;
         for _ in 0..3 {
-            let step = match self.txns.prepare_init(id, timeout_ms, new_pid, crate::log::now_ms()) {
+            let step = match self.txns.prepare_init(id, timeout_ms, expected, new_pid, crate::log::now_ms()) {
                 Ok(s) => s,
                 Err(code) => return (code, -1, -1),
             };

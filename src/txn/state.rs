@@ -79,6 +79,13 @@ pub struct TxnMetadata {
     /// A new state is being written to the log: until it is, this one stands and other
     /// requests are answered CONCURRENT_TRANSACTIONS (Kafka's `pendingState`).
     pub pending: bool,
+    /// The producer id before the last write, and the epoch a producer that asked for the
+    /// current one by naming its own held (-1 when the current epoch fenced the holder of the
+    /// previous one): a retried bump whose answer was lost names these and gets the current
+    /// id and epoch again (KIP-360). Not in the log's v0 value, so a new coordinator starts
+    /// without them, as Kafka's does.
+    pub last_producer_id: i64,
+    pub last_epoch: i16,
 }
 
 impl TxnMetadata {
@@ -104,6 +111,8 @@ impl TxnMetadata {
             last_update_ms: v.last_update_ms,
             start_ms: v.start_ms,
             pending: false,
+            last_producer_id: -1,
+            last_epoch: -1,
         }
     }
 }
