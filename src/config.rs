@@ -348,8 +348,8 @@ pub struct BrokerConfig {
     pub controlled_shutdown_max_retries: u32,
     /// `controlled.shutdown.retry.backoff.ms`: the pause between those attempts.
     pub controlled_shutdown_retry_backoff: std::time::Duration,
-    /// `request.timeout.ms`: how long an inter-broker request the coordinators send
-    /// (WriteTxnMarkers) may wait for its answer.
+    /// `request.timeout.ms`: how long a request to another broker may wait for its answer
+    /// (the inter-broker client takes it from here).
     pub request_timeout: std::time::Duration,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,

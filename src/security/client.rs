@@ -217,7 +217,8 @@ impl InterBrokerClient {
         let listener = config.inter_broker_listener.as_str();
         let mut client = InterBrokerClient::plaintext(listener);
         client.setup_timeout = Duration::from_millis(millis(values, "socket.connection.setup.timeout.ms", 10_000)?);
-        client.request_timeout = Duration::from_millis(millis(values, "request.timeout.ms", 30_000)?);
+        // Parsed and checked with the other limits in config.
+        client.request_timeout = config.request_timeout;
         client.max_response = config.socket_request_max_bytes;
         // Standalone, nothing connects to another broker.
         if config.zookeeper_connect.is_none() {

@@ -545,7 +545,7 @@ impl Broker {
         let connector = &self.security.inter_broker;
         let key = kafka_protocol::messages::ApiKey::WriteTxnMarkers;
         let resp = tokio::time::timeout(
-            self.config.request_timeout,
+            connector.request_timeout,
             pooled_round_trip::<_, WriteTxnMarkersResponse>(
                 connector,
                 &host,
