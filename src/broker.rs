@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
-use crate::group::coordinator::CoordinatorConfig;
 use crate::group::GroupCoordinator;
 use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
@@ -173,8 +172,8 @@ impl Broker {
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
             producer_ids: ProducerIdManager::new(id, store.clone()),
-            groups: GroupCoordinator::new(coordinator_config(&config)?),
-            txns: crate::txn::TransactionCoordinator::new(txn_config(&config)?),
+            groups: GroupCoordinator::new(crate::config::coordinator_config(&config)?),
+            txns: crate::txn::TransactionCoordinator::new(crate::config::txn_config(&config)?),
             offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror::new(
                 config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
             ),
@@ -628,54 +627,6 @@ async fn register(config: &BrokerConfig, store: &ZnodeStore) -> anyhow::Result<(
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorConfig> {
-    let get = |k: &str| -> anyhow::Result<i64> {
-        let v = config.values.get(k).map(String::as_str).unwrap_or("");
-        v.parse::<i64>().map_err(|_| anyhow::anyhow!("invalid value {v:?} for configuration {k}: not a number"))
-    };
-    let positive = |k: &str| -> anyhow::Result<i64> {
-        match get(k)? {
-            n if n > 0 => Ok(n),
-            n => Err(anyhow::anyhow!("invalid value {n:?} for configuration {k}: must be greater than 0")),
-        }
-    };
-    Ok(CoordinatorConfig {
-        initial_rebalance_delay: Duration::from_millis(get("group.initial.rebalance.delay.ms")?.max(0) as u64),
-        min_session_timeout_ms: get("group.min.session.timeout.ms")? as i32,
-        max_session_timeout_ms: get("group.max.session.timeout.ms")? as i32,
-        offsets_retention_ms: positive("offsets.retention.minutes")?.saturating_mul(60_000),
-        offsets_retention_check_interval_ms: positive("offsets.retention.check.interval.ms")? as u64,
-        offset_metadata_max_bytes: config.offset_metadata_max_bytes,
-    })
-}
-
-/// `transaction.max.timeout.ms` and `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
-/// Kafka's names and defaults.
-fn txn_config(config: &BrokerConfig) -> anyhow::Result<crate::txn::coordinator::TxnConfig> {
-    let get = |k: &str, default: i64| -> anyhow::Result<i64> {
-        match config.values.get(k) {
-            None => Ok(default),
-            Some(v) => match v.trim().parse::<i64>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(anyhow::anyhow!("invalid value {v:?} for configuration {k}: must be a number greater than 0")),
-            },
-        }
-    };
-    Ok(crate::txn::coordinator::TxnConfig {
-        max_timeout_ms: get("transaction.max.timeout.ms", 900_000)?.min(i32::MAX as i64) as i32,
-        abort_check_interval_ms: get("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000)? as u64,
-        verify_partitions: match config.values.get("transaction.partition.verification.enable").map(|v| v.trim()) {
-            None | Some("true") => true,
-            Some("false") => false,
-            Some(v) => {
-                return Err(anyhow::anyhow!(
-                    "invalid value {v:?} for configuration transaction.partition.verification.enable: must be true or false"
-                ))
-            }
-        },
-    })
 }
 
 /// `meta.properties` in each log dir, as a ZooKeeper-mode Kafka writes it.

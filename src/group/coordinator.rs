@@ -212,17 +212,7 @@ pub trait GroupStore: Sync {
     fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]);
 }
 
-pub struct CoordinatorConfig {
-    pub initial_rebalance_delay: Duration,
-    pub min_session_timeout_ms: i32,
-    pub max_session_timeout_ms: i32,
-    /// offsets.retention.minutes, in ms.
-    pub offsets_retention_ms: i64,
-    /// offsets.retention.check.interval.ms
-    pub offsets_retention_check_interval_ms: u64,
-    /// offset.metadata.max.bytes
-    pub offset_metadata_max_bytes: usize,
-}
+pub use crate::config::CoordinatorConfig;
 
 pub struct GroupCoordinator {
     config: CoordinatorConfig,

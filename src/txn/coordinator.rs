@@ -13,15 +13,7 @@ use super::state::{TxnMetadata, TxnState};
 use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
 
-#[derive(Debug, Clone)]
-pub struct TxnConfig {
-    /// `transaction.max.timeout.ms`
-    pub max_timeout_ms: i32,
-    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
-    pub abort_check_interval_ms: u64,
-    /// `transaction.partition.verification.enable` (KIP-890 part 1)
-    pub verify_partitions: bool,
-}
+pub use crate::config::TxnConfig;
 
 /// What InitProducerId must do next.
 #[derive(Debug, PartialEq, Eq)]

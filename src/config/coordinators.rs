@@ -1,0 +1,142 @@
+//! Groups and transactions: the shape of `__consumer_offsets` and `__transaction_state`, the
+//! offset-commit limits, and the group and transaction coordinators' settings.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::parse::{num, positive, value};
+use super::{BrokerConfig, ConfigError};
+
+/// The coordinators' broker-level settings, as parsed.
+pub(super) struct Coordinators {
+    pub offsets_topic: InternalTopicConfig,
+    pub offsets_zk_mirror_interval: Option<Duration>,
+    pub offsets_zk_mirror_max_writes: usize,
+    pub transaction_state_log: InternalTopicConfig,
+    pub offset_metadata_max_bytes: usize,
+    pub offsets_commit_timeout: Duration,
+}
+
+impl Coordinators {
+    pub(super) fn parse(values: &BTreeMap<String, String>) -> Result<Coordinators, ConfigError> {
+        let get = |k: &str| value(values, k);
+        Ok(Coordinators {
+            offsets_topic: InternalTopicConfig::parse("offsets.topic", &get)?,
+            offsets_zk_mirror_interval: Some(num::<u64>(
+                "gregor.offsets.zookeeper.mirror.interval.ms",
+                get("gregor.offsets.zookeeper.mirror.interval.ms"),
+            )?)
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis),
+            offsets_zk_mirror_max_writes: positive::<usize>(
+                "gregor.offsets.zookeeper.mirror.max.writes",
+                get("gregor.offsets.zookeeper.mirror.max.writes"),
+            )?,
+            transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
+            offset_metadata_max_bytes: num::<usize>("offset.metadata.max.bytes", get("offset.metadata.max.bytes"))?,
+            offsets_commit_timeout: Duration::from_millis(positive::<u64>(
+                "offsets.commit.timeout.ms",
+                get("offsets.commit.timeout.ms"),
+            )?),
+        })
+    }
+}
+
+/// The shape of an internal topic, from `<prefix>.num.partitions`, `.replication.factor`,
+/// `.segment.bytes` and (transaction log only) `.min.isr`. Kafka refuses to start when any is
+/// below 1, and so does gregor: a zero here would only surface when the topic is first used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InternalTopicConfig {
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub segment_bytes: i32,
+    pub min_isr: Option<i32>,
+}
+
+impl InternalTopicConfig {
+    fn parse<'v>(prefix: &str, get: &impl Fn(&str) -> &'v str) -> Result<Self, ConfigError> {
+        let key = |suffix: &str| format!("{prefix}.{suffix}");
+        let min_isr_key = key("min.isr");
+        let min_isr = get(&min_isr_key);
+        Ok(InternalTopicConfig {
+            num_partitions: positive(&key("num.partitions"), get(&key("num.partitions")))?,
+            replication_factor: positive(&key("replication.factor"), get(&key("replication.factor")))?,
+            segment_bytes: positive(&key("segment.bytes"), get(&key("segment.bytes")))?,
+            min_isr: if min_isr.is_empty() { None } else { Some(positive(&min_isr_key, min_isr)?) },
+        })
+    }
+}
+
+/// The group coordinator's settings.
+pub struct CoordinatorConfig {
+    pub initial_rebalance_delay: Duration,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    /// offsets.retention.minutes, in ms.
+    pub offsets_retention_ms: i64,
+    /// offsets.retention.check.interval.ms
+    pub offsets_retention_check_interval_ms: u64,
+    /// offset.metadata.max.bytes
+    pub offset_metadata_max_bytes: usize,
+}
+
+/// The transaction coordinator's settings.
+#[derive(Debug, Clone)]
+pub struct TxnConfig {
+    /// `transaction.max.timeout.ms`
+    pub max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    pub abort_check_interval_ms: u64,
+    /// `transaction.partition.verification.enable` (KIP-890 part 1)
+    pub verify_partitions: bool,
+}
+
+/// The `group.*` and `offsets.retention.*` keys. Read when the broker starts, which reports a bad
+/// value; the messages name the key as [`ConfigError`]'s do.
+pub fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorConfig> {
+    let get = |k: &str| -> anyhow::Result<i64> {
+        let v = config.values.get(k).map(String::as_str).unwrap_or("");
+        v.parse::<i64>().map_err(|_| anyhow::anyhow!("invalid value {v:?} for configuration {k}: not a number"))
+    };
+    let positive = |k: &str| -> anyhow::Result<i64> {
+        match get(k)? {
+            n if n > 0 => Ok(n),
+            n => Err(anyhow::anyhow!("invalid value {n:?} for configuration {k}: must be greater than 0")),
+        }
+    };
+    Ok(CoordinatorConfig {
+        initial_rebalance_delay: Duration::from_millis(get("group.initial.rebalance.delay.ms")?.max(0) as u64),
+        min_session_timeout_ms: get("group.min.session.timeout.ms")? as i32,
+        max_session_timeout_ms: get("group.max.session.timeout.ms")? as i32,
+        offsets_retention_ms: positive("offsets.retention.minutes")?.saturating_mul(60_000),
+        offsets_retention_check_interval_ms: positive("offsets.retention.check.interval.ms")? as u64,
+        offset_metadata_max_bytes: config.offset_metadata_max_bytes,
+    })
+}
+
+/// `transaction.max.timeout.ms` and `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+/// Kafka's names and defaults.
+pub fn txn_config(config: &BrokerConfig) -> anyhow::Result<TxnConfig> {
+    let get = |k: &str, default: i64| -> anyhow::Result<i64> {
+        match config.values.get(k) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(anyhow::anyhow!("invalid value {v:?} for configuration {k}: must be a number greater than 0")),
+            },
+        }
+    };
+    Ok(TxnConfig {
+        max_timeout_ms: get("transaction.max.timeout.ms", 900_000)?.min(i32::MAX as i64) as i32,
+        abort_check_interval_ms: get("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000)? as u64,
+        verify_partitions: match config.values.get("transaction.partition.verification.enable").map(|v| v.trim()) {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => {
+                return Err(anyhow::anyhow!(
+                    "invalid value {v:?} for configuration transaction.partition.verification.enable: must be true or false"
+                ))
+            }
+        },
+    })
+}
