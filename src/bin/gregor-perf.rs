@@ -1,3 +1,4 @@
+// Over ~800 lines on purpose: one standalone tool whose modes share a connection and report layer.
 //! `gregor-perf`: a load generator for any Kafka broker, after Kafka's
 //! `kafka-producer-perf-test`, `kafka-consumer-perf-test` and `EndToEndLatency`.
 //!
