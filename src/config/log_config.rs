@@ -142,9 +142,7 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("unclean.leader.election.enable", "unclean.leader.election.enable"),
 ];
 
-/// `cleanup.policy`: `delete`, `compact` or both, as (compact, delete).
 /// CreateTime or LogAppendTime: whether the broker stamps batches with its own clock.
-
 pub(super) fn timestamp_type(key: &str, value: &str) -> Result<bool, ConfigError> {
     match value {
         "CreateTime" => Ok(false),
@@ -153,6 +151,7 @@ pub(super) fn timestamp_type(key: &str, value: &str) -> Result<bool, ConfigError
     }
 }
 
+/// `cleanup.policy`: `delete`, `compact` or both, as (compact, delete).
 pub(super) fn cleanup_policy(key: &str, value: &str) -> Result<(bool, bool), ConfigError> {
     let (mut compact, mut delete) = (false, false);
     for p in value.split(',').map(str::trim) {
