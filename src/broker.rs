@@ -440,7 +440,7 @@ impl Broker {
 
     /// One ControlledShutdown round trip; the number of partitions still led here.
     async fn ask_controlled_shutdown(self: &Arc<Self>) -> anyhow::Result<usize> {
-        use crate::controller::messages::{ControlledShutdownRequest, ControlledShutdownResponse};
+        use crate::protocol::inter_broker::{ControlledShutdownRequest, ControlledShutdownResponse};
         let me = self.config.broker_id;
         let epoch = self.broker_epoch();
         let snapshot = self.cache.snapshot();
@@ -456,7 +456,7 @@ impl Broker {
             let client_id = format!("gregor-broker-{me}");
             let mut stream = self.security.inter_broker.connect(&target.host, target.port, &client_id).await?;
             let req = ControlledShutdownRequest { broker_id: me, broker_epoch: epoch };
-            let call = crate::controller::channel::round_trip(
+            let call = crate::protocol::inter_broker::round_trip(
                 &mut stream,
                 1,
                 &client_id,
@@ -527,12 +527,12 @@ impl Broker {
 impl crate::controller::LocalBroker for Broker {
     fn become_leader_or_follower(
         &self,
-        req: &crate::controller::messages::LeaderAndIsrRequest,
-    ) -> crate::controller::messages::LeaderAndIsrResponse {
+        req: &crate::protocol::inter_broker::LeaderAndIsrRequest,
+    ) -> crate::protocol::inter_broker::LeaderAndIsrResponse {
         self.replicas.become_leader_or_follower(req)
     }
 
-    fn stop_replicas(&self, req: &crate::controller::messages::StopReplicaRequest) {
+    fn stop_replicas(&self, req: &crate::protocol::inter_broker::StopReplicaRequest) {
         self.replicas.stop_replicas(req);
     }
 
@@ -710,7 +710,7 @@ impl LeadershipListener for BrokerLink {
         if tp.0 == crate::group::OFFSETS_TOPIC {
             b.set_loading_offsets(tp.1, true);
         }
-        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+        if tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC {
             b.txns.set_loading(tp.1, true);
         }
     }
@@ -718,7 +718,7 @@ impl LeadershipListener for BrokerLink {
     fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
         let Some(b) = self.0.upgrade() else { return };
         let offsets = tp.0 == crate::group::OFFSETS_TOPIC;
-        let txn_state = tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
+        let txn_state = tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
         if new_term && offsets {
             b.load_groups(Some(tp.1));
         }
@@ -744,7 +744,7 @@ impl LeadershipListener for BrokerLink {
         if tp.0 == crate::group::OFFSETS_TOPIC {
             b.unload_groups(tp.1);
         }
-        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+        if tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC {
             b.unload_txns(tp.1);
         }
     }
@@ -761,11 +761,11 @@ impl ControllerGateway for BrokerLink {
 
     fn handle_alter_partition(
         &self,
-        req: &crate::controller::messages::AlterPartitionRequest,
-    ) -> crate::controller::messages::AlterPartitionResponse {
+        req: &crate::protocol::inter_broker::AlterPartitionRequest,
+    ) -> crate::protocol::inter_broker::AlterPartitionResponse {
         match self.0.upgrade() {
             Some(b) => b.controller.handle_alter_partition(req),
-            None => crate::controller::messages::AlterPartitionResponse {
+            None => crate::protocol::inter_broker::AlterPartitionResponse {
                 error_code: ErrorCode::NotController.code(),
                 ..Default::default()
             },

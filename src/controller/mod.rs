@@ -8,7 +8,6 @@ pub mod channel;
 pub mod election;
 pub mod features;
 pub mod log_dir_events;
-pub mod messages;
 pub mod propagate;
 pub mod reassign;
 pub mod requests;
@@ -23,10 +22,9 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::api::error::ApiError;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{PartitionInfo, TopicInfo};
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 use crate::sync::MutexExt;
 
 /// Kafka's limit: 249, so that `<topic>-<partition>` plus a deletion suffix fits in 255 bytes.

@@ -16,12 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Controller;
-use crate::api::error::ApiError;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, Moving, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::PartitionInfo;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 
 use super::election::{elect_leader, parse_reassignment, ADMIN_REASSIGN_PARTITIONS};
 use crate::sync::MutexExt;

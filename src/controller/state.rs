@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::channel::ControllerChannels;
 use super::log_dir_events::OfflineReplicas;
-use super::messages::{LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest};
 use super::propagate::Propagated;
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError};
 use crate::metadata::{zk_data, MetadataCache, StoreError, ZnodeStore};
+use crate::protocol::inter_broker::{LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest};
 use crate::security::client::InterBrokerClient;
 use crate::sync::MutexExt;
 

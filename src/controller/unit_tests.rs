@@ -7,15 +7,15 @@ use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 use super::election::ElectionType;
-use super::messages::{
-    AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionTopicData, BrokerState, LeaderAndIsrRequest,
-    LeaderAndIsrResponse, StopReplicaRequest,
-};
 use super::{Controller, LocalBroker, TopicRequest};
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError};
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{BrokerInfo, EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
+use crate::protocol::inter_broker::{
+    AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionTopicData, BrokerState, LeaderAndIsrRequest,
+    LeaderAndIsrResponse, StopReplicaRequest,
+};
 use crate::protocol::ErrorCode;
 use crate::security::client::InterBrokerClient;
 use crate::sync::MutexExt;
