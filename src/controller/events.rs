@@ -45,11 +45,17 @@ impl EventQueue {
     /// queued have run.
     pub fn start() -> std::io::Result<std::sync::Arc<EventQueue>> {
         let (tx, rx) = mpsc::channel::<Event>();
+        // Steps start tasks (a fetcher for a new follower, a channel to a new broker): the
+        // thread runs inside the runtime that started the broker.
+        let runtime = tokio::runtime::Handle::try_current().ok();
         let queue = std::sync::Arc::new_cyclic(|me: &std::sync::Weak<EventQueue>| {
             let me = me.clone();
             let spawned = std::thread::Builder::new()
                 .name("controller-event".into())
-                .spawn(move || run(rx, me))
+                .spawn(move || {
+                    let _runtime = runtime.as_ref().map(|r| r.enter());
+                    run(rx, me)
+                })
                 .map(|h| h.thread().id());
             EventQueue {
                 sender: Mutex::new(spawned.is_ok().then_some(tx)),
@@ -208,8 +214,10 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_runtime_worker_may_wait_for_a_step() {
+    async fn a_runtime_worker_may_wait_for_a_step_and_steps_may_spawn_tasks() {
         let q = EventQueue::start().unwrap();
         assert_eq!(q.run("from a worker", || 3), Ok(3));
+        let task = q.run("spawns", || tokio::spawn(async { 4 })).unwrap();
+        assert_eq!(task.await.unwrap(), 4);
     }
 }
