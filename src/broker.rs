@@ -158,7 +158,8 @@ impl Broker {
             store: store.clone(),
             inter_broker: security.inter_broker.clone(),
         };
-        let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone());
+        let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone())
+            .map_err(|e| anyhow::anyhow!("cannot start the controller: {e}"))?;
         let broker = Arc::new(Broker {
             controller,
             replicas: Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles)),
@@ -305,7 +306,17 @@ impl Broker {
             }
             ZnodeStore::Embedded(_) => None,
         };
-        StateSample { active_controller, partitions, offline_partitions, global_partitions, global_topics, zookeeper }
+        let (controller_events_queued, controller_events_processed) = self.controller.event_counts();
+        StateSample {
+            active_controller,
+            partitions,
+            offline_partitions,
+            global_partitions,
+            global_topics,
+            controller_events_queued,
+            controller_events_processed,
+            zookeeper,
+        }
     }
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.

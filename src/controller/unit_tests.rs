@@ -94,7 +94,7 @@ fn fixture(brokers: &[(i32, i64)]) -> Fixture {
     });
     let inter_broker = Arc::new(InterBrokerClient::from_config(&config).unwrap());
     let local = Arc::new(FakeBroker { config: Arc::new(config.clone()), seen: Mutex::default() });
-    let controller = Controller::new(config, store, cache, inter_broker);
+    let controller = Controller::new(config, store, cache, inter_broker).unwrap();
     let weak: std::sync::Weak<dyn LocalBroker> = Arc::downgrade(&local) as _;
     controller.attach(weak);
     assert!(controller.try_become_controller().unwrap());

@@ -512,6 +512,9 @@ pub struct StateSample {
     pub offline_partitions: u64,
     pub global_partitions: u64,
     pub global_topics: u64,
+    /// Topic changes waiting for the controller's event thread, and those it ran since start.
+    pub controller_events_queued: u64,
+    pub controller_events_processed: u64,
     /// None in standalone mode, which has no ZooKeeper session.
     pub zookeeper: Option<ZooKeeperSample>,
 }
@@ -584,6 +587,17 @@ impl StateSample {
                 "kafka_controller_kafkacontroller_globaltopiccount",
                 "Topics in the cluster (reported by the active controller)",
                 self.global_topics as f64,
+            ),
+            gauge(
+                "kafka_controller_controllereventmanager_eventqueuesize",
+                "Topic changes waiting for this broker's controller event thread",
+                self.controller_events_queued as f64,
+            ),
+            family(
+                "gregor_controller_events_total",
+                "Topic changes this broker's controller event thread has run",
+                MetricType::COUNTER,
+                vec![counter_metric(vec![], self.controller_events_processed as f64)],
             ),
         ];
         if let Some(zk) = self.zookeeper {
@@ -803,11 +817,15 @@ mod tests {
             offline_partitions: 1,
             global_partitions: 12,
             global_topics: 2,
+            controller_events_queued: 3,
+            controller_events_processed: 9,
             zookeeper: Some(ZooKeeperSample { connected: true, expired_sessions: 1 }),
         };
         let text = m.render(&state);
         let v = |s: &str| sample(&text, s);
         assert_eq!(v("kafka_server_replicamanager_partitioncount"), Some(4.0));
+        assert_eq!(v("kafka_controller_controllereventmanager_eventqueuesize"), Some(3.0));
+        assert_eq!(v("gregor_controller_events_total"), Some(9.0));
         assert_eq!(v("kafka_server_replicamanager_leadercount"), Some(3.0));
         // A follower's view of its ISR is not its to report.
         assert_eq!(v("kafka_server_replicamanager_underreplicatedpartitions"), Some(2.0));
