@@ -6,12 +6,14 @@
 
 pub mod coordinator;
 pub mod offsets_log;
-pub mod persistence;
+pub mod service;
 pub mod zk_mirror;
 
 pub use coordinator::{GroupCoordinator, JoinResult, SyncResult};
+pub use service::GroupCoordinatorService;
 
-pub use crate::controller::auto_create::OFFSETS_TOPIC;
+/// The topic that holds committed offsets and group metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Java's `String.hashCode`, which Kafka uses to map a group to its offsets partition.
 pub fn java_string_hash(s: &str) -> i32 {
