@@ -808,10 +808,10 @@ impl ControllerGateway for BrokerLink {
 }
 
 /// `__consumer_offsets` for the group coordinator: the metadata image and the replica manager.
-struct OffsetsLink {
-    me: i32,
-    cache: Arc<MetadataCache>,
-    replicas: Arc<ReplicaManager>,
+pub(crate) struct OffsetsLink {
+    pub(crate) me: i32,
+    pub(crate) cache: Arc<MetadataCache>,
+    pub(crate) replicas: Arc<ReplicaManager>,
 }
 
 impl OffsetsPartitions for OffsetsLink {
@@ -866,7 +866,7 @@ impl OffsetsTopicCreator for OffsetsTopicLink {
 }
 
 /// The znode store as the group coordinator's mirrors write it.
-struct StoreLink(Arc<ZnodeStore>);
+pub(crate) struct StoreLink(pub(crate) Arc<ZnodeStore>);
 
 impl GroupZnodes for StoreLink {
     fn is_zookeeper(&self) -> bool {

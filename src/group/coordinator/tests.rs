@@ -385,3 +385,80 @@ async fn unloading_sends_waiting_members_to_the_new_coordinator() {
     assert_eq!(pending.await.unwrap().error_code, ErrorCode::NotCoordinator.code());
     assert_eq!(store.left.lock().unwrap().len(), 1);
 }
+
+/// A store that checks, at each effect it performs, that the coordinator's lock is free.
+struct LockWatcher {
+    coordinator: Arc<GroupCoordinator>,
+    performed: Mutex<Vec<&'static str>>,
+}
+
+impl LockWatcher {
+    fn saw(&self, what: &'static str) {
+        assert!(self.coordinator.groups.try_lock().is_ok(), "{what} performed holding the groups lock");
+        self.performed.lock().unwrap().push(what);
+    }
+}
+
+impl GroupStore for LockWatcher {
+    fn store_offsets(&self, _: &str, _: &[((String, i32), Option<CommittedOffset>)]) -> Result<(), i16> {
+        self.saw("offsets");
+        Ok(())
+    }
+    fn store_group(&self, _: &GroupRecord) -> Result<(), i16> {
+        self.saw("group");
+        Ok(())
+    }
+    fn topic_partition_exists(&self, _: &str, _: i32) -> bool {
+        true
+    }
+    fn member_joined(&self, _: &str, _: &MemberRegistration) {
+        self.saw("joined");
+    }
+    fn member_left(&self, _: &str, _: &str) {
+        self.saw("left");
+    }
+    fn owners_changed(&self, _: &str, _: &[(String, i32, String)]) {
+        self.saw("owners");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_effect_is_performed_while_the_lock_is_held() {
+    let c = coordinator(0);
+    let store = LockWatcher { coordinator: c.clone(), performed: Mutex::new(vec![]) };
+    let j = c.join(&store, join_req("")).await;
+    let s = c.sync(&store, "g", j.generation_id, &j.member_id, None, vec![(j.member_id.clone(), "a".into())]).await;
+    assert_eq!(s.error_code, ErrorCode::None.code());
+    let r = c.commit_offsets(&store, "g", j.generation_id, &j.member_id, vec![(("t".into(), 0), 1, -1, None)]);
+    assert_eq!(r[0].1, ErrorCode::None.code());
+    tokio::time::advance(Duration::from_millis(10_001)).await;
+    c.tick(&store);
+    assert_eq!(c.delete_group(&store, "g"), ErrorCode::None.code());
+    // In the order the state changed: joined, Stable's record with its owners, the commit, the
+    // expiry's leave and Empty record and owners, the deletion's tombstones.
+    let performed = store.performed.lock().unwrap().clone();
+    assert_eq!(performed, vec!["joined", "group", "owners", "offsets", "left", "group", "owners", "offsets", "group"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_groups_effects_are_performed_in_the_order_its_steps_took() {
+    // Two steps queue before anyone performs: whoever performs first performs both, in order.
+    let c = coordinator(0);
+    let store = Arc::new(Recorder::default());
+    let ((), first) = c.step(|groups, fx| {
+        let mut g = Group::new("g");
+        g.generation = 7;
+        fx.store_group(&g);
+        groups.insert("g".into(), g);
+    });
+    let ((), second) = c.step(|groups, fx| {
+        let g = groups.get_mut("g").unwrap();
+        g.generation = 8;
+        fx.store_group(g);
+    });
+    assert_eq!(first, second, "one group, one stripe");
+    c.perform(&*store, &second);
+    assert_eq!(*store.groups_stored.lock().unwrap(), vec![(GroupState::Empty, 7), (GroupState::Empty, 8)]);
+    c.perform(&*store, &first);
+    assert_eq!(store.groups_stored.lock().unwrap().len(), 2, "performed once");
+}
