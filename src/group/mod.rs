@@ -6,10 +6,11 @@
 
 pub mod coordinator;
 pub mod offsets_log;
-pub mod persistence;
+pub mod service;
 pub mod zk_mirror;
 
 pub use coordinator::{GroupCoordinator, JoinResult, SyncResult};
+pub use service::GroupCoordinatorService;
 
 pub use crate::protocol::internal_topics::OFFSETS_TOPIC;
 
