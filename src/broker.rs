@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
-use crate::group::GroupCoordinator;
+use crate::group::service::{GroupServiceHandles, GroupZnodes, OffsetsPartitions, OffsetsTopicCreator};
+use crate::group::{GroupCoordinatorService, OFFSETS_TOPIC};
 use crate::log::LogManager;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
@@ -18,7 +19,6 @@ use crate::metrics::BrokerMetrics;
 use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
-use crate::sync::MutexExt;
 use crate::txn::ProducerIdManager;
 
 /// Where the embedded store keeps the znode tree, inside the first log dir.
@@ -35,12 +35,9 @@ pub struct Broker {
     /// The replicas hosted here, their fetchers, and the ISR writer.
     pub replicas: Arc<ReplicaManager>,
     pub producer_ids: ProducerIdManager,
-    pub groups: GroupCoordinator,
+    /// The group coordinator and what it does on this broker.
+    pub groups: Arc<GroupCoordinatorService>,
     pub txns: crate::txn::TransactionCoordinator,
-    /// Committed offsets waiting to be copied into ZooKeeper's old offsets tree.
-    pub offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror,
-    /// Group membership waiting to be written under `/consumers/<group>`.
-    pub membership_zk_mirror: crate::group::zk_mirror::MembershipMirror,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
     pub quotas: crate::client_quota::ClientQuotas,
     pub metrics: BrokerMetrics,
@@ -50,8 +47,6 @@ pub struct Broker {
     pub io: Arc<crate::io_pool::IoPool>,
     /// The controller's state and operations; active only while this broker is the controller.
     pub controller: Arc<Controller>,
-    /// `__consumer_offsets` partitions whose groups are being loaded.
-    loading_offsets: std::sync::Mutex<std::collections::HashSet<i32>>,
     /// The czxid of this broker's registration, renewed with each ZooKeeper session.
     broker_epoch: AtomicI64,
     /// For the few places that hold `&Broker` and must start tasks that keep it.
@@ -157,33 +152,41 @@ impl Broker {
             store: store.clone(),
             inter_broker: security.inter_broker.clone(),
         };
-        let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone());
+        let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone())
+            .map_err(|e| anyhow::anyhow!("cannot start the controller: {e}"))?;
+        let replicas = Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles));
+        let io = Arc::new(crate::io_pool::IoPool::new(
+            config.num_io_threads,
+            config.log_dirs.len(),
+            metrics.io_jobs.clone(),
+            metrics.io_threads.clone(),
+        ));
+        let groups = Arc::new(GroupCoordinatorService::new(GroupServiceHandles {
+            broker_id: id,
+            coordinator: crate::config::coordinator_config(&config)?,
+            partitions: Arc::new(OffsetsLink { me: id, cache: cache.clone(), replicas: replicas.clone() }),
+            creator: Arc::new(OffsetsTopicLink(controller.clone())),
+            znodes: Arc::new(StoreLink(store.clone())),
+            io: io.clone(),
+            offsets_zk_mirror_interval: config.offsets_zk_mirror_interval,
+            offsets_zk_mirror_max_writes: config.offsets_zk_mirror_max_writes,
+        }));
         let broker = Arc::new(Broker {
             controller,
-            replicas: Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles)),
-            io: Arc::new(crate::io_pool::IoPool::new(
-                config.num_io_threads,
-                config.log_dirs.len(),
-                metrics.io_jobs.clone(),
-                metrics.io_threads.clone(),
-            )),
+            replicas,
+            io,
+            groups,
             metrics,
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
             producer_ids: ProducerIdManager::new(id, store.clone()),
-            groups: GroupCoordinator::new(crate::config::coordinator_config(&config)?),
             txns: crate::txn::TransactionCoordinator::new(crate::config::txn_config(&config)?),
-            offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror::new(
-                config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
-            ),
-            membership_zk_mirror: Default::default(),
             quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
             dynamic,
             config,
             cache,
             store,
-            loading_offsets: std::sync::Mutex::new(Default::default()),
             broker_epoch: AtomicI64::new(-1),
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
@@ -204,7 +207,7 @@ impl Broker {
         }
         if !broker.store.is_zookeeper() {
             // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
-            broker.load_groups(None);
+            broker.groups.load_groups(None);
             broker.load_txns(None);
         }
         tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.store.is_zookeeper(), "broker started");
@@ -215,17 +218,49 @@ impl Broker {
         self.self_ref.get().and_then(std::sync::Weak::upgrade)
     }
 
-    pub fn set_loading_offsets(&self, partition: i32, loading: bool) {
-        let mut set = self.loading_offsets.lock_unpoisoned();
-        if loading {
-            set.insert(partition);
-        } else {
-            set.remove(&partition);
+    /// The leader of `key`'s partition of the internal topic `topic` (`__consumer_offsets`
+    /// for groups, `__transaction_state` for transactional ids), with its address on
+    /// `listener`.
+    pub(crate) fn coordinator_in(&self, topic: &str, key: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+        let topic = self.cache.topic(topic).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        let p = crate::group::partition_for(key, topic.partitions.len() as i32);
+        let leader = topic
+            .partitions
+            .iter()
+            .find(|x| x.index == p)
+            .map(|x| x.leader)
+            .ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        if leader < 0 {
+            return Err(ErrorCode::CoordinatorNotAvailable.code());
         }
+        if leader == self.config.broker_id {
+            // Named leader but the partition not yet open or its groups still loading: a
+            // client sent here now would get COORDINATOR_LOAD_IN_PROGRESS from its first commit,
+            // which librdkafka's synchronous commit hands to the application. Not available
+            // keeps it asking FindCoordinator, which it retries by itself.
+            let loading = topic.name == OFFSETS_TOPIC && self.groups.is_loading(p);
+            if loading || self.replicas.partition(&topic.name, p).is_none() {
+                return Err(ErrorCode::CoordinatorNotAvailable.code());
+            }
+            let ep = self.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+            return Ok((leader, ep.host.clone(), ep.port));
+        }
+        let snapshot = self.cache.snapshot();
+        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        let (host, port) = b.endpoint_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        Ok((b.id, host.to_string(), port))
     }
 
-    pub fn is_loading_offsets(&self, partition: i32) -> bool {
-        self.loading_offsets.lock_unpoisoned().contains(&partition)
+    /// FindCoordinator for a group: the leader of its `__consumer_offsets` partition,
+    /// creating the topic on first use as Kafka does.
+    pub fn group_coordinator_for(&self, group: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+        self.groups.ensure_offsets_topic()?;
+        self.coordinator_in(OFFSETS_TOPIC, group, listener)
+    }
+
+    /// Where the controller and the metadata sync report deleted partitions.
+    pub fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
+        self.groups.on_partitions_deleted(deleted);
     }
 
     pub fn broker_epoch(&self) -> i64 {
@@ -304,7 +339,17 @@ impl Broker {
             }
             ZnodeStore::Embedded(_) => None,
         };
-        StateSample { active_controller, partitions, offline_partitions, global_partitions, global_topics, zookeeper }
+        let (controller_events_queued, controller_events_processed) = self.controller.event_counts();
+        StateSample {
+            active_controller,
+            partitions,
+            offline_partitions,
+            global_partitions,
+            global_topics,
+            controller_events_queued,
+            controller_events_processed,
+            zookeeper,
+        }
     }
 
     /// Background duties Kafka's LogManager schedules: retention, flush, checkpoints.
@@ -439,7 +484,7 @@ impl Broker {
 
     /// One ControlledShutdown round trip; the number of partitions still led here.
     async fn ask_controlled_shutdown(self: &Arc<Self>) -> anyhow::Result<usize> {
-        use crate::controller::messages::{ControlledShutdownRequest, ControlledShutdownResponse};
+        use crate::protocol::inter_broker::{ControlledShutdownRequest, ControlledShutdownResponse};
         let me = self.config.broker_id;
         let epoch = self.broker_epoch();
         let snapshot = self.cache.snapshot();
@@ -455,7 +500,7 @@ impl Broker {
             let client_id = format!("gregor-broker-{me}");
             let mut stream = self.security.inter_broker.connect(&target.host, target.port, &client_id).await?;
             let req = ControlledShutdownRequest { broker_id: me, broker_epoch: epoch };
-            let call = crate::controller::channel::round_trip(
+            let call = crate::protocol::inter_broker::round_trip(
                 &mut stream,
                 1,
                 &client_id,
@@ -526,12 +571,12 @@ impl Broker {
 impl crate::controller::LocalBroker for Broker {
     fn become_leader_or_follower(
         &self,
-        req: &crate::controller::messages::LeaderAndIsrRequest,
-    ) -> crate::controller::messages::LeaderAndIsrResponse {
+        req: &crate::protocol::inter_broker::LeaderAndIsrRequest,
+    ) -> crate::protocol::inter_broker::LeaderAndIsrResponse {
         self.replicas.become_leader_or_follower(req)
     }
 
-    fn stop_replicas(&self, req: &crate::controller::messages::StopReplicaRequest) {
+    fn stop_replicas(&self, req: &crate::protocol::inter_broker::StopReplicaRequest) {
         self.replicas.stop_replicas(req);
     }
 
@@ -658,20 +703,20 @@ struct BrokerLink(std::sync::Weak<Broker>);
 impl LeadershipListener for BrokerLink {
     fn before_become_leader(&self, tp: &TopicPartition) {
         let Some(b) = self.0.upgrade() else { return };
-        if tp.0 == crate::group::OFFSETS_TOPIC {
-            b.set_loading_offsets(tp.1, true);
+        if tp.0 == OFFSETS_TOPIC {
+            b.groups.set_loading(tp.1, true);
         }
-        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+        if tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC {
             b.txns.set_loading(tp.1, true);
         }
     }
 
     fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
         let Some(b) = self.0.upgrade() else { return };
-        let offsets = tp.0 == crate::group::OFFSETS_TOPIC;
-        let txn_state = tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
+        let offsets = tp.0 == OFFSETS_TOPIC;
+        let txn_state = tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
         if new_term && offsets {
-            b.load_groups(Some(tp.1));
+            b.groups.load_groups(Some(tp.1));
         }
         if new_term && txn_state {
             b.load_txns(Some(tp.1));
@@ -680,7 +725,7 @@ impl LeadershipListener for BrokerLink {
             b.txns.set_loading(tp.1, false);
         }
         if offsets {
-            b.set_loading_offsets(tp.1, false);
+            b.groups.set_loading(tp.1, false);
         }
     }
 
@@ -692,10 +737,10 @@ impl LeadershipListener for BrokerLink {
 
     fn on_resign(&self, tp: &TopicPartition) {
         let Some(b) = self.0.upgrade() else { return };
-        if tp.0 == crate::group::OFFSETS_TOPIC {
-            b.unload_groups(tp.1);
+        if tp.0 == OFFSETS_TOPIC {
+            b.groups.unload_groups(tp.1);
         }
-        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
+        if tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC {
             b.unload_txns(tp.1);
         }
     }
@@ -712,14 +757,97 @@ impl ControllerGateway for BrokerLink {
 
     fn handle_alter_partition(
         &self,
-        req: &crate::controller::messages::AlterPartitionRequest,
-    ) -> crate::controller::messages::AlterPartitionResponse {
+        req: &crate::protocol::inter_broker::AlterPartitionRequest,
+    ) -> crate::protocol::inter_broker::AlterPartitionResponse {
         match self.0.upgrade() {
             Some(b) => b.controller.handle_alter_partition(req),
-            None => crate::controller::messages::AlterPartitionResponse {
+            None => crate::protocol::inter_broker::AlterPartitionResponse {
                 error_code: ErrorCode::NotController.code(),
                 ..Default::default()
             },
         }
+    }
+}
+
+/// `__consumer_offsets` for the group coordinator: the metadata image and the replica manager.
+pub(crate) struct OffsetsLink {
+    pub(crate) me: i32,
+    pub(crate) cache: Arc<MetadataCache>,
+    pub(crate) replicas: Arc<ReplicaManager>,
+}
+
+impl OffsetsPartitions for OffsetsLink {
+    fn partition_count(&self) -> Option<i32> {
+        Some(self.cache.topic(OFFSETS_TOPIC)?.partitions.len() as i32)
+    }
+
+    fn leads_in_image(&self, p: i32) -> bool {
+        self.cache
+            .topic(OFFSETS_TOPIC)
+            .is_some_and(|t| t.partitions.iter().any(|x| x.index == p && x.leader == self.me))
+    }
+
+    fn is_local_leader(&self, p: i32) -> bool {
+        self.replicas.partition(OFFSETS_TOPIC, p).is_some()
+    }
+
+    fn append(&self, p: i32, batch: bytes::Bytes) -> Result<(), i16> {
+        let partition = self.replicas.partition(OFFSETS_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
+        match partition.append(batch, u32::MAX).error_code {
+            0 => Ok(()),
+            code => Err(code),
+        }
+    }
+
+    fn log_range(&self, p: i32) -> Option<(i64, i64)> {
+        let partition = self.replicas.partition(OFFSETS_TOPIC, p)?;
+        Some((partition.log_start_offset(), partition.log_end_offset()))
+    }
+
+    fn read(&self, p: i32, offset: i64, max_bytes: usize) -> Result<bytes::Bytes, i16> {
+        let partition = self.replicas.partition(OFFSETS_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
+        let read = partition.read_to_log_end(offset, max_bytes);
+        match read.error_code {
+            0 => Ok(read.records),
+            code => Err(code),
+        }
+    }
+
+    fn topic_partition_exists(&self, topic: &str, partition: i32) -> bool {
+        self.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
+    }
+}
+
+/// The group coordinator's way to have `__consumer_offsets` created.
+struct OffsetsTopicLink(Arc<Controller>);
+
+impl OffsetsTopicCreator for OffsetsTopicLink {
+    fn create_offsets_topic(&self) -> Result<bool, (i16, String)> {
+        self.0.auto_create(OFFSETS_TOPIC).map(|t| t.is_some()).map_err(|e| (e.code, e.to_string()))
+    }
+}
+
+/// The znode store as the group coordinator's mirrors write it.
+pub(crate) struct StoreLink(pub(crate) Arc<ZnodeStore>);
+
+impl GroupZnodes for StoreLink {
+    fn is_zookeeper(&self) -> bool {
+        self.0.is_zookeeper()
+    }
+
+    fn upsert_many(&self, writes: &[(String, String)]) -> Result<(), String> {
+        self.0.upsert_many(writes).map_err(|e| e.to_string())
+    }
+
+    fn delete_recursive(&self, path: &str) -> Result<(), String> {
+        self.0.delete_recursive(path).map_err(|e| e.to_string())
+    }
+
+    fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), String> {
+        self.0.put_ephemeral(path, data).map_err(|e| e.to_string())
+    }
+
+    fn delete_own_ephemerals(&self, path: &str) -> Result<(), String> {
+        self.0.delete_own_ephemerals(path).map_err(|e| e.to_string())
     }
 }

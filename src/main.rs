@@ -96,10 +96,8 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let broker = Broker::start(config).await?;
     broker.spawn_reconciler();
     broker.spawn_log_tasks();
-    broker.spawn_group_timer();
+    broker.groups.start();
     broker.spawn_txn_timer();
-    broker.spawn_offsets_zk_mirror();
-    broker.spawn_membership_zk_mirror();
     broker.spawn_isr_expiry();
     broker.spawn_isr_writer();
     broker.spawn_store_reload();

@@ -1,10 +1,10 @@
 //! Every request decoder: the header and body of any API key and version the broker can be
 //! sent, by the protocol crate's codecs, our codecs of the versions it dropped
-//! (`api::legacy`) and of the inter-broker APIs (`controller::messages`). A decoder may
+//! (`api::legacy`) and of the inter-broker APIs (`protocol::inter_broker`). A decoder may
 //! refuse its input; it must not panic or allocate beyond what the input can justify.
 #![no_main]
 use bytes::{Bytes, BytesMut};
-use gregor::controller::messages::{self, Message};
+use gregor::protocol::inter_broker::{self as messages, Message};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use libfuzzer_sys::fuzz_target;

@@ -26,10 +26,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::error::ApiError;
 use super::RequestContext;
 use crate::controller::election::ElectionType;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 use crate::security::authorizer::{Operation, ResourceType};
 
 type Outcome = ((String, i32), Result<(i32, i32), ApiError>);

@@ -9,7 +9,7 @@ use crate::protocol::ErrorCode;
 /// The client APIs and, in a ZooKeeper cluster, the inter-broker ones, as a ZooKeeper-mode
 /// Kafka lists both. Standalone there is no other broker to talk to.
 pub fn supported_list(cluster: bool) -> Vec<ApiVersion> {
-    let inter_broker = crate::controller::messages::INTER_BROKER_APIS.iter().copied().filter(|_| cluster);
+    let inter_broker = crate::protocol::inter_broker::INTER_BROKER_APIS.iter().copied().filter(|_| cluster);
     let mut all: Vec<(i16, i16, i16)> =
         SUPPORTED_APIS.iter().map(|&(key, min, max)| (key as i16, min, max)).chain(inter_broker).collect();
     all.sort_by_key(|(key, _, _)| *key);

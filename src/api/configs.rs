@@ -11,12 +11,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::error::ApiError;
 use super::RequestContext;
 use crate::broker::Broker;
 use crate::config::{is_dynamic_broker_config, is_dynamic_in_kafka_only, is_per_broker_only, TOPIC_CONFIGS};
 use crate::dynamic_config::{DynamicValues, DEFAULT_ENTITY};
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 use crate::security::authorizer::{Operation, ResourceType};
 
 const RESOURCE_TOPIC: i8 = 2;

@@ -39,7 +39,7 @@ fn check_group(ctx: &RequestContext, op: Operation, group: &str) -> Result<(), i
     if !ctx.authorized(op, ResourceType::Group, group) {
         return Err(ErrorCode::GroupAuthorizationFailed.code());
     }
-    ctx.broker.check_coordinator(group)
+    ctx.broker.groups.check_coordinator(group)
 }
 
 pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
@@ -115,30 +115,22 @@ pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGrou
         }
         return r;
     }
-    let store = broker.group_store();
     let client_id = ctx.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let result = broker
         .groups
-        .join(
-            &store,
-            JoinRequest {
-                group_id: req.group_id.0.to_string(),
-                member_id: req.member_id.to_string(),
-                instance_id: req.group_instance_id.map(|i| i.to_string()),
-                client_id,
-                client_host: ctx.peer.clone(),
-                session_timeout_ms: req.session_timeout_ms,
-                // v0 has no rebalance timeout: Kafka uses the session timeout.
-                rebalance_timeout_ms: if ctx.version() == 0 {
-                    req.session_timeout_ms
-                } else {
-                    req.rebalance_timeout_ms
-                },
-                protocol_type: req.protocol_type.to_string(),
-                protocols: req.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
-                require_known_member_id: ctx.version() >= 4,
-            },
-        )
+        .join(JoinRequest {
+            group_id: req.group_id.0.to_string(),
+            member_id: req.member_id.to_string(),
+            instance_id: req.group_instance_id.map(|i| i.to_string()),
+            client_id,
+            client_host: ctx.peer.clone(),
+            session_timeout_ms: req.session_timeout_ms,
+            // v0 has no rebalance timeout: Kafka uses the session timeout.
+            rebalance_timeout_ms: if ctx.version() == 0 { req.session_timeout_ms } else { req.rebalance_timeout_ms },
+            protocol_type: req.protocol_type.to_string(),
+            protocols: req.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
+            require_known_member_id: ctx.version() >= 4,
+        })
         .await;
     let mut r = JoinGroupResponse::default();
     r.error_code = result.error_code;
@@ -167,7 +159,6 @@ pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGrou
 
 pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGroupResponse {
     let broker = &ctx.broker;
-    let store = broker.group_store();
     let group_id = req.group_id.0.to_string();
     let mut r = SyncGroupResponse::default();
     if let Err(code) = check_group(ctx, Operation::Read, &group_id) {
@@ -192,7 +183,7 @@ pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGrou
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
     let result = broker
         .groups
-        .sync(&store, &group_id, req.generation_id, req.member_id.as_str(), instance.as_deref(), assignments)
+        .sync(&group_id, req.generation_id, req.member_id.as_str(), instance.as_deref(), assignments)
         .await;
     r.error_code = result.error_code;
     r.protocol_type = result.protocol_type.map(s);
@@ -218,7 +209,6 @@ pub fn heartbeat(ctx: &RequestContext, req: HeartbeatRequest) -> HeartbeatRespon
 }
 
 pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse {
-    let store = ctx.broker.group_store();
     // v0-2 name one member; v3+ a list (static members by instance id).
     let members: Vec<(String, Option<String>)> = if ctx.version() >= 3 {
         req.members
@@ -233,7 +223,7 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
         r.error_code = code;
         return r;
     }
-    match ctx.broker.groups.leave(&store, req.group_id.0.as_str(), &members) {
+    match ctx.broker.groups.leave(req.group_id.0.as_str(), &members) {
         Ok(codes) if ctx.version() >= 3 => {
             r.members = members
                 .into_iter()
@@ -254,7 +244,6 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
 }
 
 pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
-    let store = ctx.broker.group_store();
     let group_check = check_group(ctx, Operation::Read, req.group_id.0.as_str());
     let unreadable = unreadable_topics(ctx, req.topics.iter().map(|t| t.name.0.as_str()));
     let mut wanted = Vec::new();
@@ -273,7 +262,6 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
         // asked (it could create the group), as in Kafka.
         Ok(()) if wanted.is_empty() => Vec::new(),
         Ok(()) => ctx.broker.groups.commit_offsets(
-            &store,
             req.group_id.0.as_str(),
             req.generation_id_or_member_epoch,
             req.member_id.as_str(),
@@ -326,7 +314,8 @@ fn unreadable_topics<'a>(
 /// Waits until the high watermark of `group`'s offsets partition covers everything appended
 /// to it so far.
 async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
-    let Some(p) = ctx.broker.offsets_partition(group).and_then(|p| ctx.broker.replicas.partition(OFFSETS_TOPIC, p))
+    let Some(p) =
+        ctx.broker.groups.offsets_partition(group).and_then(|p| ctx.broker.replicas.partition(OFFSETS_TOPIC, p))
     else {
         return false;
     };
@@ -702,7 +691,7 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
     let all_visible = ctx.authorized_cluster(Operation::Describe);
     for (id, protocol_type, state) in ctx.broker.groups.list() {
         // Each coordinator lists the groups it coordinates, as Kafka's do.
-        if ctx.broker.check_coordinator(&id).is_err() {
+        if ctx.broker.groups.check_coordinator(&id).is_err() {
             continue;
         }
         if !all_visible && !ctx.authorized(Operation::Describe, ResourceType::Group, &id) {
@@ -722,12 +711,11 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
 }
 
 pub fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
-    let store = ctx.broker.group_store();
     let mut r = DeleteGroupsResponse::default();
     for id in req.groups_names {
         let mut d = DeletableGroupResult::default();
         d.error_code = match check_group(ctx, Operation::Delete, id.0.as_str()) {
-            Ok(()) => ctx.broker.groups.delete_group(&store, id.0.as_str()),
+            Ok(()) => ctx.broker.groups.delete_group(id.0.as_str()),
             Err(code) => code,
         };
         d.group_id = id;
@@ -737,7 +725,6 @@ pub fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> DeleteGr
 }
 
 pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
-    let store = ctx.broker.group_store();
     let unreadable = unreadable_topics(ctx, req.topics.iter().map(|t| t.name.0.as_str()));
     let tps: Vec<(String, i32)> = req
         .topics
@@ -750,7 +737,7 @@ pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDe
         g.members.values().any(|m| subscribed_topics(m, g.protocol_name.as_deref()).iter().any(|t| t == topic))
     };
     let deleted = check_group(ctx, Operation::Delete, req.group_id.0.as_str())
-        .and_then(|_| ctx.broker.groups.delete_offsets(&store, req.group_id.0.as_str(), tps, subscribed));
+        .and_then(|_| ctx.broker.groups.delete_offsets(req.group_id.0.as_str(), tps, subscribed));
     match deleted {
         Err(code) => r.error_code = code,
         Ok(results) => {

@@ -1,13 +1,13 @@
 //! The requests brokers send each other in ZooKeeper mode: LeaderAndIsr, UpdateMetadata and
 //! StopReplica from the controller, ControlledShutdown and AlterPartition to it. Their codecs
-//! are ours (`controller::messages`); this decodes, fences and dispatches them.
+//! are ours (`protocol::inter_broker`); this decodes, fences and dispatches them.
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
 use crate::broker::Broker;
-use crate::controller::messages::{
+use crate::protocol::inter_broker::{
     self, AlterPartitionRequest, AlterPartitionResponse, ControlledShutdownRequest, ControlledShutdownResponse,
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, Message, StopReplicaPartitionError,
     StopReplicaRequest, StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
@@ -15,7 +15,7 @@ use crate::controller::messages::{
 use crate::protocol::ErrorCode;
 
 pub fn is_inter_broker(api_key: i16) -> bool {
-    messages::INTER_BROKER_APIS.iter().any(|(k, _, _)| *k == api_key)
+    inter_broker::INTER_BROKER_APIS.iter().any(|(k, _, _)| *k == api_key)
 }
 
 /// Decodes, handles and encodes one request body. `Err` closes the connection with the reason
@@ -26,17 +26,17 @@ pub fn refuse(api_key: i16, version: i16) -> Result<BytesMut, String> {
     let mut out = BytesMut::new();
     let code = ErrorCode::ClusterAuthorizationFailed.code();
     let encoded = match api_key {
-        messages::LEADER_AND_ISR => {
+        inter_broker::LEADER_AND_ISR => {
             LeaderAndIsrResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
         }
-        messages::UPDATE_METADATA => UpdateMetadataResponse { error_code: code }.encode(&mut out, version),
-        messages::STOP_REPLICA => {
+        inter_broker::UPDATE_METADATA => UpdateMetadataResponse { error_code: code }.encode(&mut out, version),
+        inter_broker::STOP_REPLICA => {
             StopReplicaResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
         }
-        messages::CONTROLLED_SHUTDOWN => {
+        inter_broker::CONTROLLED_SHUTDOWN => {
             ControlledShutdownResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
         }
-        messages::ALTER_PARTITION => {
+        inter_broker::ALTER_PARTITION => {
             AlterPartitionResponse { error_code: code, ..Default::default() }.encode(&mut out, version)
         }
         other => return Err(format!("no handler for inter-broker API key {other}")),
@@ -47,21 +47,22 @@ pub fn refuse(api_key: i16, version: i16) -> Result<BytesMut, String> {
 
 pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: Bytes) -> Result<BytesMut, String> {
     let mut out = BytesMut::new();
-    let malformed = |e: messages::CodecError| format!("malformed inter-broker request (key {api_key} v{version}): {e}");
+    let malformed =
+        |e: inter_broker::CodecError| format!("malformed inter-broker request (key {api_key} v{version}): {e}");
     let encoded = match api_key {
-        messages::LEADER_AND_ISR => {
+        inter_broker::LEADER_AND_ISR => {
             let req = LeaderAndIsrRequest::decode(&mut body, version).map_err(malformed)?;
             leader_and_isr(broker, req).await.encode(&mut out, version)
         }
-        messages::UPDATE_METADATA => {
+        inter_broker::UPDATE_METADATA => {
             let req = UpdateMetadataRequest::decode(&mut body, version).map_err(malformed)?;
             update_metadata(broker, req).await.encode(&mut out, version)
         }
-        messages::STOP_REPLICA => {
+        inter_broker::STOP_REPLICA => {
             let req = StopReplicaRequest::decode(&mut body, version).map_err(malformed)?;
             stop_replica(broker, req).await.encode(&mut out, version)
         }
-        messages::CONTROLLED_SHUTDOWN => {
+        inter_broker::CONTROLLED_SHUTDOWN => {
             let req = ControlledShutdownRequest::decode(&mut body, version).map_err(malformed)?;
             let b = broker.clone();
             blocking(move || b.controller.handle_controlled_shutdown(req.broker_id, req.broker_epoch))
@@ -69,7 +70,7 @@ pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: 
                 .unwrap_or_else(|e| ControlledShutdownResponse { error_code: e.code(), remaining_partitions: vec![] })
                 .encode(&mut out, version)
         }
-        messages::ALTER_PARTITION => {
+        inter_broker::ALTER_PARTITION => {
             let req = AlterPartitionRequest::decode(&mut body, version).map_err(malformed)?;
             let b = broker.clone();
             blocking(move || b.controller.handle_alter_partition(&req))

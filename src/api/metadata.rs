@@ -16,9 +16,9 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::RequestContext;
-use crate::controller::auto_create::is_internal;
 use crate::controller::validate_topic_name;
 use crate::metadata::{BrokerInfo, TopicInfo};
+use crate::protocol::internal_topics::is_internal;
 use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType, CLUSTER_NAME};
 

@@ -1,8 +1,6 @@
 //! Request handlers, one file per API family (Kafka's `KafkaApis`, split up), and the table of
 //! API keys and versions this broker implements, which is also what ApiVersions advertises.
 
-pub mod error;
-
 mod acls;
 mod admin;
 mod api_versions;
@@ -24,7 +22,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 
 use crate::broker::Broker;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME};
 use crate::sync::MutexExt;
 
@@ -169,10 +167,10 @@ impl RequestContext {
     }
 
     /// `op` on the cluster, or the error a whole request is refused with.
-    pub fn require_cluster(&self, op: Operation) -> Result<(), error::ApiError> {
+    pub fn require_cluster(&self, op: Operation) -> Result<(), ApiError> {
         match self.authorized_cluster(op) {
             true => Ok(()),
-            false => Err(error::ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
+            false => Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed.")),
         }
     }
 

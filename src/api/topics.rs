@@ -15,10 +15,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::configs::{topic_config_entries, ConfigEntry};
-use super::error::ApiError;
 use super::RequestContext;
 use crate::controller::TopicRequest;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 use crate::security::authorizer::{Operation, ResourceType};
 
 fn refused(what: &str) -> ApiError {

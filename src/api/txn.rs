@@ -213,6 +213,7 @@ pub async fn add_offsets_to_txn(ctx: &RequestContext, req: AddOffsetsToTxnReques
     // for the group's coordinator only after this answer, retrying forever.
     let p = ctx
         .broker
+        .groups
         .offsets_partition(&group)
         .unwrap_or_else(|| crate::group::partition_for(&group, ctx.broker.config.offsets_topic.num_partitions));
     let tps = [(OFFSETS_TOPIC.to_string(), p)];
@@ -249,7 +250,7 @@ pub async fn txn_offset_commit(ctx: &RequestContext, req: TxnOffsetCommitRequest
     } else if !ctx.authorized(Operation::Read, ResourceType::Group, &group) {
         Some(ErrorCode::GroupAuthorizationFailed.code())
     } else {
-        broker.check_coordinator(&group).err()
+        broker.groups.check_coordinator(&group).err()
     };
     let mut results: Vec<((String, i32), i16)> = Vec::new();
     let mut wanted: Vec<PendingTxnOffset> = Vec::new();
@@ -318,7 +319,7 @@ async fn write_txn_offsets(
     offsets: Vec<PendingTxnOffset>,
 ) -> i16 {
     let broker = &ctx.broker;
-    let Some(p) = broker.offsets_partition(group) else { return ErrorCode::NotCoordinator.code() };
+    let Some(p) = broker.groups.offsets_partition(group) else { return ErrorCode::NotCoordinator.code() };
     let Some(partition) = broker.replicas.partition(OFFSETS_TOPIC, p) else { return ErrorCode::NotCoordinator.code() };
     let records: Vec<(Bytes, Bytes)> = offsets
         .iter()

@@ -12,17 +12,10 @@ use std::sync::Arc;
 
 use super::Controller;
 use super::TopicRequest;
-use crate::api::error::ApiError;
 use crate::config::InternalTopicConfig;
 use crate::metadata::TopicInfo;
-
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
-pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
-
-/// Kafka's `Topic.isInternal`.
-pub fn is_internal(name: &str) -> bool {
-    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC
-}
+use crate::protocol::internal_topics::{OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
+use crate::protocol::ApiError;
 
 impl Controller {
     /// What auto-creation asks for `name`: Kafka's coordinator settings for the two internal
@@ -88,16 +81,5 @@ impl Controller {
     pub fn auto_create(&self, name: &str) -> Result<Option<Arc<TopicInfo>>, ApiError> {
         let plan = self.plan_topic(self.auto_topic_request(name))?;
         self.auto_create_topic(plan)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn only_the_coordinators_topics_are_internal() {
-        assert!(super::is_internal("__consumer_offsets"));
-        assert!(super::is_internal("__transaction_state"));
-        assert!(!super::is_internal("__consumer_offsets2"));
-        assert!(!super::is_internal("_consumer_offsets"));
     }
 }

@@ -9,15 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
-use super::messages::{
-    self, InterBrokerHeader, LeaderAndIsrRequest, LeaderAndIsrResponse, Message, StopReplicaRequest,
+use super::Controller;
+use crate::protocol::inter_broker::{
+    round_trip, LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest,
     StopReplicaResponse, UpdateMetadataRequest, UpdateMetadataResponse,
 };
-use super::Controller;
 use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
 use crate::sync::MutexExt;
@@ -221,7 +219,7 @@ async fn exchange(
     client_id: &str,
     request: &ControlRequest,
     max: usize,
-) -> anyhow::Result<(Option<String>, Vec<messages::LeaderAndIsrPartitionError>)> {
+) -> anyhow::Result<(Option<String>, Vec<LeaderAndIsrPartitionError>)> {
     Ok(match request {
         ControlRequest::LeaderAndIsr(r) => {
             let resp: LeaderAndIsrResponse =
@@ -247,42 +245,4 @@ async fn exchange(
             (error, Vec::new())
         }
     })
-}
-
-/// One request and its response on an inter-broker connection.
-pub async fn round_trip<Req: Message, Resp: Message, S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
-    stream: &mut S,
-    correlation_id: i32,
-    client_id: &str,
-    request: &Req,
-    version: i16,
-    max: usize,
-) -> anyhow::Result<Resp> {
-    let header = InterBrokerHeader {
-        api_key: Req::API_KEY,
-        api_version: version,
-        correlation_id,
-        client_id: Some(client_id.to_string()),
-    };
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    messages::encode_request_header(&header, &mut buf)?;
-    request.encode(&mut buf, version)?;
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    stream.write_all(&buf).await?;
-    // TLS holds written bytes in its session buffer until flushed.
-    stream.flush().await?;
-    let size = stream.read_i32().await?;
-    if size < 0 || size as usize > max {
-        anyhow::bail!("response of {size} bytes");
-    }
-    let mut body = vec![0u8; size as usize];
-    stream.read_exact(&mut body).await?;
-    let mut body = Bytes::from(body);
-    let got = messages::decode_response_header(Req::API_KEY, version, &mut body)?;
-    if got != correlation_id {
-        anyhow::bail!("correlation id {got} does not match {correlation_id}");
-    }
-    Ok(Resp::decode(&mut body, version)?)
 }

@@ -7,12 +7,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::Controller;
-use crate::api::error::ApiError;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::{PartitionInfo, TopicInfo};
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 use crate::sync::MutexExt;
 
 pub const ADMIN_DELETE_TOPICS: &str = "/admin/delete_topics";

@@ -11,10 +11,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::messages::LeaderAndIsrPartitionError;
 use super::Controller;
 use crate::metadata::store::{StoreError, ZnodeStore};
 use crate::metadata::zk_data;
+use crate::protocol::inter_broker::LeaderAndIsrPartitionError;
 use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
 

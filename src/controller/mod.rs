@@ -6,9 +6,9 @@
 pub mod auto_create;
 pub mod channel;
 pub mod election;
+pub mod events;
 pub mod features;
 pub mod log_dir_events;
-pub mod messages;
 pub mod propagate;
 pub mod reassign;
 pub mod requests;
@@ -23,11 +23,9 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::api::error::ApiError;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{PartitionInfo, TopicInfo};
-use crate::protocol::ErrorCode;
-use crate::sync::MutexExt;
+use crate::protocol::{ApiError, ErrorCode};
 
 /// Kafka's limit: 249, so that `<topic>-<partition>` plus a deletion suffix fits in 255 bytes.
 const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -269,7 +267,11 @@ impl Controller {
     /// then every new partition state at once: a request for 100 topics costs a few round
     /// trips to ZooKeeper, not a few hundred.
     pub fn create_topics(&self, reqs: Vec<TopicRequest>) -> Vec<Result<Arc<TopicInfo>, ApiError>> {
-        let _serial = self.admin_lock.lock_unpoisoned();
+        let n = reqs.len();
+        self.as_event("create topics", move |c| c.create_topics_step(reqs)).unwrap_or_else(|e| vec![Err(e); n])
+    }
+
+    fn create_topics_step(&self, reqs: Vec<TopicRequest>) -> Vec<Result<Arc<TopicInfo>, ApiError>> {
         let exists =
             |name: &str| ApiError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{name}' already exists."));
         let mut results: Vec<Option<Result<Arc<TopicInfo>, ApiError>>> = Vec::with_capacity(reqs.len());
@@ -355,7 +357,12 @@ impl Controller {
         if !self.store.is_zookeeper() || self.is_controller() {
             return self.create_topic(req).map(Some);
         }
-        let _serial = self.admin_lock.lock_unpoisoned();
+        self.as_event("auto-create topic", move |c| c.write_new_topic(req))?
+    }
+
+    /// A broker that is not the controller writes the topic's znodes; the controller's pass
+    /// gives it leaders.
+    fn write_new_topic(&self, req: TopicRequest) -> Result<Option<Arc<TopicInfo>>, ApiError> {
         // The config goes first, as Kafka writes it, but never over a topic that exists: the
         // existence check in plan_topic may have raced with another broker's creation, and a
         // blind set would replace that topic's overrides with the broker defaults.
@@ -380,6 +387,28 @@ impl Controller {
             Ok(()) | Err(crate::metadata::StoreError::NodeExists(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Steps waiting for the event thread, and steps it ran since start.
+    pub fn event_counts(&self) -> (u64, u64) {
+        (self.events.len() as u64, self.events.processed().max(0) as u64)
+    }
+
+    /// Runs `step` on the controller's event thread, after the changes queued before it.
+    fn as_event<R: Send + 'static>(
+        &self,
+        name: &'static str,
+        step: impl FnOnce(&Controller) -> R + Send + 'static,
+    ) -> Result<R, ApiError> {
+        let Some(me) = self.arc() else {
+            return Err(ApiError::new(ErrorCode::NotController, "The controller is shutting down."));
+        };
+        self.events.run(name, move || step(&me)).map_err(|e| match e {
+            events::EventError::Stopped => ApiError::new(ErrorCode::NotController, "The controller is shutting down."),
+            events::EventError::Failed => {
+                ApiError::new(ErrorCode::UnknownServerError, format!("The controller failed to {name}."))
+            }
+        })
     }
 
     /// In ZooKeeper mode only the controller changes topics (clients follow Metadata's
@@ -482,7 +511,11 @@ impl Controller {
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, ApiError> {
-        let _serial = self.admin_lock.lock_unpoisoned();
+        let name = name.to_string();
+        self.as_event("delete topic", move |c| c.delete_topic_step(&name))?
+    }
+
+    fn delete_topic_step(&self, name: &str) -> Result<Uuid, ApiError> {
         if !self.config.delete_topic_enable {
             return Err(ApiError::new(ErrorCode::TopicDeletionDisabled, "Topic deletion is disabled."));
         }
@@ -526,7 +559,17 @@ impl Controller {
         manual: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<(), ApiError> {
-        let _serial = self.admin_lock.lock_unpoisoned();
+        let name = name.to_string();
+        self.as_event("create partitions", move |c| c.create_partitions_step(&name, count, manual, validate_only))?
+    }
+
+    fn create_partitions_step(
+        &self,
+        name: &str,
+        count: i32,
+        manual: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
         let Some(topic) = self.cache.topic(name) else {
             return Err(ApiError::new(
                 ErrorCode::UnknownTopicOrPartition,

@@ -8,14 +8,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
 
 use super::channel::ControlRequest;
-use super::messages::{
+use super::Controller;
+use crate::metadata::cache::ClusterSnapshot;
+use crate::metadata::PartitionInfo;
+use crate::protocol::inter_broker::{
     LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState,
     StopReplicaPartitionState, StopReplicaRequest, StopReplicaTopicState, UpdateMetadataBroker, UpdateMetadataEndpoint,
     UpdateMetadataPartitionState, UpdateMetadataRequest, UpdateMetadataTopicState,
 };
-use super::Controller;
-use crate::metadata::cache::ClusterSnapshot;
-use crate::metadata::PartitionInfo;
 use crate::protocol::ErrorCode;
 use crate::replication::control::{FULL_STATE, INCREMENTAL_STATE, LEADER_DURING_DELETE};
 use crate::sync::MutexExt;

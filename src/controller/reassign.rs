@@ -16,12 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Controller;
-use crate::api::error::ApiError;
 use crate::metadata::store::StoreError;
 use crate::metadata::zk_data::{self, Moving, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::PartitionInfo;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 
 use super::election::{elect_leader, parse_reassignment, ADMIN_REASSIGN_PARTITIONS};
 use crate::sync::MutexExt;
@@ -114,7 +113,12 @@ impl Controller {
     /// target is already in the ISR, such as a cancellation or a shrink, finished at once) and
     /// told to the brokers before the answer.
     pub fn alter_reassignments(&self, wanted: &[ReassignmentRequest]) -> Vec<Result<(), ApiError>> {
-        let _serial = self.admin_lock.lock_unpoisoned();
+        let owned = wanted.to_vec();
+        self.as_event("alter reassignments", move |c| c.alter_reassignments_step(&owned))
+            .unwrap_or_else(|e| vec![Err(e); wanted.len()])
+    }
+
+    fn alter_reassignments_step(&self, wanted: &[ReassignmentRequest]) -> Vec<Result<(), ApiError>> {
         let live = self.eligible_ids();
         let mut touched = BTreeSet::new();
         let results = wanted

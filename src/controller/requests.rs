@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use super::messages::{
-    AlterPartitionPartitionResult, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionTopicResult,
-    ControlledShutdownResponse, RemainingPartition,
-};
 use super::Controller;
 use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::StoreError;
+use crate::protocol::inter_broker::{
+    AlterPartitionPartitionResult, AlterPartitionRequest, AlterPartitionResponse, AlterPartitionTopicResult,
+    ControlledShutdownResponse, RemainingPartition,
+};
 use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
 

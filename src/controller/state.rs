@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::channel::ControllerChannels;
+use super::events::EventQueue;
 use super::log_dir_events::OfflineReplicas;
-use super::messages::{LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest};
 use super::propagate::Propagated;
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError};
 use crate::metadata::{zk_data, MetadataCache, StoreError, ZnodeStore};
+use crate::protocol::inter_broker::{LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest};
 use crate::security::client::InterBrokerClient;
 use crate::sync::MutexExt;
 
@@ -52,8 +53,8 @@ pub struct Controller {
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
     /// preferred replicas (auto.leader.rebalance.enable).
     preferred_election_due: AtomicBool,
-    /// Serializes topic creation, deletion and partition changes (the controller's event queue).
-    pub(super) admin_lock: Mutex<()>,
+    /// Runs topic creation, deletion, partition changes and reassignments one at a time.
+    pub(super) events: Arc<EventQueue>,
     /// Its connections to the other brokers, and what it last told them.
     pub(super) channels: ControllerChannels,
     pub(super) propagated: Mutex<Propagated>,
@@ -72,8 +73,9 @@ impl Controller {
         store: Arc<ZnodeStore>,
         cache: Arc<MetadataCache>,
         inter_broker: Arc<InterBrokerClient>,
-    ) -> Arc<Controller> {
-        Arc::new_cyclic(|me| Controller {
+    ) -> std::io::Result<Arc<Controller>> {
+        let events = EventQueue::start()?;
+        Ok(Arc::new_cyclic(|me| Controller {
             config,
             store,
             cache,
@@ -81,14 +83,14 @@ impl Controller {
             controller_epoch: AtomicI32::new(0),
             is_controller: AtomicBool::new(false),
             preferred_election_due: AtomicBool::new(false),
-            admin_lock: Mutex::new(()),
+            events,
             channels: ControllerChannels::default(),
             propagated: Mutex::new(Propagated::default()),
             shutting_down_brokers: Mutex::new(Default::default()),
             replicas_on_offline_dirs: Mutex::new(Default::default()),
             me: me.clone(),
             local: OnceLock::new(),
-        })
+        }))
     }
 
     /// Wires the local broker in, once, before the controller is first used.

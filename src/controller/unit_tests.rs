@@ -7,15 +7,15 @@ use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 use super::election::ElectionType;
-use super::messages::{
-    AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionTopicData, BrokerState, LeaderAndIsrRequest,
-    LeaderAndIsrResponse, StopReplicaRequest,
-};
 use super::{Controller, LocalBroker, TopicRequest};
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError};
 use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::{BrokerInfo, EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
+use crate::protocol::inter_broker::{
+    AlterPartitionPartitionData, AlterPartitionRequest, AlterPartitionTopicData, BrokerState, LeaderAndIsrRequest,
+    LeaderAndIsrResponse, StopReplicaRequest,
+};
 use crate::protocol::ErrorCode;
 use crate::security::client::InterBrokerClient;
 use crate::sync::MutexExt;
@@ -94,7 +94,7 @@ fn fixture(brokers: &[(i32, i64)]) -> Fixture {
     });
     let inter_broker = Arc::new(InterBrokerClient::from_config(&config).unwrap());
     let local = Arc::new(FakeBroker { config: Arc::new(config.clone()), seen: Mutex::default() });
-    let controller = Controller::new(config, store, cache, inter_broker);
+    let controller = Controller::new(config, store, cache, inter_broker).unwrap();
     let weak: std::sync::Weak<dyn LocalBroker> = Arc::downgrade(&local) as _;
     controller.attach(weak);
     assert!(controller.try_become_controller().unwrap());

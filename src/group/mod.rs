@@ -6,12 +6,13 @@
 
 pub mod coordinator;
 pub mod offsets_log;
-pub mod persistence;
+pub mod service;
 pub mod zk_mirror;
 
 pub use coordinator::{GroupCoordinator, JoinResult, SyncResult};
+pub use service::GroupCoordinatorService;
 
-pub use crate::controller::auto_create::OFFSETS_TOPIC;
+pub use crate::protocol::internal_topics::OFFSETS_TOPIC;
 
 /// Java's `String.hashCode`, which Kafka uses to map a group to its offsets partition.
 pub fn java_string_hash(s: &str) -> i32 {

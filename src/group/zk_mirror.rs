@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use super::coordinator::{subscribed_topics, Member};
-use crate::broker::Broker;
+use super::coordinator::MemberRegistration;
+use super::service::GroupCoordinatorService;
 use crate::sync::MutexExt;
 
 /// Where an old consumer (and Kafka 3.9's OffsetCommit v0) keeps a partition's offset.
@@ -130,9 +130,8 @@ pub struct MembershipMirror {
 }
 
 impl MembershipMirror {
-    pub fn member_joined(&self, group: &str, member: &Member) {
-        let topics: std::collections::BTreeMap<String, i32> =
-            subscribed_topics(member, None).into_iter().map(|t| (t, 1)).collect();
+    pub fn member_joined(&self, group: &str, member: &MemberRegistration) {
+        let topics: std::collections::BTreeMap<String, i32> = member.topics.iter().map(|t| (t.clone(), 1)).collect();
         let data = json!({
             "version": 1,
             "subscription": topics,
@@ -162,112 +161,109 @@ impl MembershipMirror {
     }
 }
 
-impl Broker {
-    /// Copies marked offsets into ZooKeeper every `interval` (ZooKeeper mode only).
-    pub fn spawn_offsets_zk_mirror(self: &Arc<Self>) {
-        let Some(interval) = self.config.offsets_zk_mirror_interval else { return };
-        if !self.store.is_zookeeper() {
-            return;
+/// Copies marked offsets into ZooKeeper every interval (ZooKeeper mode only).
+pub(super) fn spawn_offsets_mirror(service: Arc<GroupCoordinatorService>) {
+    let (_, interval, max) = service.offsets_mirror();
+    let Some(interval) = interval else { return };
+    if !service.znodes().is_zookeeper() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let batch = service.offsets_mirror().0.take(max);
+            if batch.is_empty() {
+                continue;
+            }
+            // ZooKeeper calls block their thread.
+            let s = service.clone();
+            let _ = tokio::task::spawn_blocking(move || write_offsets_to_zk(&s, batch)).await;
         }
-        let max = self.config.offsets_zk_mirror_max_writes;
-        let b = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    });
+}
+
+fn write_offsets_to_zk(service: &GroupCoordinatorService, batch: Vec<(OffsetKey, Option<i64>)>) {
+    let store = service.znodes();
+    let writes: Vec<(String, String)> =
+        batch.iter().filter_map(|((g, t, p), o)| o.map(|o| (offset_path(g, t, *p), o.to_string()))).collect();
+    let mut result = store.upsert_many(&writes);
+    for ((g, t, p), _) in batch.iter().filter(|(_, o)| o.is_none()) {
+        if result.is_err() {
+            break;
+        }
+        result = store.delete_recursive(&offset_path(g, t, *p));
+    }
+    if let Err(e) = result {
+        tracing::warn!(error = %e, znodes = batch.len(), "could not copy committed offsets to ZooKeeper; retrying");
+        service.offsets_mirror().0.requeue(batch);
+    }
+}
+
+/// Writes membership changes as they come (standalone too: the embedded store's journal is
+/// disk I/O, which the coordinator's lock must not wait for either).
+pub(super) fn spawn_membership_mirror(service: Arc<GroupCoordinatorService>) {
+    tokio::spawn(async move {
+        loop {
+            service.membership_mirror().wake.notified().await;
             loop {
-                tick.tick().await;
-                let batch = b.offsets_zk_mirror.take(max);
+                let batch = service.membership_mirror().pending.take(usize::MAX);
                 if batch.is_empty() {
-                    continue;
+                    break;
                 }
-                // ZooKeeper calls block their thread.
-                let b2 = b.clone();
-                let _ = tokio::task::spawn_blocking(move || b2.write_offsets_to_zk(batch)).await;
+                let s = service.clone();
+                let failed = tokio::task::spawn_blocking(move || write_membership(s.znodes(), batch)).await;
+                if !matches!(failed, Ok(None)) {
+                    // ZooKeeper is away: try again in a second, without spinning.
+                    if let Ok(Some(rest)) = failed {
+                        service.membership_mirror().pending.requeue(rest);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
             }
-        });
-    }
+        }
+    });
+}
 
-    fn write_offsets_to_zk(&self, batch: Vec<(OffsetKey, Option<i64>)>) {
-        let writes: Vec<(String, String)> =
-            batch.iter().filter_map(|((g, t, p), o)| o.map(|o| (offset_path(g, t, *p), o.to_string()))).collect();
-        let mut result = self.store.upsert_many(&writes);
-        for ((g, t, p), _) in batch.iter().filter(|(_, o)| o.is_none()) {
-            if result.is_err() {
-                break;
+/// Applies `batch`; on a failure, what is left (from the failed write on) comes back.
+fn write_membership(
+    store: &dyn super::service::GroupZnodes,
+    batch: Vec<(MembershipKey, MembershipWrite)>,
+) -> Option<Vec<(MembershipKey, MembershipWrite)>> {
+    let mut iter = batch.into_iter();
+    while let Some((key, write)) = iter.next() {
+        let result = match (&key, &write) {
+            (MembershipKey::Member { group, member }, MembershipWrite::Joined(data)) => {
+                store.put_ephemeral(&format!("/consumers/{group}/ids/{member}"), data)
             }
-            result = self.store.delete_recursive(&offset_path(g, t, *p));
-        }
-        if let Err(e) = result {
-            tracing::warn!(error = %e, znodes = batch.len(), "could not copy committed offsets to ZooKeeper; retrying");
-            self.offsets_zk_mirror.requeue(batch);
-        }
-    }
-
-    /// Writes membership changes as they come (standalone too: the embedded store's journal
-    /// is disk I/O, which the coordinator's lock must not wait for either).
-    pub fn spawn_membership_zk_mirror(self: &Arc<Self>) {
-        let b = self.clone();
-        tokio::spawn(async move {
-            loop {
-                b.membership_zk_mirror.wake.notified().await;
-                loop {
-                    let batch = b.membership_zk_mirror.pending.take(usize::MAX);
-                    if batch.is_empty() {
+            // Only what this broker's session holds: a coordinator that lost the group
+            // (after a session expiry, a leadership move) must not delete what the
+            // group's new coordinator wrote.
+            (MembershipKey::Member { group, member }, _) => {
+                store.delete_own_ephemerals(&format!("/consumers/{group}/ids/{member}"))
+            }
+            (MembershipKey::Owners { group }, MembershipWrite::Owners(owners)) => {
+                let root = format!("/consumers/{group}/owners");
+                let mut result = store.delete_own_ephemerals(&root);
+                for (topic, partition, member) in owners {
+                    if result.is_err() {
                         break;
                     }
-                    let b2 = b.clone();
-                    let failed = tokio::task::spawn_blocking(move || b2.write_membership(batch)).await;
-                    if !matches!(failed, Ok(None)) {
-                        // ZooKeeper is away: try again in a second, without spinning.
-                        if let Ok(Some(rest)) = failed {
-                            b.membership_zk_mirror.pending.requeue(rest);
-                        }
-                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    }
+                    result = store.put_ephemeral(&format!("{root}/{topic}/{partition}"), member);
                 }
+                result
             }
-        });
-    }
-
-    /// Applies `batch`; on a failure, what is left (from the failed write on) comes back.
-    fn write_membership(
-        &self,
-        batch: Vec<(MembershipKey, MembershipWrite)>,
-    ) -> Option<Vec<(MembershipKey, MembershipWrite)>> {
-        let mut iter = batch.into_iter();
-        while let Some((key, write)) = iter.next() {
-            let result = match (&key, &write) {
-                (MembershipKey::Member { group, member }, MembershipWrite::Joined(data)) => {
-                    self.store.put_ephemeral(&format!("/consumers/{group}/ids/{member}"), data)
-                }
-                // Only what this broker's session holds: a coordinator that lost the group
-                // (after a session expiry, a leadership move) must not delete what the
-                // group's new coordinator wrote.
-                (MembershipKey::Member { group, member }, _) => {
-                    self.store.delete_own_ephemerals(&format!("/consumers/{group}/ids/{member}"))
-                }
-                (MembershipKey::Owners { group }, MembershipWrite::Owners(owners)) => {
-                    let root = format!("/consumers/{group}/owners");
-                    let mut result = self.store.delete_own_ephemerals(&root);
-                    for (topic, partition, member) in owners {
-                        if result.is_err() {
-                            break;
-                        }
-                        result = self.store.put_ephemeral(&format!("{root}/{topic}/{partition}"), member);
-                    }
-                    result
-                }
-                (MembershipKey::Owners { .. }, _) => Ok(()),
-            };
-            if let Err(e) = result {
-                tracing::warn!(?key, error = %e, "could not record group membership in ZooKeeper; retrying");
-                let mut rest = vec![(key, write)];
-                rest.extend(iter);
-                return Some(rest);
-            }
+            (MembershipKey::Owners { .. }, _) => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::warn!(?key, error = %e, "could not record group membership in ZooKeeper; retrying");
+            let mut rest = vec![(key, write)];
+            rest.extend(iter);
+            return Some(rest);
         }
-        None
     }
+    None
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiError, ErrorCode};
 
 pub use batch::{validate_batches, BatchHeader};
 pub use checkpoint::{read_partition_metadata, write_partition_metadata};
@@ -78,6 +78,12 @@ impl LogError {
             LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange.code(),
             LogError::InvalidTopic(_) => ErrorCode::InvalidTopicException.code(),
         }
+    }
+}
+
+impl From<LogError> for ApiError {
+    fn from(e: LogError) -> ApiError {
+        ApiError { code: e.kafka_code(), message: e.to_string() }
     }
 }
 

@@ -76,7 +76,7 @@ pub struct TopicInfo {
 
 impl TopicInfo {
     pub fn is_internal(&self) -> bool {
-        crate::controller::auto_create::is_internal(&self.name)
+        crate::protocol::internal_topics::is_internal(&self.name)
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::{ApiError, ErrorCode};
 use crate::sync::MutexExt;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,15 @@ pub enum StoreError {
     BadVersion(String),
     #[error("ZooKeeper: {0}")]
     ZooKeeper(String),
+}
+
+/// A store failure a request runs into is the broker's fault, not the client's: logged here,
+/// answered UNKNOWN_SERVER_ERROR.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        tracing::error!(error = %e, "metadata store failure");
+        ApiError::new(ErrorCode::UnknownServerError, e.to_string())
+    }
 }
 
 /// The znode tree, kept by ZooKeeper or, standalone, by the embedded store. Both hold the

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::broker::Broker;
-use crate::controller::messages::{UpdateMetadataRequest, UpdateMetadataResponse};
 use crate::metadata::{zk_data, BrokerInfo, PartitionInfo, TopicInfo, ZnodeStore};
+use crate::protocol::inter_broker::{UpdateMetadataRequest, UpdateMetadataResponse};
 
 /// The leader of a partition whose topic is being deleted, in UpdateMetadata (Kafka's
 /// `LeaderAndIsr.LeaderDuringDelete`).

@@ -512,6 +512,9 @@ pub struct StateSample {
     pub offline_partitions: u64,
     pub global_partitions: u64,
     pub global_topics: u64,
+    /// Topic changes waiting for the controller's event thread, and those it ran since start.
+    pub controller_events_queued: u64,
+    pub controller_events_processed: u64,
     /// None in standalone mode, which has no ZooKeeper session.
     pub zookeeper: Option<ZooKeeperSample>,
 }
@@ -584,6 +587,17 @@ impl StateSample {
                 "kafka_controller_kafkacontroller_globaltopiccount",
                 "Topics in the cluster (reported by the active controller)",
                 self.global_topics as f64,
+            ),
+            gauge(
+                "kafka_controller_controllereventmanager_eventqueuesize",
+                "Topic changes waiting for this broker's controller event thread",
+                self.controller_events_queued as f64,
+            ),
+            family(
+                "gregor_controller_events_total",
+                "Topic changes this broker's controller event thread has run",
+                MetricType::COUNTER,
+                vec![counter_metric(vec![], self.controller_events_processed as f64)],
             ),
         ];
         if let Some(zk) = self.zookeeper {

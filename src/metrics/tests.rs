@@ -45,9 +45,15 @@ fn requests_are_counted_by_kafkas_api_names_and_versions() {
     let text = m.render(&StateSample::default());
     let count = |s: &str| sample(&text, s);
     assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Produce\",version=\"9\"}"), Some(2.0));
-    assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Metadata\",version=\"12\"}"), Some(1.0));
+    assert_eq!(
+        count("kafka_network_requestmetrics_requests_total{request=\"Metadata\",version=\"12\"}"),
+        Some(1.0)
+    );
     assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Fetch\",version=\"13\"}"), Some(2.0));
-    assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"LeaderAndIsr\",version=\"7\"}"), Some(1.0));
+    assert_eq!(
+        count("kafka_network_requestmetrics_requests_total{request=\"LeaderAndIsr\",version=\"7\"}"),
+        Some(1.0)
+    );
     assert_eq!(count("kafka_network_requestmetrics_totaltimems_count{request=\"Produce\"}"), Some(2.0));
     assert_eq!(count("kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\",le=\"1\"}"), Some(1.0));
     assert_eq!(count("kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\",le=\"5\"}"), Some(2.0));
@@ -91,7 +97,10 @@ fn purgatory_and_connections_count_what_is_held() {
     let _f2 = m.park_fetch();
     drop(c1);
     let text = m.render(&StateSample::default());
-    assert_eq!(sample(&text, "kafka_server_socket_server_metrics_connection_count{listener=\"PLAINTEXT\"}"), Some(1.0));
+    assert_eq!(
+        sample(&text, "kafka_server_socket_server_metrics_connection_count{listener=\"PLAINTEXT\"}"),
+        Some(1.0)
+    );
     assert_eq!(
         sample(&text, "kafka_server_socket_server_metrics_connection_creation_total{listener=\"PLAINTEXT\"}"),
         Some(2.0)
@@ -132,11 +141,15 @@ fn state_gauges_are_computed_from_the_sample() {
         offline_partitions: 1,
         global_partitions: 12,
         global_topics: 2,
+        controller_events_queued: 3,
+        controller_events_processed: 9,
         zookeeper: Some(ZooKeeperSample { connected: true, expired_sessions: 1 }),
     };
     let text = m.render(&state);
     let v = |s: &str| sample(&text, s);
     assert_eq!(v("kafka_server_replicamanager_partitioncount"), Some(4.0));
+    assert_eq!(v("kafka_controller_controllereventmanager_eventqueuesize"), Some(3.0));
+    assert_eq!(v("gregor_controller_events_total"), Some(9.0));
     assert_eq!(v("kafka_server_replicamanager_leadercount"), Some(3.0));
     // A follower's view of its ISR is not its to report.
     assert_eq!(v("kafka_server_replicamanager_underreplicatedpartitions"), Some(2.0));

@@ -508,11 +508,11 @@ impl RequestPath {
     /// The controller's requests and the brokers' requests to it: codecs of our own, since
     /// the protocol crate no longer has these APIs.
     async fn process_inter_broker(&self, key: i16, version: i16, mut frame: Bytes) -> Result<Bytes, FrameError> {
-        use crate::controller::messages;
-        if !messages::is_supported(key, version) {
+        use crate::protocol::inter_broker;
+        if !inter_broker::is_supported(key, version) {
             return Err(FrameError::InterBroker(format!("unsupported version {version} of API key {key}")));
         }
-        let header = messages::decode_request_header(&mut frame)
+        let header = inter_broker::decode_request_header(&mut frame)
             .map_err(|e| FrameError::InterBroker(format!("malformed header: {e}")))?;
         let span = tracing::debug_span!("request", api = key, version, correlation_id = header.correlation_id);
         // Only a principal with CLUSTER_ACTION on the cluster (the brokers) may send these.
@@ -536,7 +536,7 @@ impl RequestPath {
         .map_err(FrameError::InterBroker)?;
         let mut buf = BytesMut::with_capacity(body.len() + 16);
         buf.put_i32(0);
-        messages::encode_response_header(header.correlation_id, key, version, &mut buf)
+        inter_broker::encode_response_header(header.correlation_id, key, version, &mut buf)
             .map_err(|e| FrameError::InterBroker(format!("cannot encode response header: {e}")))?;
         buf.extend_from_slice(&body);
         let len = (buf.len() - 4) as i32;

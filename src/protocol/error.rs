@@ -1,5 +1,7 @@
-//! Kafka's error codes (`Errors.java`): the one place they are declared. This module sits at
-//! the bottom of the module graph and imports nothing from the crate, so every layer can use it.
+//! Kafka's error codes (`Errors.java`): the one place they are declared, and `ApiError`, a code
+//! with the message a response carries beside it. This module sits at the bottom of the module
+//! graph and imports nothing from the crate, so every layer can use it; the layers above convert
+//! their own errors into `ApiError` where those errors are declared.
 
 /// Declares the enum and the list of all its variants together, so the unit test below can
 /// check each one against the protocol crate and no variant escapes the check.
@@ -172,6 +174,40 @@ impl ErrorCode {
     }
 }
 
+/// An error a request gets back: the code and the message some responses carry beside it.
+/// Components that answer requests (the controller's topic operations, the handlers) return it
+/// so the code reaches the client unchanged.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: i16,
+    pub message: String,
+}
+
+/// The longest error message sent: messages may quote what a request sent, and a string the
+/// response cannot carry (an int16 length in the classic versions) would fail the whole
+/// response and close the connection instead of answering with the error code.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        let mut message = message.into();
+        if message.len() > MAX_MESSAGE_BYTES {
+            let mut end = MAX_MESSAGE_BYTES;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+        }
+        ApiError { code: code.code(), message }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "error {}: {}", self.code, self.message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +238,14 @@ mod tests {
             assert_eq!(ErrorCode::from_code(e.code()), Some(e));
         }
         assert_eq!(ErrorCode::from_code(i16::MAX), None);
+    }
+
+    #[test]
+    fn long_messages_are_cut_to_what_a_response_carries() {
+        let quoted = "é".repeat(40_000);
+        let e = ApiError::new(ErrorCode::InvalidRequest, format!("bad: {quoted}"));
+        assert!(e.message.len() <= MAX_MESSAGE_BYTES);
+        assert!(e.message.starts_with("bad: é"));
+        assert_eq!(ApiError::new(ErrorCode::InvalidRequest, "short").message, "short");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Partition, ReplicaManager, Role, TopicPartition};
-use crate::controller::messages::{AlterPartitionRequest, AlterPartitionResponse};
+use crate::protocol::inter_broker::{AlterPartitionRequest, AlterPartitionResponse};
 use crate::security::client::BrokerConnection;
 use crate::sync::MutexExt;
 
@@ -105,7 +105,7 @@ impl ReplicaManager {
         conn: &mut Option<(i32, BrokerConnection)>,
         correlation_id: i32,
     ) -> anyhow::Result<()> {
-        use crate::controller::messages::{AlterPartitionPartitionData, AlterPartitionTopicData, BrokerState};
+        use crate::protocol::inter_broker::{AlterPartitionPartitionData, AlterPartitionTopicData, BrokerState};
         let me = self.broker_id;
         let snapshot = self.handles.cache.snapshot();
         let mut topics: Vec<AlterPartitionTopicData> = Vec::new();
@@ -158,7 +158,7 @@ impl ReplicaManager {
             let Some((_, stream)) = conn.as_mut() else { anyhow::bail!("no connection to the controller") };
             let client_id = format!("gregor-broker-{me}");
             let max = self.handles.config.socket_request_max_bytes;
-            let call = crate::controller::channel::round_trip(
+            let call = crate::protocol::inter_broker::round_trip(
                 stream,
                 correlation_id,
                 &client_id,

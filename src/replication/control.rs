@@ -9,11 +9,11 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::ReplicaManager;
-use crate::controller::messages::{
+use crate::metadata::zk_data;
+use crate::protocol::inter_broker::{
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaPartitionError,
     StopReplicaRequest, StopReplicaResponse,
 };
-use crate::metadata::zk_data;
 use crate::protocol::ErrorCode;
 
 pub use crate::metadata::update_metadata::LEADER_DURING_DELETE;
@@ -212,10 +212,10 @@ mod tests {
 
     use super::*;
     use crate::config::BrokerConfig;
-    use crate::controller::messages::{
+    use crate::metadata::{EmbeddedStore, MetadataCache, ZnodeStore};
+    use crate::protocol::inter_broker::{
         LeaderAndIsrPartitionState, LeaderAndIsrTopicState, StopReplicaPartitionState, StopReplicaTopicState,
     };
-    use crate::metadata::{EmbeddedStore, MetadataCache, ZnodeStore};
     use crate::replication::{LeadershipListener, ReplicaHandles, Role, TopicPartition};
 
     const ME: i32 = 1;

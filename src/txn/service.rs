@@ -28,8 +28,8 @@ use super::coordinator::InitStep;
 use super::state::{TxnMetadata, TxnState};
 use super::txn_log::{self, TxnLogValue};
 use crate::broker::Broker;
-use crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
+use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::protocol::ErrorCode;
 
 /// How long a state write waits for the ISR of its `__transaction_state` partition.

@@ -7,8 +7,6 @@
 //! Where an old layout equals a newer one the crate knows, the crate's codec is used at that
 //! version (noted at each use), so only genuinely different layouts are written by hand.
 
-pub mod wire;
-
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -23,7 +21,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::RequestContext;
-use wire::{Put, Reader, WireResult};
+use crate::protocol::wire::{Put, Reader, WireResult};
 
 /// The lowest version Kafka 3.9 serves, for each API whose old versions are read here. The
 /// versions from there up to the crate's lowest are this module's.

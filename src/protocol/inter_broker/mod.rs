@@ -10,6 +10,7 @@
 //! every length is checked against the bytes left before anything is allocated.
 
 pub mod alter_partition;
+mod client;
 pub mod controlled_shutdown;
 pub mod leader_and_isr;
 pub mod stop_replica;
@@ -21,6 +22,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 pub use alter_partition::*;
+pub use client::round_trip;
 pub use controlled_shutdown::*;
 pub use leader_and_isr::*;
 pub use stop_replica::*;

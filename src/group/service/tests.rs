@@ -1,0 +1,210 @@
+//! The service over real parts: the embedded znode store, a replica manager over a temporary
+//! log dir, the wiring `broker.rs` uses. A "restart" is a new service over the same dir.
+
+use super::*;
+use crate::broker::{OffsetsLink, StoreLink};
+use crate::metadata::{EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
+use crate::replication::{ReplicaHandles, ReplicaManager};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const ME: i32 = 1;
+
+struct NoCreator;
+
+impl OffsetsTopicCreator for NoCreator {
+    fn create_offsets_topic(&self) -> Result<bool, (i16, String)> {
+        Ok(false)
+    }
+}
+
+fn topic(name: &str, partitions: i32) -> Arc<TopicInfo> {
+    Arc::new(TopicInfo {
+        name: name.to_string(),
+        id: uuid::Uuid::from_u128(partitions as u128 + name.len() as u128),
+        partitions: (0..partitions)
+            .map(|index| PartitionInfo {
+                index,
+                leader: ME,
+                leader_epoch: 0,
+                replicas: vec![ME],
+                isr: vec![ME],
+                partition_epoch: 0,
+                adding_replicas: vec![],
+                removing_replicas: vec![],
+                offline_replicas: vec![],
+            })
+            .collect(),
+        configs: BTreeMap::new(),
+    })
+}
+
+/// One broker's group coordinator over `dir`, leading the one `__consumer_offsets` partition.
+struct Node {
+    service: Arc<GroupCoordinatorService>,
+    replicas: Arc<ReplicaManager>,
+}
+
+impl Node {
+    fn start(dir: &Path) -> Node {
+        let logs_dir = dir.join("logs");
+        std::fs::create_dir_all(&logs_dir).unwrap();
+        let mut given = BTreeMap::new();
+        given.insert("broker.id".to_string(), ME.to_string());
+        given.insert("log.dirs".to_string(), logs_dir.display().to_string());
+        let config = crate::config::BrokerConfig::from_map(given).unwrap();
+        let logs = crate::log::LogManager::open(vec![logs_dir], config.log.clone()).unwrap();
+        let store = Arc::new(ZnodeStore::Embedded(EmbeddedStore::open(dir.join("metadata.json")).unwrap()));
+        let cache = Arc::new(MetadataCache::default());
+        cache.update(|c| {
+            c.topics.insert(OFFSETS_TOPIC.to_string(), topic(OFFSETS_TOPIC, 1));
+            c.topics.insert("t".to_string(), topic("t", 2));
+        });
+        let metrics = crate::metrics::BrokerMetrics::new().unwrap();
+        let handles = ReplicaHandles {
+            effective: {
+                let c = Arc::new(config.clone());
+                Arc::new(move || c.clone())
+            },
+            cache: cache.clone(),
+            store: store.clone(),
+            inter_broker: Arc::new(crate::security::client::InterBrokerClient::from_config(&config).unwrap()),
+            config: Arc::new(config.clone()),
+        };
+        let replicas = Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles));
+        replicas.make_leader(OFFSETS_TOPIC, 0, "offsets", config.log.clone()).unwrap();
+        let service = Arc::new(GroupCoordinatorService::new(GroupServiceHandles {
+            broker_id: ME,
+            coordinator: CoordinatorConfig {
+                initial_rebalance_delay: Duration::ZERO,
+                min_session_timeout_ms: 6000,
+                max_session_timeout_ms: 300_000,
+                offsets_retention_ms: 7 * 24 * 3_600_000,
+                offsets_retention_check_interval_ms: 600_000,
+                offset_metadata_max_bytes: 4096,
+            },
+            partitions: Arc::new(OffsetsLink { me: ME, cache, replicas: replicas.clone() }),
+            creator: Arc::new(NoCreator),
+            znodes: Arc::new(StoreLink(store)),
+            io: Arc::new(IoPool::new(1, 1, metrics.io_jobs.clone(), metrics.io_threads.clone())),
+            offsets_zk_mirror_interval: None,
+            offsets_zk_mirror_max_writes: 1,
+        }));
+        service.load_groups(None);
+        Node { service, replicas }
+    }
+
+    fn stop(self) {
+        self.replicas.logs().shutdown().unwrap();
+    }
+
+    fn group(&self) -> Option<(GroupState, i32, usize)> {
+        self.service.with_group("g", |g| (g.state, g.generation, g.members.len()))
+    }
+
+    fn log_end(&self) -> i64 {
+        self.replicas.partition(OFFSETS_TOPIC, 0).unwrap().log_end_offset()
+    }
+}
+
+fn join_req() -> JoinRequest {
+    JoinRequest {
+        group_id: "g".into(),
+        member_id: String::new(),
+        instance_id: None,
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 30_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+        require_known_member_id: false,
+    }
+}
+
+/// A Stable group of one, its member id and generation.
+async fn stable_single(s: &GroupCoordinatorService) -> (String, i32) {
+    let j = s.join(join_req()).await;
+    assert_eq!(j.error_code, ErrorCode::None.code());
+    let a = s.sync("g", j.generation_id, &j.member_id, None, vec![(j.member_id.clone(), Bytes::from_static(b"a"))]);
+    assert_eq!(a.await.assignment, Bytes::from_static(b"a"));
+    (j.member_id, j.generation_id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn join_sync_and_commit_are_in_the_log_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let (member, generation) = stable_single(&node.service).await;
+    let before = node.log_end();
+    assert!(before >= 1, "the Stable group's record is appended");
+    let r = node.service.commit_offsets("g", generation, &member, vec![(("t".into(), 1), 42, 3, Some("m".into()))]);
+    assert_eq!(r, vec![(("t".to_string(), 1), ErrorCode::None.code())]);
+    assert_eq!(node.log_end(), before + 1, "one batch for the commit");
+    // Not a known partition: refused, and nothing written.
+    let r = node.service.commit_offsets("g", generation, &member, vec![(("t".into(), 7), 1, -1, None)]);
+    assert_eq!(r[0].1, ErrorCode::UnknownTopicOrPartition.code());
+    assert_eq!(node.log_end(), before + 1);
+    node.stop();
+
+    let node = Node::start(dir.path());
+    let fetched = node.service.fetch_offsets("g", None);
+    assert_eq!(fetched.len(), 1);
+    let o = fetched[0].1.clone().unwrap();
+    assert_eq!((o.offset, o.leader_epoch, o.metadata.as_str()), (42, 3, "m"));
+    // Stored with a member, so Empty after the restart, a generation on, and stored so.
+    assert_eq!(node.group(), Some((GroupState::Empty, 2, 0)));
+    node.stop();
+    let node = Node::start(dir.path());
+    assert_eq!(node.group(), Some((GroupState::Empty, 2, 0)), "the Empty state was appended at the first load");
+    node.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_expiry_rebalances_and_the_empty_group_is_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let (member, generation) = stable_single(&node.service).await;
+    let before = node.log_end();
+    tokio::time::advance(Duration::from_millis(9_000)).await;
+    assert_eq!(node.service.heartbeat("g", generation, &member, None), ErrorCode::None.code());
+    tokio::time::advance(Duration::from_millis(10_001)).await;
+    node.service.coordinator().tick(&*node.service);
+    assert_eq!(node.group(), Some((GroupState::Empty, 2, 0)));
+    assert_eq!(node.log_end(), before + 1, "the Empty group's record is appended");
+    assert_eq!(node.service.heartbeat("g", generation, &member, None), ErrorCode::UnknownMemberId.code());
+    node.stop();
+    let node = Node::start(dir.path());
+    assert_eq!(node.group(), Some((GroupState::Empty, 2, 0)));
+    node.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_a_group_leaves_tombstones_a_restart_honours() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let (member, generation) = stable_single(&node.service).await;
+    node.service.commit_offsets("g", generation, &member, vec![(("t".into(), 0), 5, -1, None)]);
+    assert_eq!(node.service.delete_group("g"), ErrorCode::NonEmptyGroup.code());
+    assert_eq!(node.service.leave("g", &[(member, None)]), Ok(vec![ErrorCode::None.code()]));
+    assert_eq!(node.service.delete_group("g"), ErrorCode::None.code());
+    assert_eq!(node.group(), None);
+    node.stop();
+    let node = Node::start(dir.path());
+    assert_eq!(node.group(), None);
+    assert!(node.service.fetch_offsets("g", None).is_empty());
+    node.stop();
+}
+
+#[tokio::test]
+async fn coordinator_lookups_follow_the_image_and_the_loading_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    assert_eq!(node.service.offsets_partition("g"), Some(0));
+    assert_eq!(node.service.check_coordinator("g"), Ok(()));
+    node.service.set_loading(0, true);
+    assert_eq!(node.service.check_coordinator("g"), Err(ErrorCode::CoordinatorLoadInProgress.code()));
+    node.service.set_loading(0, false);
+    assert_eq!(node.service.ensure_offsets_topic(), Ok(()));
+    node.stop();
+}
