@@ -45,15 +45,9 @@ fn requests_are_counted_by_kafkas_api_names_and_versions() {
     let text = m.render(&StateSample::default());
     let count = |s: &str| sample(&text, s);
     assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Produce\",version=\"9\"}"), Some(2.0));
-    assert_eq!(
-        count("kafka_network_requestmetrics_requests_total{request=\"Metadata\",version=\"12\"}"),
-        Some(1.0)
-    );
+    assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Metadata\",version=\"12\"}"), Some(1.0));
     assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"Fetch\",version=\"13\"}"), Some(2.0));
-    assert_eq!(
-        count("kafka_network_requestmetrics_requests_total{request=\"LeaderAndIsr\",version=\"7\"}"),
-        Some(1.0)
-    );
+    assert_eq!(count("kafka_network_requestmetrics_requests_total{request=\"LeaderAndIsr\",version=\"7\"}"), Some(1.0));
     assert_eq!(count("kafka_network_requestmetrics_totaltimems_count{request=\"Produce\"}"), Some(2.0));
     assert_eq!(count("kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\",le=\"1\"}"), Some(1.0));
     assert_eq!(count("kafka_network_requestmetrics_totaltimems_bucket{request=\"Produce\",le=\"5\"}"), Some(2.0));
@@ -97,10 +91,7 @@ fn purgatory_and_connections_count_what_is_held() {
     let _f2 = m.park_fetch();
     drop(c1);
     let text = m.render(&StateSample::default());
-    assert_eq!(
-        sample(&text, "kafka_server_socket_server_metrics_connection_count{listener=\"PLAINTEXT\"}"),
-        Some(1.0)
-    );
+    assert_eq!(sample(&text, "kafka_server_socket_server_metrics_connection_count{listener=\"PLAINTEXT\"}"), Some(1.0));
     assert_eq!(
         sample(&text, "kafka_server_socket_server_metrics_connection_creation_total{listener=\"PLAINTEXT\"}"),
         Some(2.0)
