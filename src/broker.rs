@@ -13,6 +13,7 @@ use crate::controller::Controller;
 use crate::group::coordinator::CoordinatorConfig;
 use crate::group::GroupCoordinator;
 use crate::log::LogManager;
+use crate::metadata::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
 use crate::metrics::BrokerMetrics;
@@ -20,7 +21,8 @@ use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
 use crate::sync::MutexExt;
-use crate::txn::ProducerIdManager;
+use crate::txn::handles::{LocalPartitions, MarkerListener, TransactionTopicCreator, TxnPartition};
+use crate::txn::{ProducerIdManager, TransactionHandles, TransactionService};
 
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
@@ -35,9 +37,9 @@ pub struct Broker {
     pub store: Arc<ZnodeStore>,
     /// The replicas hosted here, their fetchers, and the ISR writer.
     pub replicas: Arc<ReplicaManager>,
-    pub producer_ids: ProducerIdManager,
     pub groups: GroupCoordinator,
-    pub txns: crate::txn::TransactionCoordinator,
+    /// Producer ids and transactions.
+    pub txn: Arc<TransactionService>,
     /// Committed offsets waiting to be copied into ZooKeeper's old offsets tree.
     pub offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror,
     /// Group membership waiting to be written under `/consumers/<group>`.
@@ -159,22 +161,37 @@ impl Broker {
             inter_broker: security.inter_broker.clone(),
         };
         let controller = Controller::new(config.clone(), store.clone(), cache.clone(), security.inter_broker.clone());
+        let replicas = Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles));
+        let io = Arc::new(crate::io_pool::IoPool::new(
+            config.num_io_threads,
+            config.log_dirs.len(),
+            metrics.io_jobs.clone(),
+            metrics.io_threads.clone(),
+        ));
+        // The group coordinator is not built yet: markers reach it through the broker.
+        let markers = Arc::new(MarkerLink(std::sync::OnceLock::new()));
+        let txn = TransactionService::new(TransactionHandles {
+            coordinator: crate::txn::TransactionCoordinator::new(txn_config(&config)?),
+            producer_ids: ProducerIdManager::new(id, store.clone()),
+            config: Arc::new(config.clone()),
+            cache: cache.clone(),
+            store: store.clone(),
+            partitions: replicas.clone(),
+            io: io.clone(),
+            inter_broker: security.inter_broker.clone(),
+            topic_creator: Arc::new(TopicCreatorLink(controller.clone())),
+            markers: markers.clone(),
+        });
         let broker = Arc::new(Broker {
             controller,
-            replicas: Arc::new(ReplicaManager::new(logs, metrics.topics.clone(), metrics.isr.clone(), handles)),
-            io: Arc::new(crate::io_pool::IoPool::new(
-                config.num_io_threads,
-                config.log_dirs.len(),
-                metrics.io_jobs.clone(),
-                metrics.io_threads.clone(),
-            )),
+            replicas,
+            io,
+            txn,
             metrics,
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
-            producer_ids: ProducerIdManager::new(id, store.clone()),
             groups: GroupCoordinator::new(coordinator_config(&config)?),
-            txns: crate::txn::TransactionCoordinator::new(txn_config(&config)?),
             offsets_zk_mirror: crate::group::zk_mirror::OffsetMirror::new(
                 config.offsets_zk_mirror_interval.is_some() && store.is_zookeeper(),
             ),
@@ -191,6 +208,7 @@ impl Broker {
             security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
+        let _ = markers.0.set(Arc::downgrade(&broker));
         let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(&broker) as _;
         broker.controller.attach(local);
         broker.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
@@ -206,7 +224,7 @@ impl Broker {
         if !broker.store.is_zookeeper() {
             // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
             broker.load_groups(None);
-            broker.load_txns(None);
+            broker.txn.load_txns(None);
         }
         tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.store.is_zookeeper(), "broker started");
         Ok(broker)
@@ -710,23 +728,23 @@ impl LeadershipListener for BrokerLink {
         if tp.0 == crate::group::OFFSETS_TOPIC {
             b.set_loading_offsets(tp.1, true);
         }
-        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
-            b.txns.set_loading(tp.1, true);
+        if tp.0 == TRANSACTION_STATE_TOPIC {
+            b.txn.set_loading(tp.1, true);
         }
     }
 
     fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
         let Some(b) = self.0.upgrade() else { return };
         let offsets = tp.0 == crate::group::OFFSETS_TOPIC;
-        let txn_state = tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC;
+        let txn_state = tp.0 == TRANSACTION_STATE_TOPIC;
         if new_term && offsets {
             b.load_groups(Some(tp.1));
         }
         if new_term && txn_state {
-            b.load_txns(Some(tp.1));
+            b.txn.load_txns(Some(tp.1));
         }
         if txn_state {
-            b.txns.set_loading(tp.1, false);
+            b.txn.set_loading(tp.1, false);
         }
         if offsets {
             b.set_loading_offsets(tp.1, false);
@@ -735,7 +753,7 @@ impl LeadershipListener for BrokerLink {
 
     fn forget_partition(&self, tp: &TopicPartition) {
         if let Some(b) = self.0.upgrade() {
-            b.txns.forget_partition(tp);
+            b.txn.forget_partition(tp);
         }
     }
 
@@ -744,8 +762,8 @@ impl LeadershipListener for BrokerLink {
         if tp.0 == crate::group::OFFSETS_TOPIC {
             b.unload_groups(tp.1);
         }
-        if tp.0 == crate::controller::auto_create::TRANSACTION_STATE_TOPIC {
-            b.unload_txns(tp.1);
+        if tp.0 == TRANSACTION_STATE_TOPIC {
+            b.txn.unload_txns(tp.1);
         }
     }
 }
@@ -770,5 +788,84 @@ impl ControllerGateway for BrokerLink {
                 ..Default::default()
             },
         }
+    }
+}
+
+/// The group coordinator as the transaction service sees it: told of each marker, it settles
+/// the offsets a transaction committed. Weak, as the broker owns the service.
+struct MarkerLink(std::sync::OnceLock<std::sync::Weak<Broker>>);
+
+impl MarkerListener for MarkerLink {
+    fn on_marker_written(&self, topic: &str, partition: i32, producer_id: i64, commit: bool) {
+        if topic != crate::group::OFFSETS_TOPIC {
+            return;
+        }
+        if let Some(b) = self.0.get().and_then(std::sync::Weak::upgrade) {
+            b.groups.complete_txn_offsets(producer_id, partition, commit);
+        }
+    }
+}
+
+/// `__transaction_state` created on first use by the controller (or forwarded to it).
+struct TopicCreatorLink(Arc<Controller>);
+
+impl TransactionTopicCreator for TopicCreatorLink {
+    fn create_transaction_state_topic(&self) -> Result<bool, String> {
+        self.0.auto_create(TRANSACTION_STATE_TOPIC).map(|t| t.is_some()).map_err(|e| e.to_string())
+    }
+}
+
+impl LocalPartitions for ReplicaManager {
+    fn leader_partition(&self, topic: &str, index: i32) -> Option<Arc<dyn TxnPartition>> {
+        self.partition(topic, index).map(|p| p as Arc<dyn TxnPartition>)
+    }
+
+    fn not_led_error(&self, topic: &str, index: i32) -> i16 {
+        ReplicaManager::not_led_error(self, topic, index)
+    }
+}
+
+impl TxnPartition for crate::replication::partition::Partition {
+    fn isr_len(&self) -> usize {
+        self.isr().len()
+    }
+
+    fn append(&self, batch: bytes::Bytes) -> (i16, i64) {
+        // The coordinator's own records: no size limit but the frame's.
+        let r = crate::replication::partition::Partition::append(self, batch, u32::MAX);
+        (r.error_code, r.last_offset)
+    }
+
+    fn watch(&self, waiter: &Arc<tokio::sync::Notify>) {
+        crate::replication::partition::Partition::watch(self, waiter)
+    }
+
+    fn high_watermark(&self) -> i64 {
+        crate::replication::partition::Partition::high_watermark(self)
+    }
+
+    fn is_leader(&self) -> bool {
+        crate::replication::partition::Partition::is_leader(self)
+    }
+
+    fn leader_epoch(&self) -> i32 {
+        self.role().1
+    }
+
+    fn log_start_offset(&self) -> i64 {
+        crate::replication::partition::Partition::log_start_offset(self)
+    }
+
+    fn log_end_offset(&self) -> i64 {
+        crate::replication::partition::Partition::log_end_offset(self)
+    }
+
+    fn read(&self, offset: i64, max_bytes: usize) -> Option<bytes::Bytes> {
+        let r = self.read_to_log_end(offset, max_bytes);
+        (r.error_code == 0).then_some(r.records)
+    }
+
+    fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> i16 {
+        crate::replication::partition::Partition::write_marker(self, producer_id, epoch, commit, coordinator_epoch).0
     }
 }

@@ -97,7 +97,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     broker.spawn_reconciler();
     broker.spawn_log_tasks();
     broker.spawn_group_timer();
-    broker.spawn_txn_timer();
+    broker.txn.spawn_txn_timer();
     broker.spawn_offsets_zk_mirror();
     broker.spawn_membership_zk_mirror();
     broker.spawn_isr_expiry();

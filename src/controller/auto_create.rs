@@ -17,7 +17,7 @@ use crate::config::InternalTopicConfig;
 use crate::metadata::TopicInfo;
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
-pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+pub use crate::metadata::internal_topics::TRANSACTION_STATE_TOPIC;
 
 /// Kafka's `Topic.isInternal`.
 pub fn is_internal(name: &str) -> bool {

@@ -5,6 +5,7 @@
 //! thing the request path reads.
 
 pub mod cache;
+pub mod internal_topics;
 pub mod store;
 pub mod update_metadata;
 pub mod zk_data;
