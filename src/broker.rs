@@ -21,11 +21,13 @@ use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
 use crate::sync::MutexExt;
-use crate::txn::handles::{LocalPartitions, MarkerListener, TransactionTopicCreator, TxnPartition};
 use crate::txn::{ProducerIdManager, TransactionHandles, TransactionService};
 
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
+
+mod txn_links;
+use txn_links::{MarkerLink, TopicCreatorLink};
 
 const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
 
@@ -788,84 +790,5 @@ impl ControllerGateway for BrokerLink {
                 ..Default::default()
             },
         }
-    }
-}
-
-/// The group coordinator as the transaction service sees it: told of each marker, it settles
-/// the offsets a transaction committed. Weak, as the broker owns the service.
-struct MarkerLink(std::sync::OnceLock<std::sync::Weak<Broker>>);
-
-impl MarkerListener for MarkerLink {
-    fn on_marker_written(&self, topic: &str, partition: i32, producer_id: i64, commit: bool) {
-        if topic != crate::group::OFFSETS_TOPIC {
-            return;
-        }
-        if let Some(b) = self.0.get().and_then(std::sync::Weak::upgrade) {
-            b.groups.complete_txn_offsets(producer_id, partition, commit);
-        }
-    }
-}
-
-/// `__transaction_state` created on first use by the controller (or forwarded to it).
-struct TopicCreatorLink(Arc<Controller>);
-
-impl TransactionTopicCreator for TopicCreatorLink {
-    fn create_transaction_state_topic(&self) -> Result<bool, String> {
-        self.0.auto_create(TRANSACTION_STATE_TOPIC).map(|t| t.is_some()).map_err(|e| e.to_string())
-    }
-}
-
-impl LocalPartitions for ReplicaManager {
-    fn leader_partition(&self, topic: &str, index: i32) -> Option<Arc<dyn TxnPartition>> {
-        self.partition(topic, index).map(|p| p as Arc<dyn TxnPartition>)
-    }
-
-    fn not_led_error(&self, topic: &str, index: i32) -> i16 {
-        ReplicaManager::not_led_error(self, topic, index)
-    }
-}
-
-impl TxnPartition for crate::replication::partition::Partition {
-    fn isr_len(&self) -> usize {
-        self.isr().len()
-    }
-
-    fn append(&self, batch: bytes::Bytes) -> (i16, i64) {
-        // The coordinator's own records: no size limit but the frame's.
-        let r = crate::replication::partition::Partition::append(self, batch, u32::MAX);
-        (r.error_code, r.last_offset)
-    }
-
-    fn watch(&self, waiter: &Arc<tokio::sync::Notify>) {
-        crate::replication::partition::Partition::watch(self, waiter)
-    }
-
-    fn high_watermark(&self) -> i64 {
-        crate::replication::partition::Partition::high_watermark(self)
-    }
-
-    fn is_leader(&self) -> bool {
-        crate::replication::partition::Partition::is_leader(self)
-    }
-
-    fn leader_epoch(&self) -> i32 {
-        self.role().1
-    }
-
-    fn log_start_offset(&self) -> i64 {
-        crate::replication::partition::Partition::log_start_offset(self)
-    }
-
-    fn log_end_offset(&self) -> i64 {
-        crate::replication::partition::Partition::log_end_offset(self)
-    }
-
-    fn read(&self, offset: i64, max_bytes: usize) -> Option<bytes::Bytes> {
-        let r = self.read_to_log_end(offset, max_bytes);
-        (r.error_code == 0).then_some(r.records)
-    }
-
-    fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> i16 {
-        crate::replication::partition::Partition::write_marker(self, producer_id, epoch, commit, coordinator_epoch).0
     }
 }

@@ -65,7 +65,8 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
         }
         (pid, epoch) => Some((pid, epoch)),
     };
-    let (code, pid, epoch) = ctx.broker.txn.init_transactional_producer(&id, req.transaction_timeout_ms, expected).await;
+    let (code, pid, epoch) =
+        ctx.broker.txn.init_transactional_producer(&id, req.transaction_timeout_ms, expected).await;
     // PRODUCER_FENCED came with v4 (KIP-588); older clients know the fencing as this.
     r.error_code = if code == ErrorCode::ProducerFenced.code() && ctx.version() < 4 {
         ErrorCode::InvalidProducerEpoch.code()

@@ -4,6 +4,7 @@
 
 pub mod coordinator;
 pub mod handles;
+mod inter_broker;
 pub mod producer_id;
 pub mod service;
 #[cfg(test)]

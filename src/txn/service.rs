@@ -14,18 +14,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
-    TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ProducerId, TransactionalId, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator::{InitStep, TransactionCoordinator};
 use super::handles::{LocalPartitions, MarkerListener, TransactionTopicCreator};
+use super::inter_broker::{by_topic, pooled_round_trip};
 use super::producer_id::ProducerIdManager;
 use super::state::{TxnMetadata, TxnState};
 use super::txn_log::{self, TxnLogValue};
@@ -45,7 +45,6 @@ const MARKER_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// One partition's answer to a marker: (topic, partition) and the error code.
 pub type MarkerResult = ((String, i32), i16);
-
 
 /// What the service is built from: the coordinator's state and the few handles its effects
 /// need, all wired by the broker.
@@ -140,7 +139,9 @@ impl TransactionService {
         let p = self.txn_partition_for(id).ok_or(ErrorCode::NotCoordinator.code())?;
         match self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, p) {
             Some(_) if self.coordinator.is_loading(p) => Err(ErrorCode::CoordinatorLoadInProgress.code()),
-            Some(_) if self.coordinator.coordinator_epoch(p).is_none() => Err(ErrorCode::CoordinatorLoadInProgress.code()),
+            Some(_) if self.coordinator.coordinator_epoch(p).is_none() => {
+                Err(ErrorCode::CoordinatorLoadInProgress.code())
+            }
             Some(_) => Ok(p),
             None => Err(ErrorCode::NotCoordinator.code()),
         }
@@ -332,7 +333,8 @@ impl TransactionService {
                     // the transaction the answer speaks of: ask again.
                     let code = match rounds.get(&tp) {
                         Some(&round)
-                            if code == ErrorCode::None.code() && !self.coordinator.mark_verified(&tp, pid, epoch, round) =>
+                            if code == ErrorCode::None.code()
+                                && !self.coordinator.mark_verified(&tp, pid, epoch, round) =>
                         {
                             ErrorCode::NotEnoughReplicas.code()
                         }
@@ -349,7 +351,8 @@ impl TransactionService {
     /// applies or abandons it with `complete_write`.
     async fn persist_txn(self: &Arc<Self>, id: &str, target: &TxnMetadata) -> Result<(), i16> {
         let p = self.txn_partition_for(id).ok_or(ErrorCode::NotCoordinator.code())?;
-        let partition = self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
+        let partition =
+            self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
         let min_isr = self
             .cache
             .topic(TRANSACTION_STATE_TOPIC)
@@ -437,15 +440,13 @@ impl TransactionService {
                 Err(code) => return (code, -1, -1),
             };
             match step {
-                InitStep::NeedProducerId => {
-                    match self.next_producer_id().await {
-                        Ok(pid) => new_pid = Some(pid),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot allocate a producer id");
-                            return (ErrorCode::CoordinatorNotAvailable.code(), -1, -1);
-                        }
+                InitStep::NeedProducerId => match self.next_producer_id().await {
+                    Ok(pid) => new_pid = Some(pid),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot allocate a producer id");
+                        return (ErrorCode::CoordinatorNotAvailable.code(), -1, -1);
                     }
-                }
+                },
                 InitStep::Write(target) => {
                     let (pid, epoch) = (target.producer_id, target.epoch);
                     return match self.write_txn_state(id, target).await {
@@ -565,7 +566,10 @@ impl TransactionService {
                 let results = if leader == self.config.broker_id {
                     let b = self.clone();
                     let (pid, epoch) = (prepared.producer_id, prepared.epoch);
-                    self.io.run(move || b.write_markers_local(pid, epoch, commit, coordinator_epoch, &tps)).await.unwrap_or_default()
+                    self.io
+                        .run(move || b.write_markers_local(pid, epoch, commit, coordinator_epoch, &tps))
+                        .await
+                        .unwrap_or_default()
                 } else {
                     match self.send_remote_markers(leader, prepared, commit, coordinator_epoch, &tps).await {
                         Ok(r) => r,
@@ -777,89 +781,4 @@ impl TransactionService {
             }
         });
     }
-}
-
-/// Partitions grouped by topic, topics in first-seen order, as requests to other brokers
-/// list them.
-fn by_topic(tps: &[(String, i32)]) -> Vec<(TopicName, Vec<i32>)> {
-    let mut out: Vec<(TopicName, Vec<i32>)> = Vec::new();
-    for (t, p) in tps {
-        match out.iter_mut().find(|(name, _)| name.0.as_str() == t) {
-            Some((_, parts)) => parts.push(*p),
-            None => out.push((TopicName(StrBytes::from_string(t.clone())), vec![*p])),
-        }
-    }
-    out
-}
-
-/// One request on an idle connection to the broker if there is one, else on a new one. A
-/// failure on a reused connection is taken for one the other side closed while it was idle,
-/// and the request goes once more on a fresh connection: both requests sent this way may
-/// arrive twice (a verify-only question, a marker a leader writes again harmlessly).
-#[allow(clippy::too_many_arguments)]
-async fn pooled_round_trip<Req, Resp>(
-    connector: &crate::security::client::InterBrokerClient,
-    host: &str,
-    port: u16,
-    client_id: &str,
-    api_key: kafka_protocol::messages::ApiKey,
-    version: i16,
-    req: &Req,
-    max: usize,
-) -> anyhow::Result<Resp>
-where
-    Req: Encodable + HeaderVersion,
-    Resp: Decodable + HeaderVersion,
-{
-    if let Some(mut stream) = connector.take_idle(host, port) {
-        if let Ok(resp) = round_trip(&mut stream, client_id, api_key, version, req, max).await {
-            connector.give_back(host, port, stream);
-            return Ok(resp);
-        }
-    }
-    let mut stream = connector.connect(host, port, client_id).await?;
-    let resp = round_trip(&mut stream, client_id, api_key, version, req, max).await?;
-    connector.give_back(host, port, stream);
-    Ok(resp)
-}
-
-async fn round_trip<S, Req, Resp>(
-    stream: &mut S,
-    client_id: &str,
-    api_key: kafka_protocol::messages::ApiKey,
-    version: i16,
-    req: &Req,
-    max: usize,
-) -> anyhow::Result<Resp>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    Req: Encodable + HeaderVersion,
-    Resp: Decodable + HeaderVersion,
-{
-    let mut header = RequestHeader::default();
-    header.request_api_key = api_key as i16;
-    header.request_api_version = version;
-    header.correlation_id = 1;
-    header.client_id = Some(StrBytes::from_string(client_id.to_string()));
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header.encode(&mut buf, Req::header_version(version))?;
-    req.encode(&mut buf, version)?;
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    stream.write_all(&buf).await?;
-    // TLS holds written bytes in its session buffer until flushed.
-    stream.flush().await?;
-    let size = stream.read_i32().await?;
-    if size < 0 || size as usize > max {
-        anyhow::bail!("response of {size} bytes");
-    }
-    let mut body = vec![0u8; size as usize];
-    stream.read_exact(&mut body).await?;
-    let mut body = Bytes::from(body);
-    let h = ResponseHeader::decode(&mut body, Resp::header_version(version))?;
-    if h.correlation_id != 1 {
-        anyhow::bail!("unexpected correlation id {}", h.correlation_id);
-    }
-    Resp::decode(&mut body, version)
 }
