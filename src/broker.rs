@@ -13,16 +13,20 @@ use crate::controller::Controller;
 use crate::group::service::{GroupServiceHandles, GroupZnodes, OffsetsPartitions, OffsetsTopicCreator};
 use crate::group::{GroupCoordinatorService, OFFSETS_TOPIC};
 use crate::log::LogManager;
+use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::metadata::zk_store::ZkStore;
 use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
 use crate::metrics::BrokerMetrics;
 use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
-use crate::txn::ProducerIdManager;
+use crate::txn::{ProducerIdManager, TransactionHandles, TransactionService};
 
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
+
+mod txn_links;
+use txn_links::{MarkerLink, TopicCreatorLink};
 
 const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
 
@@ -34,10 +38,10 @@ pub struct Broker {
     pub store: Arc<ZnodeStore>,
     /// The replicas hosted here, their fetchers, and the ISR writer.
     pub replicas: Arc<ReplicaManager>,
-    pub producer_ids: ProducerIdManager,
     /// The group coordinator and what it does on this broker.
     pub groups: Arc<GroupCoordinatorService>,
-    pub txns: crate::txn::TransactionCoordinator,
+    /// Producer ids and transactions.
+    pub txn: Arc<TransactionService>,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
     pub quotas: crate::client_quota::ClientQuotas,
     pub metrics: BrokerMetrics,
@@ -171,17 +175,30 @@ impl Broker {
             offsets_zk_mirror_interval: config.offsets_zk_mirror_interval,
             offsets_zk_mirror_max_writes: config.offsets_zk_mirror_max_writes,
         }));
+        // The group coordinator is not built yet: markers reach it through the broker.
+        let markers = Arc::new(MarkerLink(std::sync::OnceLock::new()));
+        let txn = TransactionService::new(TransactionHandles {
+            coordinator: crate::txn::TransactionCoordinator::new(crate::config::txn_config(&config)?),
+            producer_ids: ProducerIdManager::new(id, store.clone()),
+            config: Arc::new(config.clone()),
+            cache: cache.clone(),
+            store: store.clone(),
+            partitions: replicas.clone(),
+            io: io.clone(),
+            inter_broker: security.inter_broker.clone(),
+            topic_creator: Arc::new(TopicCreatorLink(controller.clone())),
+            markers: markers.clone(),
+        });
         let broker = Arc::new(Broker {
             controller,
             replicas,
             io,
             groups,
+            txn,
             metrics,
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
-            producer_ids: ProducerIdManager::new(id, store.clone()),
-            txns: crate::txn::TransactionCoordinator::new(crate::config::txn_config(&config)?),
             quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
             dynamic,
             config,
@@ -193,6 +210,7 @@ impl Broker {
             security,
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
+        let _ = markers.0.set(Arc::downgrade(&broker));
         let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(&broker) as _;
         broker.controller.attach(local);
         broker.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
@@ -208,7 +226,7 @@ impl Broker {
         if !broker.store.is_zookeeper() {
             // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
             broker.groups.load_groups(None);
-            broker.load_txns(None);
+            broker.txn.load_txns(None);
         }
         tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.store.is_zookeeper(), "broker started");
         Ok(broker)
@@ -706,23 +724,23 @@ impl LeadershipListener for BrokerLink {
         if tp.0 == OFFSETS_TOPIC {
             b.groups.set_loading(tp.1, true);
         }
-        if tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC {
-            b.txns.set_loading(tp.1, true);
+        if tp.0 == TRANSACTION_STATE_TOPIC {
+            b.txn.set_loading(tp.1, true);
         }
     }
 
     fn on_become_leader(&self, tp: &TopicPartition, new_term: bool) {
         let Some(b) = self.0.upgrade() else { return };
         let offsets = tp.0 == OFFSETS_TOPIC;
-        let txn_state = tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
+        let txn_state = tp.0 == TRANSACTION_STATE_TOPIC;
         if new_term && offsets {
             b.groups.load_groups(Some(tp.1));
         }
         if new_term && txn_state {
-            b.load_txns(Some(tp.1));
+            b.txn.load_txns(Some(tp.1));
         }
         if txn_state {
-            b.txns.set_loading(tp.1, false);
+            b.txn.set_loading(tp.1, false);
         }
         if offsets {
             b.groups.set_loading(tp.1, false);
@@ -731,7 +749,7 @@ impl LeadershipListener for BrokerLink {
 
     fn forget_partition(&self, tp: &TopicPartition) {
         if let Some(b) = self.0.upgrade() {
-            b.txns.forget_partition(tp);
+            b.txn.forget_partition(tp);
         }
     }
 
@@ -740,8 +758,8 @@ impl LeadershipListener for BrokerLink {
         if tp.0 == OFFSETS_TOPIC {
             b.groups.unload_groups(tp.1);
         }
-        if tp.0 == crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC {
-            b.unload_txns(tp.1);
+        if tp.0 == TRANSACTION_STATE_TOPIC {
+            b.txn.unload_txns(tp.1);
         }
     }
 }

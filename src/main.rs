@@ -97,7 +97,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     broker.spawn_reconciler();
     broker.spawn_log_tasks();
     broker.groups.start();
-    broker.spawn_txn_timer();
+    broker.txn.spawn_txn_timer();
     broker.spawn_isr_expiry();
     broker.spawn_isr_writer();
     broker.spawn_store_reload();

@@ -62,7 +62,7 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
             c.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
             c.error_message = Some(s("Transactional Id authorization failed."));
         } else if req.key_type == 1 {
-            match ctx.broker.txn_coordinator_for(&key, &ctx.listener) {
+            match ctx.broker.txn.txn_coordinator_for(&key, &ctx.listener) {
                 Ok((id, host, port)) => {
                     c.node_id = BrokerId(id);
                     c.host = s(host);

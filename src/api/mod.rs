@@ -92,17 +92,7 @@ pub use api_versions::unsupported_version_response as api_versions_unsupported;
 /// partition exists (the client refreshes metadata and finds the leader), else
 /// UNKNOWN_TOPIC_OR_PARTITION.
 pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
-    // As Kafka answers for a partition of an offline log dir, whoever leads it now: the
-    // client refreshes its metadata and finds the new leader.
-    if broker.replicas.logs().is_offline_partition(topic, partition) {
-        return ErrorCode::KafkaStorageError.code();
-    }
-    let exists = broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition));
-    if exists {
-        ErrorCode::NotLeaderOrFollower.code()
-    } else {
-        ErrorCode::UnknownTopicOrPartition.code()
-    }
+    broker.replicas.not_led_error(topic, partition)
 }
 
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
@@ -248,7 +238,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::InitProducerId(r) if r.transactional_id.is_some() => {
             ResponseKind::InitProducerId(txn::init_producer_id(ctx, r).await)
         }
-        RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r)),
+        RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(producer_id::init_producer_id(ctx, r).await),
         RequestKind::AddPartitionsToTxn(r) => {
             ResponseKind::AddPartitionsToTxn(txn::add_partitions_to_txn(ctx, r).await)
         }

@@ -225,7 +225,7 @@ fn txn_verified(
     }
     let markers = partition.txn_markers_of(h.producer_id);
     let tp = (topic.to_string(), index);
-    ctx.broker.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote)?;
+    ctx.broker.txn.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote)?;
     Ok(Some(markers))
 }
 
@@ -246,11 +246,11 @@ async fn verify_remote(ctx: &RequestContext, txn_id: &str, req: &ProduceRequest)
         }
     }
     let Some((pid, epoch)) = producer else { return HashMap::new() };
-    ctx.broker.needs_remote_verification(txn_id, pid, epoch, &mut tps);
+    ctx.broker.txn.needs_remote_verification(txn_id, pid, epoch, &mut tps);
     if tps.is_empty() {
         return HashMap::new();
     }
-    ctx.broker.verify_with_coordinator(txn_id, pid, epoch, &tps).await
+    ctx.broker.txn.verify_with_coordinator(txn_id, pid, epoch, &tps).await
 }
 
 /// Kafka's rule for compacted topics: every record needs a key, since compaction keeps the

@@ -6,7 +6,7 @@ use super::RequestContext;
 use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType};
 
-pub fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
@@ -26,7 +26,7 @@ pub fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) -> Ini
         r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
-    match ctx.broker.producer_ids.next_id() {
+    match ctx.broker.txn.next_producer_id().await {
         Ok(id) => {
             r.producer_id = ProducerId(id);
             r.producer_epoch = 0;

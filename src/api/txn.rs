@@ -55,7 +55,7 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
     }
     // An empty transactional id is an idempotent producer's (Kafka treats it as none).
     if id.is_empty() {
-        return super::producer_id::init_producer_id(ctx, InitProducerIdRequest::default());
+        return super::producer_id::init_producer_id(ctx, InitProducerIdRequest::default()).await;
     }
     let expected = match (req.producer_id.0, req.producer_epoch) {
         (-1, -1) => None,
@@ -65,7 +65,8 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
         }
         (pid, epoch) => Some((pid, epoch)),
     };
-    let (code, pid, epoch) = ctx.broker.init_transactional_producer(&id, req.transaction_timeout_ms, expected).await;
+    let (code, pid, epoch) =
+        ctx.broker.txn.init_transactional_producer(&id, req.transaction_timeout_ms, expected).await;
     // PRODUCER_FENCED came with v4 (KIP-588); older clients know the fencing as this.
     r.error_code = if code == ErrorCode::ProducerFenced.code() && ctx.version() < 4 {
         ErrorCode::InvalidProducerEpoch.code()
@@ -112,6 +113,7 @@ pub async fn add_partitions_to_txn(ctx: &RequestContext, req: AddPartitionsToTxn
         if refused.is_empty() {
             let code = match ctx
                 .broker
+                .txn
                 .add_partitions_to_txn(&id, req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch, &wanted)
                 .await
             {
@@ -152,11 +154,11 @@ async fn add_partitions_for_brokers(
         let (pid, epoch) = (txn.producer_id.0, txn.producer_epoch);
         let tps: Vec<(String, i32)> =
             txn.topics.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p))).collect();
-        let per: Vec<((String, i32), i16)> = match ctx.broker.check_txn_coordinator(&id) {
+        let per: Vec<((String, i32), i16)> = match ctx.broker.txn.check_txn_coordinator(&id) {
             Err(code) => tps.into_iter().map(|tp| (tp, code)).collect(),
-            Ok(_) if txn.verify_only => ctx.broker.txns.verify_only(&id, pid, epoch, &tps),
+            Ok(_) if txn.verify_only => ctx.broker.txn.coordinator().verify_only(&id, pid, epoch, &tps),
             Ok(_) => {
-                let code = match ctx.broker.add_partitions_to_txn(&id, pid, epoch, &tps).await {
+                let code = match ctx.broker.txn.add_partitions_to_txn(&id, pid, epoch, &tps).await {
                     Ok(()) => 0,
                     Err(code) => code,
                 };
@@ -217,7 +219,7 @@ pub async fn add_offsets_to_txn(ctx: &RequestContext, req: AddOffsetsToTxnReques
         .offsets_partition(&group)
         .unwrap_or_else(|| crate::group::partition_for(&group, ctx.broker.config.offsets_topic.num_partitions));
     let tps = [(OFFSETS_TOPIC.to_string(), p)];
-    r.error_code = match ctx.broker.add_partitions_to_txn(&id, req.producer_id.0, req.producer_epoch, &tps).await {
+    r.error_code = match ctx.broker.txn.add_partitions_to_txn(&id, req.producer_id.0, req.producer_epoch, &tps).await {
         Ok(()) => 0,
         Err(code) => fenced_for(ctx.version(), code),
     };
@@ -233,7 +235,7 @@ pub async fn end_txn(ctx: &RequestContext, req: EndTxnRequest) -> EndTxnResponse
         r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         return r;
     }
-    let code = ctx.broker.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await;
+    let code = ctx.broker.txn.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await;
     r.error_code = fenced_for(ctx.version(), code);
     r
 }
@@ -381,7 +383,7 @@ pub fn write_txn_markers(ctx: &RequestContext, req: WriteTxnMarkersRequest) -> W
         let tps: Vec<(String, i32)> =
             m.topics.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.0.to_string(), *p))).collect();
         let results = if allowed {
-            ctx.broker.write_markers_local(
+            ctx.broker.txn.write_markers_local(
                 m.producer_id.0,
                 m.producer_epoch,
                 m.transaction_result,
@@ -428,10 +430,10 @@ pub fn list_transactions(ctx: &RequestContext, req: ListTransactionsRequest) -> 
     ];
     r.unknown_state_filters = states.iter().filter(|s| !known.contains(&s.as_str())).map(|x| s(x.clone())).collect();
     let now = crate::log::now_ms();
-    let mut all = ctx.broker.txns.all();
+    let mut all = ctx.broker.txn.coordinator().all();
     all.sort_by(|a, b| a.0.cmp(&b.0));
     for (id, m) in all {
-        if m.epoch < 0 || ctx.broker.check_txn_coordinator(&id).is_err() {
+        if m.epoch < 0 || ctx.broker.txn.check_txn_coordinator(&id).is_err() {
             continue;
         }
         if !states.is_empty() && !states.iter().any(|s| s == m.state.name()) {
@@ -467,10 +469,10 @@ pub fn describe_transactions(ctx: &RequestContext, req: DescribeTransactionsRequ
         t.transaction_state = s("");
         if !ctx.authorized(Operation::Describe, ResourceType::TransactionalId, &name) {
             t.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
-        } else if let Err(code) = ctx.broker.check_txn_coordinator(&name) {
+        } else if let Err(code) = ctx.broker.txn.check_txn_coordinator(&name) {
             t.error_code = code;
         } else {
-            match ctx.broker.txns.get(&name).filter(|m| m.epoch >= 0) {
+            match ctx.broker.txn.coordinator().get(&name).filter(|m| m.epoch >= 0) {
                 None => t.error_code = ErrorCode::TransactionalIdNotFound.code(),
                 Some(m) => {
                     t.transaction_state = s(m.state.name());

@@ -205,6 +205,21 @@ impl ReplicaManager {
         self.hosted(topic, index).filter(|p| p.is_leader())
     }
 
+    /// The error a request for a partition not led here gets. As Kafka answers for a partition
+    /// of an offline log dir, whoever leads it now: the client refreshes its metadata and finds
+    /// the new leader.
+    pub fn not_led_error(&self, topic: &str, partition: i32) -> i16 {
+        if self.logs.is_offline_partition(topic, partition) {
+            return ErrorCode::KafkaStorageError.code();
+        }
+        let exists = self.handles.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition));
+        if exists {
+            ErrorCode::NotLeaderOrFollower.code()
+        } else {
+            ErrorCode::UnknownTopicOrPartition.code()
+        }
+    }
+
     /// The partition if this broker hosts a replica of it, leader or follower.
     pub fn hosted(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
         self.partitions.read_unpoisoned().get(topic).and_then(|t| t.get(&index)).cloned()

@@ -3,10 +3,15 @@
 //! markers. The per-partition producer state lives with the log (`log::producer_state`).
 
 pub mod coordinator;
+pub mod handles;
+mod inter_broker;
 pub mod producer_id;
 pub mod service;
+#[cfg(test)]
+mod service_tests;
 pub mod state;
 pub mod txn_log;
 
 pub use coordinator::TransactionCoordinator;
 pub use producer_id::ProducerIdManager;
+pub use service::{TransactionHandles, TransactionService};

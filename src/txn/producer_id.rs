@@ -12,18 +12,49 @@ const BLOCK_SIZE: i64 = 1000;
 pub struct ProducerIdManager {
     broker_id: i32,
     store: Arc<ZnodeStore>,
-    /// (next id to hand out, last id of the claimed block)
+    /// (next id to hand out, last id of the claimed block): taken briefly, never across a
+    /// ZooKeeper call, so ids from a claimed block never wait for another's claim.
     block: Mutex<(i64, i64)>,
+    /// Held while one caller claims a block in ZooKeeper; only callers that need the next
+    /// block wait for it.
+    claiming: Mutex<()>,
 }
 
 impl ProducerIdManager {
     pub fn new(broker_id: i32, store: Arc<ZnodeStore>) -> ProducerIdManager {
-        ProducerIdManager { broker_id, store, block: Mutex::new((0, -1)) }
+        ProducerIdManager { broker_id, store, block: Mutex::new((0, -1)), claiming: Mutex::new(()) }
     }
 
+    /// The next id. Blocks on ZooKeeper when the current block is used up: call it off the
+    /// async workers.
     pub fn next_id(&self) -> Result<i64, StoreError> {
+        loop {
+            if let Some(id) = self.take() {
+                return Ok(id);
+            }
+            let _claim = self.claiming.lock_unpoisoned();
+            // Another caller may have claimed a block while this one waited.
+            if let Some(id) = self.take() {
+                return Ok(id);
+            }
+            let claimed = self.claim_block()?;
+            *self.block.lock_unpoisoned() = claimed;
+        }
+    }
+
+    fn take(&self) -> Option<i64> {
         let mut block = self.block.lock_unpoisoned();
-        while block.0 > block.1 {
+        if block.0 > block.1 {
+            return None;
+        }
+        let id = block.0;
+        block.0 += 1;
+        Some(id)
+    }
+
+    /// Claims the block after the last one any broker claimed: (first, last).
+    fn claim_block(&self) -> Result<(i64, i64), StoreError> {
+        loop {
             // Brokers race for the next block; the version check makes exactly one win.
             let current = self.store.get_versioned(zk_data::PRODUCER_ID_BLOCK)?;
             let prev_end = current.as_ref().and_then(|(d, _)| zk_data::parse_producer_id_block_end(d)).unwrap_or(-1);
@@ -35,14 +66,11 @@ impl ProducerIdManager {
                 None => self.store.create(zk_data::PRODUCER_ID_BLOCK, &data, false),
             };
             match written {
-                Ok(()) => *block = (start, end),
+                Ok(()) => return Ok((start, end)),
                 Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => continue,
                 Err(e) => return Err(e),
             }
         }
-        let id = block.0;
-        block.0 += 1;
-        Ok(id)
     }
 }
 

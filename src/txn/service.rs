@@ -11,26 +11,31 @@
 //! consumers skip like the first).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
-    TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ProducerId, TransactionalId, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::protocol::StrBytes;
 
-use super::coordinator::InitStep;
+use super::coordinator::{InitStep, TransactionCoordinator};
+use super::handles::{LocalPartitions, MarkerListener, TransactionTopicCreator};
+use super::inter_broker::{by_topic, pooled_round_trip};
+use super::producer_id::ProducerIdManager;
 use super::state::{TxnMetadata, TxnState};
 use super::txn_log::{self, TxnLogValue};
-use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::io_pool::IoPool;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
 use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
+use crate::metadata::{MetadataCache, StoreError, ZnodeStore};
 use crate::protocol::ErrorCode;
+use crate::security::client::InterBrokerClient;
 
 /// How long a state write waits for the ISR of its `__transaction_state` partition.
 const STATE_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,7 +46,85 @@ const MARKER_RETRY_MAX: Duration = Duration::from_secs(1);
 /// One partition's answer to a marker: (topic, partition) and the error code.
 pub type MarkerResult = ((String, i32), i16);
 
-impl Broker {
+/// What the service is built from: the coordinator's state and the few handles its effects
+/// need, all wired by the broker.
+pub struct TransactionHandles {
+    pub coordinator: TransactionCoordinator,
+    pub producer_ids: ProducerIdManager,
+    pub config: Arc<BrokerConfig>,
+    pub cache: Arc<MetadataCache>,
+    pub store: Arc<ZnodeStore>,
+    pub partitions: Arc<dyn LocalPartitions>,
+    pub io: Arc<IoPool>,
+    pub inter_broker: Arc<InterBrokerClient>,
+    pub topic_creator: Arc<dyn TransactionTopicCreator>,
+    pub markers: Arc<dyn MarkerListener>,
+}
+
+/// The transaction coordinator at work (Kafka's `TransactionCoordinator` with its state
+/// manager and marker channel): steps decide under the coordinator's lock, and the state
+/// appends, markers and ZooKeeper writes they call for run here after it is released.
+pub struct TransactionService {
+    coordinator: TransactionCoordinator,
+    producer_ids: ProducerIdManager,
+    config: Arc<BrokerConfig>,
+    cache: Arc<MetadataCache>,
+    store: Arc<ZnodeStore>,
+    partitions: Arc<dyn LocalPartitions>,
+    io: Arc<IoPool>,
+    inter_broker: Arc<InterBrokerClient>,
+    topic_creator: Arc<dyn TransactionTopicCreator>,
+    markers: Arc<dyn MarkerListener>,
+    /// For the steps that hold `&self` and start tasks that keep the service (loads).
+    self_ref: Weak<TransactionService>,
+}
+
+impl TransactionService {
+    pub fn new(h: TransactionHandles) -> Arc<TransactionService> {
+        Arc::new_cyclic(|me| TransactionService {
+            coordinator: h.coordinator,
+            producer_ids: h.producer_ids,
+            config: h.config,
+            cache: h.cache,
+            store: h.store,
+            partitions: h.partitions,
+            io: h.io,
+            inter_broker: h.inter_broker,
+            topic_creator: h.topic_creator,
+            markers: h.markers,
+            self_ref: me.clone(),
+        })
+    }
+
+    fn arc(&self) -> Option<Arc<TransactionService>> {
+        self.self_ref.upgrade()
+    }
+
+    /// The transactional ids' states, for the handlers that only read them (DescribeTransactions,
+    /// ListTransactions, verify-only AddPartitionsToTxn).
+    pub fn coordinator(&self) -> &TransactionCoordinator {
+        &self.coordinator
+    }
+
+    /// A producer id for an idempotent or transactional producer. Claiming a new block is a
+    /// ZooKeeper write: it runs on the blocking pool, never on an async worker.
+    pub async fn next_producer_id(self: &Arc<Self>) -> Result<i64, StoreError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.producer_ids.next_id())
+            .await
+            .map_err(|e| StoreError::Io(std::io::Error::other(format!("producer id allocation failed: {e}"))))?
+    }
+
+    /// `__transaction_state` is about to be led here: requests wait until it is loaded.
+    pub fn set_loading(&self, partition: i32, loading: bool) {
+        self.coordinator.set_loading(partition, loading);
+    }
+
+    /// A partition stopped being hosted here: forget what it verified.
+    pub fn forget_partition(&self, tp: &(String, i32)) {
+        self.coordinator.forget_partition(tp);
+    }
+
     /// The `__transaction_state` partition of `id`, hashed over the partitions the topic
     /// really has (as for groups: a topic created with another count keeps every id where
     /// its state already is).
@@ -54,9 +137,11 @@ impl Broker {
     pub fn check_txn_coordinator(&self, id: &str) -> Result<i32, i16> {
         // As for groups: not knowing the topic yet means not leading any of it.
         let p = self.txn_partition_for(id).ok_or(ErrorCode::NotCoordinator.code())?;
-        match self.replicas.partition(TRANSACTION_STATE_TOPIC, p) {
-            Some(_) if self.txns.is_loading(p) => Err(ErrorCode::CoordinatorLoadInProgress.code()),
-            Some(_) if self.txns.coordinator_epoch(p).is_none() => Err(ErrorCode::CoordinatorLoadInProgress.code()),
+        match self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, p) {
+            Some(_) if self.coordinator.is_loading(p) => Err(ErrorCode::CoordinatorLoadInProgress.code()),
+            Some(_) if self.coordinator.coordinator_epoch(p).is_none() => {
+                Err(ErrorCode::CoordinatorLoadInProgress.code())
+            }
             Some(_) => Ok(p),
             None => Err(ErrorCode::NotCoordinator.code()),
         }
@@ -68,12 +153,40 @@ impl Broker {
         if self.cache.topic(TRANSACTION_STATE_TOPIC).is_none() {
             self.create_txn_topic()?;
         }
-        self.coordinator_in(TRANSACTION_STATE_TOPIC, id, listener)
+        self.coordinator_of(id, listener)
+    }
+
+    /// The leader of `id`'s `__transaction_state` partition, with its address on `listener`.
+    fn coordinator_of(&self, id: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+        let topic = self.cache.topic(TRANSACTION_STATE_TOPIC).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        let p = crate::group::partition_for(id, topic.partitions.len() as i32);
+        let leader = topic
+            .partitions
+            .iter()
+            .find(|x| x.index == p)
+            .map(|x| x.leader)
+            .ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        if leader < 0 {
+            return Err(ErrorCode::CoordinatorNotAvailable.code());
+        }
+        if leader == self.config.broker_id {
+            // Named leader but the partition not open here yet: not available keeps the
+            // client asking FindCoordinator, which it retries by itself.
+            if self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, p).is_none() {
+                return Err(ErrorCode::CoordinatorNotAvailable.code());
+            }
+            let ep = self.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+            return Ok((leader, ep.host.clone(), ep.port));
+        }
+        let snapshot = self.cache.snapshot();
+        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        let (host, port) = b.endpoint_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        Ok((b.id, host.to_string(), port))
     }
 
     fn create_txn_topic(&self) -> Result<(), i16> {
-        match self.controller.auto_create(TRANSACTION_STATE_TOPIC) {
-            Ok(Some(_)) => {
+        match self.topic_creator.create_transaction_state_topic() {
+            Ok(true) => {
                 if !self.store.is_zookeeper() {
                     // Standalone, leadership is taken at creation: nothing to load but the
                     // coordinator epochs.
@@ -81,7 +194,7 @@ impl Broker {
                 }
                 Ok(())
             }
-            Ok(None) => Err(ErrorCode::CoordinatorNotAvailable.code()),
+            Ok(false) => Err(ErrorCode::CoordinatorNotAvailable.code()),
             Err(_) if self.cache.topic(TRANSACTION_STATE_TOPIC).is_some() => Ok(()),
             Err(e) => {
                 // Too few brokers for the replication factor, or another broker is creating
@@ -106,14 +219,14 @@ impl Broker {
         remote: &HashMap<(String, i32), i16>,
     ) -> Result<(), i16> {
         if self.check_txn_coordinator(id).is_ok() {
-            return self.txns.verify_partition(id, pid, epoch, tp);
+            return self.coordinator.verify_partition(id, pid, epoch, tp);
         }
-        if !self.txns.config().verify_partitions || self.txns.is_verified(tp, pid, epoch) {
+        if !self.coordinator.config().verify_partitions || self.coordinator.is_verified(tp, pid, epoch) {
             return Ok(());
         }
         match remote.get(tp).copied() {
             // Confirmed by this request, and no marker since (it would have forgotten it).
-            Some(code) if code == ErrorCode::None.code() && self.txns.is_verified(tp, pid, epoch) => Ok(()),
+            Some(code) if code == ErrorCode::None.code() && self.coordinator.is_verified(tp, pid, epoch) => Ok(()),
             Some(code) if code == ErrorCode::None.code() => Err(ErrorCode::NotEnoughReplicas.code()),
             Some(code) => Err(code),
             // Not asked (the coordinator moved here or away between the two looks): retriable.
@@ -124,11 +237,11 @@ impl Broker {
     /// Keeps of `tps` (partitions this broker leads) those the transaction's coordinator on
     /// another broker must confirm: none when it is this broker or verification is off.
     pub fn needs_remote_verification(&self, id: &str, pid: i64, epoch: i16, tps: &mut Vec<(String, i32)>) {
-        if !self.txns.config().verify_partitions || self.check_txn_coordinator(id).is_ok() {
+        if !self.coordinator.config().verify_partitions || self.check_txn_coordinator(id).is_ok() {
             tps.clear();
             return;
         }
-        tps.retain(|tp| !self.txns.is_verified(tp, pid, epoch));
+        tps.retain(|tp| !self.coordinator.is_verified(tp, pid, epoch));
     }
 
     /// AddPartitionsToTxn v4 with verify_only to the coordinator of `id`, as a partition
@@ -156,7 +269,7 @@ impl Broker {
             return all(ErrorCode::NotEnoughReplicas.code());
         };
         let rounds: HashMap<(String, i32), u64> =
-            tps.iter().map(|tp| (tp.clone(), self.txns.verification_round(tp))).collect();
+            tps.iter().map(|tp| (tp.clone(), self.coordinator.verification_round(tp))).collect();
         let topics = by_topic(tps)
             .into_iter()
             .map(|(name, partitions)| {
@@ -178,11 +291,11 @@ impl Broker {
         let client_id = format!("gregor-txn-verify-{}", self.config.broker_id);
         let max = self.config.socket_request_max_bytes;
         // The inter-broker listener's protocol (TLS, SASL), as every broker-to-broker request.
-        let connector = &self.security.inter_broker;
+        let connector = &self.inter_broker;
         let key = kafka_protocol::messages::ApiKey::AddPartitionsToTxn;
         let call =
             pooled_round_trip::<_, AddPartitionsToTxnResponse>(connector, &host, port, &client_id, key, 4, &req, max);
-        let resp = match tokio::time::timeout(self.security.inter_broker.request_timeout, call).await {
+        let resp = match tokio::time::timeout(self.inter_broker.request_timeout, call).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 tracing::debug!(transactional_id = id, error = %e, "cannot verify a transactional produce");
@@ -220,7 +333,8 @@ impl Broker {
                     // the transaction the answer speaks of: ask again.
                     let code = match rounds.get(&tp) {
                         Some(&round)
-                            if code == ErrorCode::None.code() && !self.txns.mark_verified(&tp, pid, epoch, round) =>
+                            if code == ErrorCode::None.code()
+                                && !self.coordinator.mark_verified(&tp, pid, epoch, round) =>
                         {
                             ErrorCode::NotEnoughReplicas.code()
                         }
@@ -237,7 +351,8 @@ impl Broker {
     /// applies or abandons it with `complete_write`.
     async fn persist_txn(self: &Arc<Self>, id: &str, target: &TxnMetadata) -> Result<(), i16> {
         let p = self.txn_partition_for(id).ok_or(ErrorCode::NotCoordinator.code())?;
-        let partition = self.replicas.partition(TRANSACTION_STATE_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
+        let partition =
+            self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
         let min_isr = self
             .cache
             .topic(TRANSACTION_STATE_TOPIC)
@@ -246,7 +361,7 @@ impl Broker {
         // Standalone, the topic has the one replica there will ever be (its factor is capped
         // at creation), so Kafka's default min ISR of 2 cannot apply.
         let min_isr = if self.store.is_zookeeper() { min_isr } else { 1 };
-        if partition.isr().len() < min_isr {
+        if partition.isr_len() < min_isr {
             return Err(ErrorCode::CoordinatorNotAvailable.code());
         }
         let key = txn_log::encode_key(id);
@@ -256,11 +371,14 @@ impl Broker {
             &[SimpleRecord { timestamp: crate::log::now_ms(), key: Some(&key), value: Some(&value), headers: vec![] }],
         );
         let part = partition.clone();
-        // A disk write: off the async workers.
-        let result = tokio::task::spawn_blocking(move || part.append(Bytes::from(batch), u32::MAX))
+        // A disk write: on the I/O pool, never under the coordinator's lock (the step that
+        // produced `target` has released it).
+        let (code, last_offset) = self
+            .io
+            .run(move || part.append(Bytes::from(batch)))
             .await
             .map_err(|_| ErrorCode::CoordinatorNotAvailable.code())?;
-        match result.error_code {
+        match code {
             0 => {}
             6 => return Err(ErrorCode::NotCoordinator.code()),
             code => {
@@ -274,7 +392,7 @@ impl Broker {
         let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
         loop {
             partition.watch(&waiter);
-            if partition.high_watermark() > result.last_offset {
+            if partition.high_watermark() > last_offset {
                 return Ok(());
             }
             if !partition.is_leader() {
@@ -282,7 +400,7 @@ impl Broker {
             }
             let now = Instant::now();
             if now >= deadline || tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
-                return if partition.high_watermark() > result.last_offset {
+                return if partition.high_watermark() > last_offset {
                     Ok(())
                 } else {
                     Err(ErrorCode::CoordinatorNotAvailable.code())
@@ -295,11 +413,11 @@ impl Broker {
     async fn write_txn_state(self: &Arc<Self>, id: &str, target: TxnMetadata) -> Result<(), i16> {
         match self.persist_txn(id, &target).await {
             Ok(()) => {
-                self.txns.complete_write(id, Some(target));
+                self.coordinator.complete_write(id, Some(target));
                 Ok(())
             }
             Err(code) => {
-                self.txns.complete_write(id, None);
+                self.coordinator.complete_write(id, None);
                 Err(code)
             }
         }
@@ -317,23 +435,18 @@ impl Broker {
         }
         let mut new_pid = None;
         for _ in 0..3 {
-            let step = match self.txns.prepare_init(id, timeout_ms, expected, new_pid, crate::log::now_ms()) {
+            let step = match self.coordinator.prepare_init(id, timeout_ms, expected, new_pid, crate::log::now_ms()) {
                 Ok(s) => s,
                 Err(code) => return (code, -1, -1),
             };
             match step {
-                InitStep::NeedProducerId => {
-                    let b = self.clone();
-                    // Claims a block in ZooKeeper now and then: not on the async workers.
-                    match tokio::task::spawn_blocking(move || b.producer_ids.next_id()).await {
-                        Ok(Ok(pid)) => new_pid = Some(pid),
-                        Ok(Err(e)) => {
-                            tracing::warn!(error = %e, "cannot allocate a producer id");
-                            return (ErrorCode::CoordinatorNotAvailable.code(), -1, -1);
-                        }
-                        Err(_) => return (ErrorCode::CoordinatorNotAvailable.code(), -1, -1),
+                InitStep::NeedProducerId => match self.next_producer_id().await {
+                    Ok(pid) => new_pid = Some(pid),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot allocate a producer id");
+                        return (ErrorCode::CoordinatorNotAvailable.code(), -1, -1);
                     }
-                }
+                },
                 InitStep::Write(target) => {
                     let (pid, epoch) = (target.producer_id, target.epoch);
                     return match self.write_txn_state(id, target).await {
@@ -363,7 +476,7 @@ impl Broker {
         partitions: &[(String, i32)],
     ) -> Result<(), i16> {
         self.check_txn_coordinator(id)?;
-        match self.txns.prepare_add_partitions(id, pid, epoch, partitions, crate::log::now_ms())? {
+        match self.coordinator.prepare_add_partitions(id, pid, epoch, partitions, crate::log::now_ms())? {
             None => Ok(()),
             Some(target) => self.write_txn_state(id, target).await,
         }
@@ -375,7 +488,7 @@ impl Broker {
         if let Err(code) = self.check_txn_coordinator(id) {
             return code;
         }
-        let target = match self.txns.prepare_end(id, pid, epoch, commit, crate::log::now_ms()) {
+        let target = match self.coordinator.prepare_end(id, pid, epoch, commit, crate::log::now_ms()) {
             Ok(None) => return ErrorCode::None.code(),
             Ok(Some(t)) => t,
             Err(code) => return code,
@@ -400,7 +513,7 @@ impl Broker {
             if !self.send_markers(id, &prepared).await {
                 return;
             }
-            let Some(target) = self.txns.prepare_complete(id, &prepared, crate::log::now_ms()) else { return };
+            let Some(target) = self.coordinator.prepare_complete(id, &prepared, crate::log::now_ms()) else { return };
             match self.write_txn_state(id, target).await {
                 Ok(()) => return,
                 Err(code) => {
@@ -432,7 +545,7 @@ impl Broker {
                 return true;
             }
             let Ok(p) = self.check_txn_coordinator(id) else { return false };
-            let coordinator_epoch = self.txns.coordinator_epoch(p).unwrap_or(0);
+            let coordinator_epoch = self.coordinator.coordinator_epoch(p).unwrap_or(0);
             let snapshot = self.cache.snapshot();
             let mut by_leader: HashMap<i32, Vec<(String, i32)>> = HashMap::new();
             for (topic, index) in remaining.clone() {
@@ -453,11 +566,10 @@ impl Broker {
                 let results = if leader == self.config.broker_id {
                     let b = self.clone();
                     let (pid, epoch) = (prepared.producer_id, prepared.epoch);
-                    tokio::task::spawn_blocking(move || {
-                        b.write_markers_local(pid, epoch, commit, coordinator_epoch, &tps)
-                    })
-                    .await
-                    .unwrap_or_default()
+                    self.io
+                        .run(move || b.write_markers_local(pid, epoch, commit, coordinator_epoch, &tps))
+                        .await
+                        .unwrap_or_default()
                 } else {
                     match self.send_remote_markers(leader, prepared, commit, coordinator_epoch, &tps).await {
                         Ok(r) => r,
@@ -495,13 +607,13 @@ impl Broker {
     ) -> Vec<MarkerResult> {
         let mut out = Vec::with_capacity(partitions.len());
         for (topic, index) in partitions {
-            let code = match self.replicas.partition(topic, *index) {
-                None => crate::api::not_led_error(self, topic, *index),
+            let code = match self.partitions.leader_partition(topic, *index) {
+                None => self.partitions.not_led_error(topic, *index),
                 Some(p) => {
-                    self.txns.forget_verified(&(topic.clone(), *index), pid);
-                    let (code, _) = p.write_marker(pid, epoch, commit, coordinator_epoch);
-                    if code == ErrorCode::None.code() && topic == crate::group::OFFSETS_TOPIC {
-                        self.groups.complete_txn_offsets(pid, *index, commit);
+                    self.coordinator.forget_verified(&(topic.clone(), *index), pid);
+                    let code = p.write_marker(pid, epoch, commit, coordinator_epoch);
+                    if code == ErrorCode::None.code() {
+                        self.markers.on_marker_written(topic, *index, pid, commit);
                     }
                     code
                 }
@@ -542,7 +654,7 @@ impl Broker {
         let client_id = format!("gregor-txn-coordinator-{}", self.config.broker_id);
         let max = self.config.socket_request_max_bytes;
         // The inter-broker listener's protocol (TLS, SASL), as every broker-to-broker request.
-        let connector = &self.security.inter_broker;
+        let connector = &self.inter_broker;
         let key = kafka_protocol::messages::ApiKey::WriteTxnMarkers;
         let resp = tokio::time::timeout(
             connector.request_timeout,
@@ -582,17 +694,17 @@ impl Broker {
             None => (0..count.unwrap_or(0)).collect(),
         };
         for index in indexes {
-            let Some(partition) = self.replicas.partition(TRANSACTION_STATE_TOPIC, index) else { continue };
-            self.txns.set_loading(index, true);
+            let Some(partition) = self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, index) else { continue };
+            self.coordinator.set_loading(index, true);
             let mut loaded: HashMap<String, TxnMetadata> = HashMap::new();
             let mut offset = partition.log_start_offset();
             let end = partition.log_end_offset();
             while offset < end {
-                let read = partition.read_to_log_end(offset, 1 << 20);
-                if read.error_code != 0 || read.records.is_empty() {
-                    break;
-                }
-                let mut buf = &read.records[..];
+                let records = match partition.read(offset, 1 << 20) {
+                    Some(r) if !r.is_empty() => r,
+                    _ => break,
+                };
+                let mut buf = &records[..];
                 let mut next = offset;
                 while let Some(h) = BatchHeader::parse(buf) {
                     let size = h.total_size();
@@ -619,10 +731,10 @@ impl Broker {
                 offset = next;
             }
             let n = loaded.len();
-            let epoch = partition.role().1;
+            let epoch = partition.leader_epoch();
             let owned = |id: &str| count.is_some_and(|c| crate::group::partition_for(id, c) == index);
-            let resume = self.txns.load(index, epoch, loaded, owned);
-            self.txns.set_loading(index, false);
+            let resume = self.coordinator.load(index, epoch, loaded, owned);
+            self.coordinator.set_loading(index, false);
             if n > 0 {
                 tracing::info!(partition = index, transactional_ids = n, "loaded transaction state");
             }
@@ -639,7 +751,7 @@ impl Broker {
     pub fn unload_txns(&self, p: i32) {
         let Some(topic) = self.cache.topic(TRANSACTION_STATE_TOPIC) else { return };
         let count = topic.partitions.len() as i32;
-        let n = self.txns.unload(p, |id| crate::group::partition_for(id, count) == p);
+        let n = self.coordinator.unload(p, |id| crate::group::partition_for(id, count) == p);
         if n > 0 {
             tracing::info!(partition = p, transactional_ids = n, "unloaded transaction state: no longer coordinator");
         }
@@ -650,13 +762,13 @@ impl Broker {
     pub fn spawn_txn_timer(self: &Arc<Self>) {
         let b = self.clone();
         tokio::spawn(async move {
-            let every = Duration::from_millis(b.txns.config().abort_check_interval_ms.max(1));
+            let every = Duration::from_millis(b.coordinator.config().abort_check_interval_ms.max(1));
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 tick.tick().await;
-                for (id, target) in b.txns.timed_out(crate::log::now_ms()) {
+                for (id, target) in b.coordinator.timed_out(crate::log::now_ms()) {
                     tracing::info!(transactional_id = %id, producer_id = target.producer_id, "aborting a transaction that timed out");
                     let b2 = b.clone();
                     tokio::spawn(async move {
@@ -669,89 +781,4 @@ impl Broker {
             }
         });
     }
-}
-
-/// Partitions grouped by topic, topics in first-seen order, as requests to other brokers
-/// list them.
-fn by_topic(tps: &[(String, i32)]) -> Vec<(TopicName, Vec<i32>)> {
-    let mut out: Vec<(TopicName, Vec<i32>)> = Vec::new();
-    for (t, p) in tps {
-        match out.iter_mut().find(|(name, _)| name.0.as_str() == t) {
-            Some((_, parts)) => parts.push(*p),
-            None => out.push((TopicName(StrBytes::from_string(t.clone())), vec![*p])),
-        }
-    }
-    out
-}
-
-/// One request on an idle connection to the broker if there is one, else on a new one. A
-/// failure on a reused connection is taken for one the other side closed while it was idle,
-/// and the request goes once more on a fresh connection: both requests sent this way may
-/// arrive twice (a verify-only question, a marker a leader writes again harmlessly).
-#[allow(clippy::too_many_arguments)]
-async fn pooled_round_trip<Req, Resp>(
-    connector: &crate::security::client::InterBrokerClient,
-    host: &str,
-    port: u16,
-    client_id: &str,
-    api_key: kafka_protocol::messages::ApiKey,
-    version: i16,
-    req: &Req,
-    max: usize,
-) -> anyhow::Result<Resp>
-where
-    Req: Encodable + HeaderVersion,
-    Resp: Decodable + HeaderVersion,
-{
-    if let Some(mut stream) = connector.take_idle(host, port) {
-        if let Ok(resp) = round_trip(&mut stream, client_id, api_key, version, req, max).await {
-            connector.give_back(host, port, stream);
-            return Ok(resp);
-        }
-    }
-    let mut stream = connector.connect(host, port, client_id).await?;
-    let resp = round_trip(&mut stream, client_id, api_key, version, req, max).await?;
-    connector.give_back(host, port, stream);
-    Ok(resp)
-}
-
-async fn round_trip<S, Req, Resp>(
-    stream: &mut S,
-    client_id: &str,
-    api_key: kafka_protocol::messages::ApiKey,
-    version: i16,
-    req: &Req,
-    max: usize,
-) -> anyhow::Result<Resp>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    Req: Encodable + HeaderVersion,
-    Resp: Decodable + HeaderVersion,
-{
-    let mut header = RequestHeader::default();
-    header.request_api_key = api_key as i16;
-    header.request_api_version = version;
-    header.correlation_id = 1;
-    header.client_id = Some(StrBytes::from_string(client_id.to_string()));
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header.encode(&mut buf, Req::header_version(version))?;
-    req.encode(&mut buf, version)?;
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    stream.write_all(&buf).await?;
-    // TLS holds written bytes in its session buffer until flushed.
-    stream.flush().await?;
-    let size = stream.read_i32().await?;
-    if size < 0 || size as usize > max {
-        anyhow::bail!("response of {size} bytes");
-    }
-    let mut body = vec![0u8; size as usize];
-    stream.read_exact(&mut body).await?;
-    let mut body = Bytes::from(body);
-    let h = ResponseHeader::decode(&mut body, Resp::header_version(version))?;
-    if h.correlation_id != 1 {
-        anyhow::bail!("unexpected correlation id {}", h.correlation_id);
-    }
-    Resp::decode(&mut body, version)
 }
