@@ -9,6 +9,7 @@ pub mod election;
 pub mod features;
 pub mod log_dir_events;
 pub mod messages;
+mod metadata_listener;
 pub mod propagate;
 pub mod reassign;
 pub mod requests;

@@ -5,6 +5,7 @@
 //! thing the request path reads.
 
 pub mod cache;
+pub mod listener;
 pub mod store;
 pub mod update_metadata;
 pub mod zk_data;
@@ -12,4 +13,6 @@ pub mod zk_store;
 pub mod zk_sync;
 
 pub use cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
+pub use listener::{ControllerRole, MetadataListener};
 pub use store::{EmbeddedStore, StoreError, ZnodeStore};
+pub use zk_sync::ZkSync;

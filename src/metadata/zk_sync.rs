@@ -1,19 +1,26 @@
 //! How a broker converges on the cluster state kept in ZooKeeper. Persistent watches name each
 //! znode that changed; a pass re-reads just those (a broker list, one topic, one partition
-//! state), publishes them to the metadata cache, and opens or stops serving the partitions
-//! that changed, so a change costs what it touches, not the size of the cluster. When events
-//! may have been missed (start, a new session, a failed pass) the pass reads everything.
+//! state), publishes them to the metadata cache, and then tells the components that subscribed
+//! ([`MetadataListener`], and the controller as a [`ControllerRole`]), so a change costs what
+//! it touches, not the size of the cluster. When events may have been missed (start, a new
+//! session, a failed pass) the pass reads everything. Subscribers run after the cache is
+//! updated, on the pass's blocking thread, with no lock of the sync held.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::cache::{BrokerInfo, PartitionInfo, TopicInfo};
-use super::store::StoreError;
+use super::cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
+use super::listener::{ControllerRole, MetadataListener, Subscribers};
+use super::store::{StoreError, ZnodeStore};
+use super::update_metadata::try_read_topic_configs;
 use super::zk_data;
-use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::controller::messages::{UpdateMetadataRequest, UpdateMetadataResponse};
+use crate::sync::RwLockExt;
 
 /// Reads `/brokers/ids/<id>`: the endpoint for `listener` if the broker has one, else its
 /// first endpoint.
@@ -151,7 +158,7 @@ fn keep_published_states(read: Arc<TopicInfo>, published: Option<&Arc<TopicInfo>
 /// than one per znode (ZooKeeper answers each session's requests in order).
 const READ_BATCH: usize = 2000;
 
-fn read_many(store: &super::store::ZnodeStore, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
+fn read_many(store: &ZnodeStore, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
     let mut out = Vec::with_capacity(paths.len());
     for chunk in paths.chunks(READ_BATCH) {
         out.extend(store.get_many_versioned(chunk)?);
@@ -159,55 +166,122 @@ fn read_many(store: &super::store::ZnodeStore, paths: &[String]) -> Result<Vec<O
     Ok(out)
 }
 
-impl Broker {
+/// The broker's metadata watcher: follows the ZooKeeper tree (who the controller is, topic
+/// configs, dynamic configs, quotas, credentials, ACLs, features, and on the controller the
+/// whole topic and partition tree), publishes what it reads to the metadata cache, then tells
+/// the subscribers. It also applies the controller's UpdateMetadata to the cache, and keeps
+/// this broker's epoch (the czxid of its registration).
+pub struct ZkSync {
+    store: Arc<ZnodeStore>,
+    cache: Arc<MetadataCache>,
+    broker_id: i32,
+    /// Brokers are reached, and so listed, on the inter-broker listener.
+    inter_broker_listener: String,
+    /// `leader.imbalance.check.interval.seconds`.
+    imbalance_check_interval: Duration,
+    /// The czxid of this broker's registration, renewed with each ZooKeeper session.
+    broker_epoch: AtomicI64,
+    controller: OnceLock<Arc<dyn ControllerRole>>,
+    subscribers: RwLock<Subscribers>,
+}
+
+impl ZkSync {
+    pub fn new(config: &BrokerConfig, store: Arc<ZnodeStore>, cache: Arc<MetadataCache>) -> Arc<ZkSync> {
+        let check_every = config
+            .values
+            .get("leader.imbalance.check.interval.seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(300)
+            .max(1);
+        Arc::new(ZkSync {
+            store,
+            cache,
+            broker_id: config.broker_id,
+            inter_broker_listener: config.inter_broker_listener.clone(),
+            imbalance_check_interval: Duration::from_secs(check_every),
+            broker_epoch: AtomicI64::new(-1),
+            controller: OnceLock::new(),
+            subscribers: RwLock::new(Subscribers::default()),
+        })
+    }
+
+    /// Adds a component told of every change from now on, after those already subscribed.
+    pub fn subscribe(&self, listener: Arc<dyn MetadataListener>) {
+        self.subscribers.write_unpoisoned().0.push(listener);
+    }
+
+    /// Wires the controller in, once, before the first pass.
+    pub fn set_controller(&self, controller: Arc<dyn ControllerRole>) {
+        let _ = self.controller.set(controller);
+    }
+
+    /// A copy, so that no lock is held while the subscribers run.
+    fn subscribers(&self) -> Subscribers {
+        self.subscribers.read_unpoisoned().clone()
+    }
+
+    fn controller(&self) -> Option<&Arc<dyn ControllerRole>> {
+        self.controller.get()
+    }
+
+    fn is_controller(&self) -> bool {
+        self.controller().is_some_and(|c| c.is_active())
+    }
+
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(Ordering::Acquire)
+    }
+
+    /// Reads this broker's broker epoch (the czxid of its registration) after registering.
+    pub fn refresh_broker_epoch(&self) -> Result<(), StoreError> {
+        if let Some((_, czxid)) = self.store.get_with_czxid(&zk_data::broker_path(self.broker_id))? {
+            self.broker_epoch.store(czxid, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Brings this broker's metadata image up to date with the controller's UpdateMetadata
+    /// (see [`super::update_metadata::update_metadata`]), then tells the subscribers.
+    pub fn update_metadata(&self, req: &UpdateMetadataRequest) -> UpdateMetadataResponse {
+        super::update_metadata::update_metadata(
+            &self.cache,
+            &self.store,
+            &self.inter_broker_listener,
+            req,
+            &self.subscribers(),
+        )
+    }
+
     /// A full pass: reads everything (at start, after a new session, after a failed pass).
-    pub fn reconcile(self: &Arc<Self>) -> Result<(), StoreError> {
+    pub fn reconcile(&self) -> Result<(), StoreError> {
         self.reconcile_changes(None)
     }
 
     /// Reads what `changes` names (everything if None), publishes it to the metadata cache,
-    /// does the controller's share if this broker is the controller, and applies leadership
-    /// to the partitions that changed. Work is proportional to what changed.
-    pub fn reconcile_changes(self: &Arc<Self>, changes: Option<&Changes>) -> Result<(), StoreError> {
+    /// tells the subscribers, and, if this broker is the controller, hands it the pass. Work is
+    /// proportional to what changed.
+    pub fn reconcile_changes(&self, changes: Option<&Changes>) -> Result<(), StoreError> {
         let store = &self.store;
+        let subscribers = self.subscribers();
         if changes.is_none() {
             // A new session means a new registration, and with it a new broker epoch.
             self.refresh_broker_epoch()?;
         }
         if changes.is_none_or(|c| c.broker_configs) {
-            self.dynamic.reload()?;
+            subscribers.on_broker_configs_changed()?;
         }
         if changes.is_none_or(|c| c.quotas) {
-            self.quotas.reload_client_quotas()?;
+            subscribers.on_client_quotas_changed()?;
         }
         if changes.is_none_or(|c| c.feature) {
-            self.controller.load_finalized_features()?;
+            subscribers.on_features_changed()?;
         }
         if changes.is_none_or(|c| c.config_changes) {
-            if let Err(e) = self.dynamic.purge_obsolete_changes() {
-                // Old notifications cost space, never correctness: the next change tries again.
-                tracing::warn!(error = %e, "cannot purge expired config change notifications");
-            }
+            subscribers.on_config_change_notification();
         }
-        match changes {
-            None => self.security.scram.load_all(store)?,
-            Some(c) => {
-                for user in &c.users {
-                    self.security.scram.reload(store, user)?;
-                }
-            }
-        }
-        if let Some(authorizer) = &self.security.authorizer {
-            match changes {
-                None => authorizer.load_all(store)?,
-                Some(c) => {
-                    for path in &c.acl_changes {
-                        authorizer.process_notification(store, path)?;
-                    }
-                }
-            }
-        }
-        let was_controller = self.controller.is_controller();
+        subscribers.on_credentials_changed(changes.map(|c| &c.users))?;
+        subscribers.on_acl_changes(changes.map(|c| &c.acl_changes))?;
+        let was_controller = self.is_controller();
         let previous = self.cache.snapshot();
         let mut controller = (previous.controller_id >= 0).then_some(previous.controller_id);
         if changes.is_none_or(|c| c.controller || c.brokers) {
@@ -215,29 +289,38 @@ impl Broker {
                 serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32)
             };
             controller = store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
-            if controller.is_none() && self.controller.try_become_controller()? {
-                controller = Some(self.config.broker_id);
-            }
-            if controller != Some(self.config.broker_id) && self.controller.is_controller() {
-                tracing::warn!("no longer the controller");
-                self.controller.resign_controller();
-            }
-        }
-        if !self.controller.is_controller() {
-            // Everything else a broker knows comes from the controller's requests; of the
-            // tree it follows only who the controller is and the topic configs.
-            self.cache.update(|c| c.controller_id = controller.unwrap_or(-1));
-            match changes {
-                Some(c) => self.reload_topic_configs(&c.topics)?,
-                // Notifications may have been missed (a new session, a failed pass): every
-                // topic's configs are read again, or a change made meanwhile is never seen.
-                None => {
-                    let known: BTreeSet<String> = self.cache.snapshot().topics.keys().cloned().collect();
-                    self.reload_topic_configs(&known)?;
+            if controller.is_none() {
+                if let Some(role) = self.controller() {
+                    if role.try_elect()? {
+                        controller = Some(self.broker_id);
+                    }
                 }
             }
-            return Ok(());
+            if controller != Some(self.broker_id) && self.is_controller() {
+                tracing::warn!("no longer the controller");
+                if let Some(role) = self.controller() {
+                    role.resign();
+                }
+            }
         }
+        let role = match self.controller().filter(|c| c.is_active()) {
+            Some(role) => role.clone(),
+            None => {
+                // Everything else a broker knows comes from the controller's requests; of the
+                // tree it follows only who the controller is and the topic configs.
+                self.cache.update(|c| c.controller_id = controller.unwrap_or(-1));
+                match changes {
+                    Some(c) => self.reload_topic_configs(&c.topics, &subscribers)?,
+                    // Notifications may have been missed (a new session, a failed pass): every
+                    // topic's configs are read again, or a change made meanwhile is never seen.
+                    None => {
+                        let known: BTreeSet<String> = self.cache.snapshot().topics.keys().cloned().collect();
+                        self.reload_topic_configs(&known, &subscribers)?;
+                    }
+                }
+                return Ok(());
+            }
+        };
         // A new controller starts from the whole tree, as Kafka's loads it when elected.
         let changes = if was_controller { changes } else { None };
         let brokers = match changes {
@@ -246,10 +329,7 @@ impl Broker {
         };
         let brokers_read = brokers.is_some();
         let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
-        {
-            // A broker in controlled shutdown stays out of leadership and ISRs until it is gone.
-            self.controller.retain_shutting_down(&live);
-        }
+        role.on_live_brokers(&live);
 
         // What this pass read, merged into the image at the end against what the image holds
         // then: topics created and ISRs changed by this controller meanwhile must survive a
@@ -324,27 +404,16 @@ impl Broker {
                 Some(changed)
             }
         };
-        let topics = self.cache.snapshot().topics.clone();
         if let Some(c) = scope {
             // Configs changed by others are applied to this broker's own logs here.
-            self.apply_topic_configs(&previous.topics, &topics, &c.topics);
+            let topics = self.cache.snapshot().topics.clone();
+            tell_config_changes(&subscribers, &previous.topics, &topics, &c.topics);
         }
-        let eligible: BTreeSet<i32> = self.controller.eligible_of(&live);
-        if brokers_read {
-            self.controller.forget_offline_replicas_of_gone_brokers();
-        }
-        if scope.is_none_or(|c| c.log_dir_events) {
-            self.controller.process_log_dir_events()?;
-        }
-        self.controller.controller_duties(&eligible, scope)?;
-        let touched: Option<BTreeSet<String>> =
-            scope.map(|c| c.topics.iter().chain(c.partitions.keys()).cloned().collect());
-        self.controller.propagate(touched.as_ref());
-        Ok(())
+        role.on_metadata_read(&live, brokers_read, scope)
     }
 
     /// Non-controller: re-reads the configs of the named topics this broker knows.
-    fn reload_topic_configs(&self, names: &BTreeSet<String>) -> Result<(), StoreError> {
+    fn reload_topic_configs(&self, names: &BTreeSet<String>, subscribers: &Subscribers) -> Result<(), StoreError> {
         let before = self.cache.snapshot();
         let known: Vec<String> = names.iter().filter(|n| before.topics.contains_key(*n)).cloned().collect();
         if known.is_empty() {
@@ -352,7 +421,7 @@ impl Broker {
         }
         // A failed read fails the pass, which is then retried from the top: the configs in the
         // cache stay as they were rather than fall back to the broker's defaults.
-        let configs = self.try_read_topic_configs(&known)?;
+        let configs = try_read_topic_configs(&self.store, &known)?;
         self.cache.update(|c| {
             for (name, conf) in &configs {
                 if let Some(t) = c.topics.get(name).filter(|t| t.configs != *conf) {
@@ -363,45 +432,17 @@ impl Broker {
             }
         });
         let after = self.cache.snapshot();
-        self.apply_topic_configs(&before.topics, &after.topics, names);
+        tell_config_changes(subscribers, &before.topics, &after.topics, names);
         Ok(())
     }
 
-    /// Applies changed topic configs to the open logs of those topics.
-    fn apply_topic_configs(
-        &self,
-        before: &BTreeMap<String, Arc<TopicInfo>>,
-        now: &BTreeMap<String, Arc<TopicInfo>>,
-        names: &BTreeSet<String>,
-    ) {
-        for name in names {
-            let (Some(b), Some(t)) = (before.get(name), now.get(name)) else { continue };
-            if b.configs == t.configs {
-                continue;
-            }
-            let effective = self.effective_config();
-            let log_config = match effective.log_config_for(&t.configs) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(topic = %name, error = %e, "invalid topic config; using broker defaults");
-                    effective.log.clone()
-                }
-            };
-            for p in &t.partitions {
-                if let Some(part) = self.replicas.hosted(name, p.index) {
-                    part.set_config(log_config.clone());
-                }
-            }
-        }
-    }
-
     fn read_brokers(&self) -> Result<Vec<BrokerInfo>, StoreError> {
-        let listener = self.config.inter_broker_listener.clone();
+        let listener = &self.inter_broker_listener;
         let mut brokers = Vec::new();
         for child in self.store.try_children(zk_data::BROKER_IDS)? {
             let Ok(id) = child.parse::<i32>() else { continue };
             let Some((data, epoch)) = self.store.get_with_czxid(&zk_data::broker_path(id))? else { continue };
-            match parse_broker(id, &data, &listener, epoch) {
+            match parse_broker(id, &data, listener, epoch) {
                 Some(b) => brokers.push(b),
                 None => tracing::warn!(broker = id, "broker registration gregor does not understand; skipped"),
             }
@@ -431,7 +472,7 @@ impl Broker {
             let id = match id {
                 Some(id) => id,
                 // A topic written by hand (as old tools did) gets its id from the controller.
-                None if self.controller.is_controller() => {
+                None if self.is_controller() => {
                     let id = zk_data::new_kafka_uuid();
                     store.set(&zk_data::topic_path(name), &zk_data::topic_json_moving(&assignment, id, &moving))?;
                     id
@@ -463,57 +504,56 @@ impl Broker {
             .collect())
     }
 
-    /// Re-runs [`Broker::reconcile`] whenever ZooKeeper reports a change (ZooKeeper mode only).
-    pub fn spawn_reconciler(self: &Arc<Self>) {
-        let super::store::ZnodeStore::ZooKeeper(zk) = &*self.store else { return };
+    /// Re-runs [`ZkSync::reconcile_changes`] whenever ZooKeeper reports a change (ZooKeeper
+    /// mode only).
+    pub fn spawn(self: &Arc<Self>) {
+        let ZnodeStore::ZooKeeper(zk) = &*self.store else { return };
         let mut changes = zk.changes();
         let mut sessions = zk.sessions();
-        let b = self.clone();
+        let sync = self.clone();
         // A controller whose session ended must stop acting at once: another broker may be
         // elected before this one hears anything more from ZooKeeper.
         tokio::spawn(async move {
             while sessions.changed().await.is_ok() {
                 let event = *sessions.borrow_and_update();
-                if !event.live && b.controller.is_controller() {
+                if !event.live && sync.is_controller() {
                     tracing::warn!("ZooKeeper session lost: resigning as controller");
-                    b.controller.resign_controller();
-                    b.cache.update(|c| c.controller_id = -1);
+                    if let Some(role) = sync.controller() {
+                        role.resign();
+                    }
+                    sync.cache.update(|c| c.controller_id = -1);
                 }
             }
         });
-        let broker = self.clone();
-        let check_every = self
-            .config
-            .values
-            .get("leader.imbalance.check.interval.seconds")
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(300)
-            .max(1);
+        let sync = self.clone();
         tokio::spawn(async move {
-            let mut imbalance_check = tokio::time::interval(Duration::from_secs(check_every));
+            let mut imbalance_check = tokio::time::interval(sync.imbalance_check_interval);
             imbalance_check.tick().await;
             loop {
                 tokio::select! {
                     changed = changes.changed() => if changed.is_err() { return },
-                    _ = imbalance_check.tick() => broker.controller.request_preferred_election(),
+                    _ = imbalance_check.tick() => if let Some(role) = sync.controller() {
+                        role.request_preferred_election();
+                    },
                 }
                 loop {
-                    let b = broker.clone();
+                    let s = sync.clone();
                     let result = tokio::task::spawn_blocking(move || {
-                        let super::store::ZnodeStore::ZooKeeper(zk) = &*b.store else { return Ok(()) };
+                        let ZnodeStore::ZooKeeper(zk) = &*s.store else { return Ok(()) };
                         let dirty = zk.take_dirty();
-                        let preferred = b.controller.take_preferred_election();
+                        let preferred = s.controller().is_some_and(|c| c.take_preferred_election());
                         let result = if dirty.full {
-                            b.reconcile()
+                            s.reconcile()
                         } else if dirty.paths.is_empty() {
                             Ok(())
                         } else {
-                            b.reconcile_changes(Some(&Changes::from_paths(&dirty.paths)))
+                            s.reconcile_changes(Some(&Changes::from_paths(&dirty.paths)))
                         };
-                        let result = result.and_then(|()| match preferred && b.controller.is_controller() {
-                            true => b.controller.preferred_elections(),
-                            false => Ok(()),
-                        });
+                        let result =
+                            result.and_then(|()| match s.controller().filter(|c| preferred && c.is_active()) {
+                                Some(role) => role.preferred_elections(),
+                                None => Ok(()),
+                            });
                         if result.is_err() {
                             // What this pass read is lost with it: start again from the top.
                             zk.mark_all_dirty();
@@ -533,9 +573,275 @@ impl Broker {
     }
 }
 
+/// Tells the subscribers which of `names` have other overrides in `now` than in `before`.
+fn tell_config_changes(
+    subscribers: &Subscribers,
+    before: &BTreeMap<String, Arc<TopicInfo>>,
+    now: &BTreeMap<String, Arc<TopicInfo>>,
+    names: &BTreeSet<String>,
+) {
+    let changed: Vec<Arc<TopicInfo>> = names
+        .iter()
+        .filter_map(|name| match (before.get(name), now.get(name)) {
+            (Some(b), Some(t)) if b.configs != t.configs => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    if !changed.is_empty() {
+        subscribers.on_topic_configs_changed(&changed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    use crate::controller::messages::{UpdateMetadataPartitionState, UpdateMetadataTopicState};
+    use crate::metadata::EmbeddedStore;
+
+    const ME: i32 = 1;
+
+    /// What a subscriber heard, in order.
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<String>>);
+
+    impl Heard {
+        fn push(&self, event: String) {
+            self.0.lock().unwrap().push(event);
+        }
+
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    impl MetadataListener for Heard {
+        fn on_broker_configs_changed(&self) -> Result<(), StoreError> {
+            self.push("broker configs".into());
+            Ok(())
+        }
+
+        fn on_client_quotas_changed(&self) -> Result<(), StoreError> {
+            self.push("quotas".into());
+            Ok(())
+        }
+
+        fn on_config_change_notification(&self) {
+            self.push("notification".into());
+        }
+
+        fn on_topic_configs_changed(&self, topics: &[Arc<TopicInfo>]) {
+            for t in topics {
+                self.push(format!("configs of {}: {:?}", t.name, t.configs));
+            }
+        }
+
+        fn on_metadata_updated(&self) {
+            self.push("updated".into());
+        }
+
+        fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
+            self.push(format!("deleted {deleted:?}"));
+        }
+    }
+
+    /// A controller that is elected by creating `/controller` and records each pass's scope.
+    struct TestController {
+        store: Arc<ZnodeStore>,
+        active: AtomicBool,
+        passes: Heard,
+    }
+
+    impl ControllerRole for TestController {
+        fn is_active(&self) -> bool {
+            self.active.load(Ordering::Acquire)
+        }
+
+        fn try_elect(&self) -> Result<bool, StoreError> {
+            match self.store.create(zk_data::CONTROLLER, &zk_data::controller_json(ME, 0), true) {
+                Ok(()) => {}
+                Err(StoreError::NodeExists(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            self.active.store(true, Ordering::Release);
+            Ok(true)
+        }
+
+        fn resign(&self) {
+            self.active.store(false, Ordering::Release);
+        }
+
+        fn on_live_brokers(&self, _live: &BTreeSet<i32>) {}
+
+        fn on_metadata_read(
+            &self,
+            _live: &BTreeSet<i32>,
+            _brokers: bool,
+            scope: Option<&Changes>,
+        ) -> Result<(), StoreError> {
+            self.passes.push(match scope {
+                None => "everything".to_string(),
+                Some(c) => format!("topics {:?}", c.topics),
+            });
+            Ok(())
+        }
+
+        fn request_preferred_election(&self) {}
+
+        fn take_preferred_election(&self) -> bool {
+            false
+        }
+
+        fn preferred_elections(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    fn sync_on(dir: &tempfile::TempDir) -> (Arc<ZkSync>, Arc<ZnodeStore>, Arc<Heard>) {
+        let store = Arc::new(ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("store.json")).unwrap()));
+        let config = BrokerConfig::from_map(BTreeMap::from([("broker.id".to_string(), ME.to_string())])).unwrap();
+        let sync = ZkSync::new(&config, store.clone(), Arc::new(MetadataCache::default()));
+        let heard = Arc::new(Heard::default());
+        sync.subscribe(heard.clone());
+        (sync, store, heard)
+    }
+
+    fn write_topic(store: &ZnodeStore, name: &str, partitions: i32) {
+        let assignment: BTreeMap<i32, Vec<i32>> = (0..partitions).map(|p| (p, vec![ME])).collect();
+        store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, zk_data::new_kafka_uuid())).unwrap();
+        for p in 0..partitions {
+            let state = zk_data::PartitionState { leader: ME, leader_epoch: 3, isr: vec![ME], controller_epoch: 1 };
+            store.set(&zk_data::partition_state_path(name, p), &zk_data::partition_state_json(&state)).unwrap();
+        }
+    }
+
+    fn paths(paths: &[&str]) -> Changes {
+        let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        Changes::from_paths(&paths)
+    }
+
+    #[test]
+    fn the_controllers_sync_reads_topics_into_the_cache_and_tells_of_config_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sync, store, heard) = sync_on(&dir);
+        let controller =
+            Arc::new(TestController { store: store.clone(), active: AtomicBool::new(false), passes: Heard::default() });
+        sync.set_controller(controller.clone());
+        write_topic(&store, "a", 2);
+        sync.reconcile().unwrap();
+        let snapshot = sync.cache.snapshot();
+        assert_eq!(snapshot.controller_id, ME);
+        let a = &snapshot.topics["a"];
+        assert_eq!(
+            a.partitions.iter().map(|p| (p.index, p.leader, p.leader_epoch)).collect::<Vec<_>>(),
+            [(0, ME, 3), (1, ME, 3)]
+        );
+        assert_eq!(controller.passes.take(), ["everything"]);
+        heard.take();
+
+        // A topic created later: only it is read, and the controller's pass is scoped to it.
+        write_topic(&store, "b", 1);
+        sync.reconcile_changes(Some(&paths(&["/brokers/topics/b"]))).unwrap();
+        assert_eq!(sync.cache.snapshot().topics["b"].partitions.len(), 1);
+        assert_eq!(controller.passes.take(), [r#"topics {"b"}"#]);
+
+        // Its overrides change: in the cache first, then the subscribers hear of it.
+        let retention = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        store.set(&zk_data::topic_config_path("a"), &zk_data::topic_config_json(&retention)).unwrap();
+        sync.reconcile_changes(Some(&paths(&["/config/topics/a"]))).unwrap();
+        assert_eq!(sync.cache.snapshot().topics["a"].configs, retention);
+        assert_eq!(heard.take(), [r#"configs of a: {"retention.ms": "1000"}"#]);
+
+        // A deleted topic leaves the cache.
+        store.delete_recursive(&zk_data::topic_path("b")).unwrap();
+        sync.reconcile_changes(Some(&paths(&["/brokers/topics/b"]))).unwrap();
+        assert!(!sync.cache.snapshot().topics.contains_key("b"));
+    }
+
+    #[test]
+    fn a_config_change_notification_reaches_the_subscribers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sync, _store, heard) = sync_on(&dir);
+        sync.reconcile_changes(Some(&paths(&["/config/changes/config_change_0000000001"]))).unwrap();
+        assert_eq!(heard.take(), ["broker configs", "quotas", "notification"]);
+        sync.reconcile_changes(Some(&paths(&["/config/users/alice"]))).unwrap();
+        assert_eq!(heard.take(), ["quotas"]);
+    }
+
+    #[test]
+    fn update_metadata_fills_the_cache_and_a_broker_follows_topic_configs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sync, store, heard) = sync_on(&dir);
+        let retention = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        store.set(&zk_data::topic_config_path("a"), &zk_data::topic_config_json(&retention)).unwrap();
+        let partition = |index, leader| UpdateMetadataPartitionState {
+            partition_index: index,
+            leader,
+            leader_epoch: 4,
+            isr: vec![2, ME],
+            zk_version: 7,
+            replicas: vec![2, ME],
+            ..Default::default()
+        };
+        let id = zk_data::new_kafka_uuid();
+        let req = UpdateMetadataRequest {
+            controller_id: 2,
+            controller_epoch: 5,
+            topics: vec![UpdateMetadataTopicState {
+                topic_name: "a".into(),
+                topic_id: id,
+                partitions: vec![partition(1, 2), partition(0, ME)],
+            }],
+            live_brokers: vec![crate::controller::messages::UpdateMetadataBroker {
+                id: 2,
+                endpoints: vec![crate::controller::messages::UpdateMetadataEndpoint {
+                    port: 9093,
+                    host: "two".into(),
+                    listener: "PLAINTEXT".into(),
+                    security_protocol: 0,
+                }],
+                rack: None,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(sync.update_metadata(&req).error_code, 0);
+        let snapshot = sync.cache.snapshot();
+        assert_eq!(snapshot.controller_id, 2);
+        assert_eq!(
+            snapshot.brokers.iter().map(|b| (b.id, b.host.as_str(), b.port)).collect::<Vec<_>>(),
+            [(2, "two", 9093)]
+        );
+        let a = &snapshot.topics["a"];
+        assert_eq!(a.id, id);
+        assert_eq!(a.configs, retention, "a topic's configs are read when it first appears");
+        assert_eq!(
+            a.partitions.iter().map(|p| (p.index, p.leader, p.partition_epoch)).collect::<Vec<_>>(),
+            [(0, ME, 7), (1, 2, 7)]
+        );
+        assert_eq!(heard.take(), ["updated", "deleted []"]);
+
+        // Not the controller: the sync follows who the controller is and the topic configs.
+        store.set(&zk_data::topic_config_path("a"), &zk_data::topic_config_json(&BTreeMap::new())).unwrap();
+        sync.reconcile_changes(Some(&paths(&["/config/topics/a"]))).unwrap();
+        assert!(sync.cache.snapshot().topics["a"].configs.is_empty());
+        assert_eq!(heard.take(), ["configs of a: {}"]);
+        assert_eq!(sync.cache.snapshot().controller_id, 2);
+
+        // The controller deletes it: leader -2 takes it out of the image.
+        let deleting = UpdateMetadataRequest {
+            topics: vec![UpdateMetadataTopicState {
+                topic_name: "a".into(),
+                topic_id: id,
+                partitions: vec![partition(0, super::super::update_metadata::LEADER_DURING_DELETE)],
+            }],
+            ..req
+        };
+        sync.update_metadata(&deleting);
+        assert!(!sync.cache.snapshot().topics.contains_key("a"));
+        assert_eq!(heard.take(), ["updated", r#"deleted [("a", 0)]"#]);
+    }
 
     #[test]
     fn watch_paths_are_sorted_into_what_must_be_read_again() {
