@@ -12,6 +12,9 @@ pub mod zk_data;
 pub mod zk_store;
 pub mod zk_sync;
 
+#[cfg(test)]
+mod unit_tests;
+
 pub use cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
 pub use listener::{ControllerRole, MetadataListener};
 pub use store::{EmbeddedStore, StoreError, ZnodeStore};

@@ -26,32 +26,7 @@ pub fn update_metadata(
     req: &UpdateMetadataRequest,
     effects: &dyn MetadataListener,
 ) -> UpdateMetadataResponse {
-    let brokers: Vec<BrokerInfo> = req
-        .live_brokers
-        .iter()
-        .filter_map(|b| {
-            let endpoints: Vec<crate::config::Endpoint> = b
-                .endpoints
-                .iter()
-                .filter_map(|e| {
-                    let protocol = match e.security_protocol {
-                        1 => "SSL",
-                        2 => "SASL_PLAINTEXT",
-                        3 => "SASL_SSL",
-                        _ => "PLAINTEXT",
-                    };
-                    Some(crate::config::Endpoint::of_broker(
-                        e.listener.clone(),
-                        e.host.clone(),
-                        u16::try_from(e.port).ok()?,
-                        protocol,
-                    ))
-                })
-                .collect();
-            let ep = endpoints.iter().find(|e| e.listener_name == inter_broker_listener).or(endpoints.first())?.clone();
-            Some(BrokerInfo { id: b.id, host: ep.host, port: ep.port, rack: b.rack.clone(), epoch: -1, endpoints })
-        })
-        .collect();
+    let brokers = live_brokers(req, inter_broker_listener);
     let snapshot = cache.snapshot();
     let new_topics: Vec<String> = req
         .topics
@@ -127,6 +102,36 @@ pub fn update_metadata(
         .collect();
     effects.on_partitions_deleted(&deleted);
     UpdateMetadataResponse { error_code: 0 }
+}
+
+/// The live brokers UpdateMetadata names, each reached at its endpoint on `listener` (else its
+/// first one).
+fn live_brokers(req: &UpdateMetadataRequest, listener: &str) -> Vec<BrokerInfo> {
+    req.live_brokers
+        .iter()
+        .filter_map(|b| {
+            let endpoints: Vec<crate::config::Endpoint> = b
+                .endpoints
+                .iter()
+                .filter_map(|e| {
+                    let protocol = match e.security_protocol {
+                        1 => "SSL",
+                        2 => "SASL_PLAINTEXT",
+                        3 => "SASL_SSL",
+                        _ => "PLAINTEXT",
+                    };
+                    Some(crate::config::Endpoint::of_broker(
+                        e.listener.clone(),
+                        e.host.clone(),
+                        u16::try_from(e.port).ok()?,
+                        protocol,
+                    ))
+                })
+                .collect();
+            let ep = endpoints.iter().find(|e| e.listener_name == listener).or(endpoints.first())?.clone();
+            Some(BrokerInfo { id: b.id, host: ep.host, port: ep.port, rack: b.rack.clone(), epoch: -1, endpoints })
+        })
+        .collect()
 }
 
 /// `/config/topics/<t>` of each topic, in one pipelined read; broker defaults (no overrides)

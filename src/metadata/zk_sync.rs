@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
+use super::cache::{BrokerInfo, ClusterSnapshot, MetadataCache, PartitionInfo, TopicInfo};
 use super::listener::{ControllerRole, MetadataListener, Subscribers};
 use super::store::{StoreError, ZnodeStore};
 use super::update_metadata::try_read_topic_configs;
@@ -261,47 +261,17 @@ impl ZkSync {
     /// tells the subscribers, and, if this broker is the controller, hands it the pass. Work is
     /// proportional to what changed.
     pub fn reconcile_changes(&self, changes: Option<&Changes>) -> Result<(), StoreError> {
-        let store = &self.store;
         let subscribers = self.subscribers();
         if changes.is_none() {
             // A new session means a new registration, and with it a new broker epoch.
             self.refresh_broker_epoch()?;
         }
-        if changes.is_none_or(|c| c.broker_configs) {
-            subscribers.on_broker_configs_changed()?;
-        }
-        if changes.is_none_or(|c| c.quotas) {
-            subscribers.on_client_quotas_changed()?;
-        }
-        if changes.is_none_or(|c| c.feature) {
-            subscribers.on_features_changed()?;
-        }
-        if changes.is_none_or(|c| c.config_changes) {
-            subscribers.on_config_change_notification();
-        }
-        subscribers.on_credentials_changed(changes.map(|c| &c.users))?;
-        subscribers.on_acl_changes(changes.map(|c| &c.acl_changes))?;
+        tell_what_changed(&subscribers, changes)?;
         let was_controller = self.is_controller();
         let previous = self.cache.snapshot();
         let mut controller = (previous.controller_id >= 0).then_some(previous.controller_id);
         if changes.is_none_or(|c| c.controller || c.brokers) {
-            let controller_of = |d: &str| {
-                serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32)
-            };
-            controller = store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
-            if controller.is_none() {
-                if let Some(role) = self.controller() {
-                    if role.try_elect()? {
-                        controller = Some(self.broker_id);
-                    }
-                }
-            }
-            if controller != Some(self.broker_id) && self.is_controller() {
-                tracing::warn!("no longer the controller");
-                if let Some(role) = self.controller() {
-                    role.resign();
-                }
-            }
+            controller = self.follow_controller()?;
         }
         let role = match self.controller().filter(|c| c.is_active()) {
             Some(role) => role.clone(),
@@ -336,71 +306,11 @@ impl ZkSync {
         // pass that read the tree a moment before.
         let scope = match changes {
             None => {
-                let names = store.try_children(zk_data::BROKER_TOPICS)?;
-                let read: BTreeMap<String, Arc<TopicInfo>> =
-                    names.iter().zip(self.read_topics(&names)?).filter_map(|(n, t)| Some((n.clone(), t?))).collect();
-                self.cache.update(|c| {
-                    if let Some(b) = brokers {
-                        c.brokers = b;
-                    }
-                    c.controller_id = controller.unwrap_or(-1);
-                    let published: Vec<(String, Arc<TopicInfo>)> = c
-                        .topics
-                        .iter()
-                        .filter(|(n, _)| !previous.topics.contains_key(*n) && !read.contains_key(*n))
-                        .map(|(n, t)| (n.clone(), t.clone()))
-                        .collect();
-                    let mut next = BTreeMap::new();
-                    for (name, info) in read {
-                        let info = keep_published_states(info, c.topics.get(&name));
-                        next.insert(name, info);
-                    }
-                    next.extend(published);
-                    c.topics = next;
-                });
+                self.publish_tree(brokers, controller, &previous)?;
                 None
             }
             Some(changed) => {
-                let names: Vec<String> = changed.topics.iter().cloned().collect();
-                let read = self.read_topics(&names)?;
-                let wanted: Vec<(&String, i32)> =
-                    changed.partitions.iter().flat_map(|(name, parts)| parts.iter().map(move |&p| (name, p))).collect();
-                let paths: Vec<String> = wanted.iter().map(|(t, p)| zk_data::partition_state_path(t, *p)).collect();
-                let states: BTreeMap<(&String, i32), Option<(String, i32)>> =
-                    wanted.iter().copied().zip(read_many(store, &paths)?).collect();
-                self.cache.update(|c| {
-                    if let Some(b) = brokers {
-                        c.brokers = b;
-                    }
-                    c.controller_id = controller.unwrap_or(-1);
-                    for (name, info) in names.iter().zip(read) {
-                        match info {
-                            Some(info) => {
-                                let info = keep_published_states(info, c.topics.get(name));
-                                c.topics.insert(name.clone(), info);
-                            }
-                            None => {
-                                c.topics.remove(name);
-                            }
-                        }
-                    }
-                    for (name, parts) in &changed.partitions {
-                        let Some(old) = c.topics.get(name) else { continue };
-                        let mut next = (**old).clone();
-                        for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
-                            let Some(data) = states.get(&(name, p.index)) else { continue };
-                            let mut fresh = partition_info(data.as_ref(), p.index, &p.replicas, None);
-                            fresh.adding_replicas = p.adding_replicas.clone();
-                            fresh.removing_replicas = p.removing_replicas.clone();
-                            // A state this controller already wrote and applied is not undone
-                            // by a read from before it.
-                            if (fresh.leader_epoch, fresh.partition_epoch) >= (p.leader_epoch, p.partition_epoch) {
-                                *p = fresh;
-                            }
-                        }
-                        c.topics.insert(name.clone(), Arc::new(next));
-                    }
-                });
+                self.publish_changes(changed, brokers, controller)?;
                 Some(changed)
             }
         };
@@ -410,6 +320,114 @@ impl ZkSync {
             tell_config_changes(&subscribers, &previous.topics, &topics, &c.topics);
         }
         role.on_metadata_read(&live, brokers_read, scope)
+    }
+
+    /// A full pass on the controller: the whole topic tree read, and merged into the cache
+    /// with the topics this controller created since `previous` was taken.
+    fn publish_tree(
+        &self,
+        brokers: Option<Vec<BrokerInfo>>,
+        controller: Option<i32>,
+        previous: &ClusterSnapshot,
+    ) -> Result<(), StoreError> {
+        let store = &self.store;
+        let names = store.try_children(zk_data::BROKER_TOPICS)?;
+        let read: BTreeMap<String, Arc<TopicInfo>> =
+            names.iter().zip(self.read_topics(&names)?).filter_map(|(n, t)| Some((n.clone(), t?))).collect();
+        self.cache.update(|c| {
+            if let Some(b) = brokers {
+                c.brokers = b;
+            }
+            c.controller_id = controller.unwrap_or(-1);
+            let published: Vec<(String, Arc<TopicInfo>)> = c
+                .topics
+                .iter()
+                .filter(|(n, _)| !previous.topics.contains_key(*n) && !read.contains_key(*n))
+                .map(|(n, t)| (n.clone(), t.clone()))
+                .collect();
+            let mut next = BTreeMap::new();
+            for (name, info) in read {
+                let info = keep_published_states(info, c.topics.get(&name));
+                next.insert(name, info);
+            }
+            next.extend(published);
+            c.topics = next;
+        });
+        Ok(())
+    }
+
+    /// A pass on the controller over what changed: the named topics read whole, the named
+    /// partition states read alone.
+    fn publish_changes(
+        &self,
+        changed: &Changes,
+        brokers: Option<Vec<BrokerInfo>>,
+        controller: Option<i32>,
+    ) -> Result<(), StoreError> {
+        let store = &self.store;
+        let names: Vec<String> = changed.topics.iter().cloned().collect();
+        let read = self.read_topics(&names)?;
+        let wanted: Vec<(&String, i32)> =
+            changed.partitions.iter().flat_map(|(name, parts)| parts.iter().map(move |&p| (name, p))).collect();
+        let paths: Vec<String> = wanted.iter().map(|(t, p)| zk_data::partition_state_path(t, *p)).collect();
+        let states: BTreeMap<(&String, i32), Option<(String, i32)>> =
+            wanted.iter().copied().zip(read_many(store, &paths)?).collect();
+        self.cache.update(|c| {
+            if let Some(b) = brokers {
+                c.brokers = b;
+            }
+            c.controller_id = controller.unwrap_or(-1);
+            for (name, info) in names.iter().zip(read) {
+                match info {
+                    Some(info) => {
+                        let info = keep_published_states(info, c.topics.get(name));
+                        c.topics.insert(name.clone(), info);
+                    }
+                    None => {
+                        c.topics.remove(name);
+                    }
+                }
+            }
+            for (name, parts) in &changed.partitions {
+                let Some(old) = c.topics.get(name) else { continue };
+                let mut next = (**old).clone();
+                for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
+                    let Some(data) = states.get(&(name, p.index)) else { continue };
+                    let mut fresh = partition_info(data.as_ref(), p.index, &p.replicas, None);
+                    fresh.adding_replicas = p.adding_replicas.clone();
+                    fresh.removing_replicas = p.removing_replicas.clone();
+                    // A state this controller already wrote and applied is not undone
+                    // by a read from before it.
+                    if (fresh.leader_epoch, fresh.partition_epoch) >= (p.leader_epoch, p.partition_epoch) {
+                        *p = fresh;
+                    }
+                }
+                c.topics.insert(name.clone(), Arc::new(next));
+            }
+        });
+        Ok(())
+    }
+
+    /// Who holds `/controller` now; if nobody does, this broker tries to be elected. A
+    /// controller that finds another elected resigns.
+    fn follow_controller(&self) -> Result<Option<i32>, StoreError> {
+        let controller_of =
+            |d: &str| serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32);
+        let mut controller = self.store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
+        if controller.is_none() {
+            if let Some(role) = self.controller() {
+                if role.try_elect()? {
+                    controller = Some(self.broker_id);
+                }
+            }
+        }
+        if controller != Some(self.broker_id) && self.is_controller() {
+            tracing::warn!("no longer the controller");
+            if let Some(role) = self.controller() {
+                role.resign();
+            }
+        }
+        Ok(controller)
     }
 
     /// Non-controller: re-reads the configs of the named topics this broker knows.
@@ -573,6 +591,25 @@ impl ZkSync {
     }
 }
 
+/// Tells the subscribers what the pass saw change outside the topic tree (everything if
+/// `changes` is None), in a fixed order.
+fn tell_what_changed(subscribers: &Subscribers, changes: Option<&Changes>) -> Result<(), StoreError> {
+    if changes.is_none_or(|c| c.broker_configs) {
+        subscribers.on_broker_configs_changed()?;
+    }
+    if changes.is_none_or(|c| c.quotas) {
+        subscribers.on_client_quotas_changed()?;
+    }
+    if changes.is_none_or(|c| c.feature) {
+        subscribers.on_features_changed()?;
+    }
+    if changes.is_none_or(|c| c.config_changes) {
+        subscribers.on_config_change_notification();
+    }
+    subscribers.on_credentials_changed(changes.map(|c| &c.users))?;
+    subscribers.on_acl_changes(changes.map(|c| &c.acl_changes))
+}
+
 /// Tells the subscribers which of `names` have other overrides in `now` than in `before`.
 fn tell_config_changes(
     subscribers: &Subscribers,
@@ -595,253 +632,6 @@ fn tell_config_changes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
-    use std::sync::Mutex;
-
-    use crate::controller::messages::{UpdateMetadataPartitionState, UpdateMetadataTopicState};
-    use crate::metadata::EmbeddedStore;
-
-    const ME: i32 = 1;
-
-    /// What a subscriber heard, in order.
-    #[derive(Default)]
-    struct Heard(Mutex<Vec<String>>);
-
-    impl Heard {
-        fn push(&self, event: String) {
-            self.0.lock().unwrap().push(event);
-        }
-
-        fn take(&self) -> Vec<String> {
-            std::mem::take(&mut *self.0.lock().unwrap())
-        }
-    }
-
-    impl MetadataListener for Heard {
-        fn on_broker_configs_changed(&self) -> Result<(), StoreError> {
-            self.push("broker configs".into());
-            Ok(())
-        }
-
-        fn on_client_quotas_changed(&self) -> Result<(), StoreError> {
-            self.push("quotas".into());
-            Ok(())
-        }
-
-        fn on_config_change_notification(&self) {
-            self.push("notification".into());
-        }
-
-        fn on_topic_configs_changed(&self, topics: &[Arc<TopicInfo>]) {
-            for t in topics {
-                self.push(format!("configs of {}: {:?}", t.name, t.configs));
-            }
-        }
-
-        fn on_metadata_updated(&self) {
-            self.push("updated".into());
-        }
-
-        fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
-            self.push(format!("deleted {deleted:?}"));
-        }
-    }
-
-    /// A controller that is elected by creating `/controller` and records each pass's scope.
-    struct TestController {
-        store: Arc<ZnodeStore>,
-        active: AtomicBool,
-        passes: Heard,
-    }
-
-    impl ControllerRole for TestController {
-        fn is_active(&self) -> bool {
-            self.active.load(Ordering::Acquire)
-        }
-
-        fn try_elect(&self) -> Result<bool, StoreError> {
-            match self.store.create(zk_data::CONTROLLER, &zk_data::controller_json(ME, 0), true) {
-                Ok(()) => {}
-                Err(StoreError::NodeExists(_)) => return Ok(false),
-                Err(e) => return Err(e),
-            }
-            self.active.store(true, Ordering::Release);
-            Ok(true)
-        }
-
-        fn resign(&self) {
-            self.active.store(false, Ordering::Release);
-        }
-
-        fn on_live_brokers(&self, _live: &BTreeSet<i32>) {}
-
-        fn on_metadata_read(
-            &self,
-            _live: &BTreeSet<i32>,
-            _brokers: bool,
-            scope: Option<&Changes>,
-        ) -> Result<(), StoreError> {
-            self.passes.push(match scope {
-                None => "everything".to_string(),
-                Some(c) => format!("topics {:?}", c.topics),
-            });
-            Ok(())
-        }
-
-        fn request_preferred_election(&self) {}
-
-        fn take_preferred_election(&self) -> bool {
-            false
-        }
-
-        fn preferred_elections(&self) -> Result<(), StoreError> {
-            Ok(())
-        }
-    }
-
-    fn sync_on(dir: &tempfile::TempDir) -> (Arc<ZkSync>, Arc<ZnodeStore>, Arc<Heard>) {
-        let store = Arc::new(ZnodeStore::Embedded(EmbeddedStore::open(dir.path().join("store.json")).unwrap()));
-        let config = BrokerConfig::from_map(BTreeMap::from([("broker.id".to_string(), ME.to_string())])).unwrap();
-        let sync = ZkSync::new(&config, store.clone(), Arc::new(MetadataCache::default()));
-        let heard = Arc::new(Heard::default());
-        sync.subscribe(heard.clone());
-        (sync, store, heard)
-    }
-
-    fn write_topic(store: &ZnodeStore, name: &str, partitions: i32) {
-        let assignment: BTreeMap<i32, Vec<i32>> = (0..partitions).map(|p| (p, vec![ME])).collect();
-        store.set(&zk_data::topic_path(name), &zk_data::topic_json(&assignment, zk_data::new_kafka_uuid())).unwrap();
-        for p in 0..partitions {
-            let state = zk_data::PartitionState { leader: ME, leader_epoch: 3, isr: vec![ME], controller_epoch: 1 };
-            store.set(&zk_data::partition_state_path(name, p), &zk_data::partition_state_json(&state)).unwrap();
-        }
-    }
-
-    fn paths(paths: &[&str]) -> Changes {
-        let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
-        Changes::from_paths(&paths)
-    }
-
-    #[test]
-    fn the_controllers_sync_reads_topics_into_the_cache_and_tells_of_config_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let (sync, store, heard) = sync_on(&dir);
-        let controller =
-            Arc::new(TestController { store: store.clone(), active: AtomicBool::new(false), passes: Heard::default() });
-        sync.set_controller(controller.clone());
-        write_topic(&store, "a", 2);
-        sync.reconcile().unwrap();
-        let snapshot = sync.cache.snapshot();
-        assert_eq!(snapshot.controller_id, ME);
-        let a = &snapshot.topics["a"];
-        assert_eq!(
-            a.partitions.iter().map(|p| (p.index, p.leader, p.leader_epoch)).collect::<Vec<_>>(),
-            [(0, ME, 3), (1, ME, 3)]
-        );
-        assert_eq!(controller.passes.take(), ["everything"]);
-        heard.take();
-
-        // A topic created later: only it is read, and the controller's pass is scoped to it.
-        write_topic(&store, "b", 1);
-        sync.reconcile_changes(Some(&paths(&["/brokers/topics/b"]))).unwrap();
-        assert_eq!(sync.cache.snapshot().topics["b"].partitions.len(), 1);
-        assert_eq!(controller.passes.take(), [r#"topics {"b"}"#]);
-
-        // Its overrides change: in the cache first, then the subscribers hear of it.
-        let retention = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
-        store.set(&zk_data::topic_config_path("a"), &zk_data::topic_config_json(&retention)).unwrap();
-        sync.reconcile_changes(Some(&paths(&["/config/topics/a"]))).unwrap();
-        assert_eq!(sync.cache.snapshot().topics["a"].configs, retention);
-        assert_eq!(heard.take(), [r#"configs of a: {"retention.ms": "1000"}"#]);
-
-        // A deleted topic leaves the cache.
-        store.delete_recursive(&zk_data::topic_path("b")).unwrap();
-        sync.reconcile_changes(Some(&paths(&["/brokers/topics/b"]))).unwrap();
-        assert!(!sync.cache.snapshot().topics.contains_key("b"));
-    }
-
-    #[test]
-    fn a_config_change_notification_reaches_the_subscribers() {
-        let dir = tempfile::tempdir().unwrap();
-        let (sync, _store, heard) = sync_on(&dir);
-        sync.reconcile_changes(Some(&paths(&["/config/changes/config_change_0000000001"]))).unwrap();
-        assert_eq!(heard.take(), ["broker configs", "quotas", "notification"]);
-        sync.reconcile_changes(Some(&paths(&["/config/users/alice"]))).unwrap();
-        assert_eq!(heard.take(), ["quotas"]);
-    }
-
-    #[test]
-    fn update_metadata_fills_the_cache_and_a_broker_follows_topic_configs() {
-        let dir = tempfile::tempdir().unwrap();
-        let (sync, store, heard) = sync_on(&dir);
-        let retention = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
-        store.set(&zk_data::topic_config_path("a"), &zk_data::topic_config_json(&retention)).unwrap();
-        let partition = |index, leader| UpdateMetadataPartitionState {
-            partition_index: index,
-            leader,
-            leader_epoch: 4,
-            isr: vec![2, ME],
-            zk_version: 7,
-            replicas: vec![2, ME],
-            ..Default::default()
-        };
-        let id = zk_data::new_kafka_uuid();
-        let req = UpdateMetadataRequest {
-            controller_id: 2,
-            controller_epoch: 5,
-            topics: vec![UpdateMetadataTopicState {
-                topic_name: "a".into(),
-                topic_id: id,
-                partitions: vec![partition(1, 2), partition(0, ME)],
-            }],
-            live_brokers: vec![crate::controller::messages::UpdateMetadataBroker {
-                id: 2,
-                endpoints: vec![crate::controller::messages::UpdateMetadataEndpoint {
-                    port: 9093,
-                    host: "two".into(),
-                    listener: "PLAINTEXT".into(),
-                    security_protocol: 0,
-                }],
-                rack: None,
-            }],
-            ..Default::default()
-        };
-        assert_eq!(sync.update_metadata(&req).error_code, 0);
-        let snapshot = sync.cache.snapshot();
-        assert_eq!(snapshot.controller_id, 2);
-        assert_eq!(
-            snapshot.brokers.iter().map(|b| (b.id, b.host.as_str(), b.port)).collect::<Vec<_>>(),
-            [(2, "two", 9093)]
-        );
-        let a = &snapshot.topics["a"];
-        assert_eq!(a.id, id);
-        assert_eq!(a.configs, retention, "a topic's configs are read when it first appears");
-        assert_eq!(
-            a.partitions.iter().map(|p| (p.index, p.leader, p.partition_epoch)).collect::<Vec<_>>(),
-            [(0, ME, 7), (1, 2, 7)]
-        );
-        assert_eq!(heard.take(), ["updated", "deleted []"]);
-
-        // Not the controller: the sync follows who the controller is and the topic configs.
-        store.set(&zk_data::topic_config_path("a"), &zk_data::topic_config_json(&BTreeMap::new())).unwrap();
-        sync.reconcile_changes(Some(&paths(&["/config/topics/a"]))).unwrap();
-        assert!(sync.cache.snapshot().topics["a"].configs.is_empty());
-        assert_eq!(heard.take(), ["configs of a: {}"]);
-        assert_eq!(sync.cache.snapshot().controller_id, 2);
-
-        // The controller deletes it: leader -2 takes it out of the image.
-        let deleting = UpdateMetadataRequest {
-            topics: vec![UpdateMetadataTopicState {
-                topic_name: "a".into(),
-                topic_id: id,
-                partitions: vec![partition(0, super::super::update_metadata::LEADER_DURING_DELETE)],
-            }],
-            ..req
-        };
-        sync.update_metadata(&deleting);
-        assert!(!sync.cache.snapshot().topics.contains_key("a"));
-        assert_eq!(heard.take(), ["updated", r#"deleted [("a", 0)]"#]);
-    }
 
     #[test]
     fn watch_paths_are_sorted_into_what_must_be_read_again() {
