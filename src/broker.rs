@@ -4,7 +4,6 @@
 //! topics from the store, then the listeners. Shutdown reverses it and ends by writing the
 //! clean-shutdown marker so the next start skips recovery.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,10 +12,12 @@ use crate::controller::Controller;
 use crate::group::service::{GroupServiceHandles, GroupZnodes, OffsetsPartitions, OffsetsTopicCreator};
 use crate::group::{GroupCoordinatorService, OFFSETS_TOPIC};
 use crate::log::LogManager;
-use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::metadata::zk_store::ZkStore;
-use crate::metadata::{zk_data, BrokerInfo, EmbeddedStore, MetadataCache, StoreError, ZnodeStore};
+use crate::metadata::{
+    zk_data, BrokerInfo, EmbeddedStore, MetadataCache, MetadataListener, StoreError, ZkSync, ZnodeStore,
+};
 use crate::metrics::BrokerMetrics;
+use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
@@ -43,7 +44,7 @@ pub struct Broker {
     /// Producer ids and transactions.
     pub txn: Arc<TransactionService>,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
-    pub quotas: crate::client_quota::ClientQuotas,
+    pub quotas: Arc<crate::client_quota::ClientQuotas>,
     pub metrics: BrokerMetrics,
     /// `queued.max.requests`: one permit per request being decoded and handled.
     pub request_slots: Arc<tokio::sync::Semaphore>,
@@ -51,14 +52,15 @@ pub struct Broker {
     pub io: Arc<crate::io_pool::IoPool>,
     /// The controller's state and operations; active only while this broker is the controller.
     pub controller: Arc<Controller>,
-    /// The czxid of this broker's registration, renewed with each ZooKeeper session.
-    broker_epoch: AtomicI64,
+    /// Follows the ZooKeeper tree into the metadata cache and tells the components; applies
+    /// UpdateMetadata.
+    pub zk_sync: Arc<ZkSync>,
     /// For the few places that hold `&Broker` and must start tasks that keep it.
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     /// The log cleaner, once the log tasks are started.
     pub cleaner: std::sync::OnceLock<Arc<crate::log::cleaner::LogCleaner>>,
     /// Each listener's TLS and SASL settings, and the SCRAM credentials.
-    pub security: crate::security::Security,
+    pub security: Arc<crate::security::Security>,
 }
 
 fn now_ms() -> i64 {
@@ -69,7 +71,7 @@ impl Broker {
     pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Arc<Broker>> {
         // First: a listener that cannot be secured as configured stops the broker before it
         // touches its data or registers.
-        let security = crate::security::Security::from_config(&config)?;
+        let security = Arc::new(crate::security::Security::from_config(&config)?);
         for dir in &config.log_dirs {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", dir.display()))?;
@@ -189,6 +191,7 @@ impl Broker {
             topic_creator: Arc::new(TopicCreatorLink(controller.clone())),
             markers: markers.clone(),
         });
+        let zk_sync = ZkSync::new(&config, store.clone(), cache.clone());
         let broker = Arc::new(Broker {
             controller,
             replicas,
@@ -199,12 +202,12 @@ impl Broker {
             request_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
-            quotas: crate::client_quota::ClientQuotas::new(store.clone(), &config),
+            quotas: Arc::new(crate::client_quota::ClientQuotas::new(store.clone(), &config)),
             dynamic,
             config,
             cache,
             store,
-            broker_epoch: AtomicI64::new(-1),
+            zk_sync,
             self_ref: std::sync::OnceLock::new(),
             cleaner: std::sync::OnceLock::new(),
             security,
@@ -214,11 +217,12 @@ impl Broker {
         let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(&broker) as _;
         broker.controller.attach(local);
         broker.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
+        broker.subscribe_to_metadata();
         broker.subscribe_to_dynamic_configs();
         broker.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         if broker.store.is_zookeeper() {
-            broker.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
+            broker.zk_sync.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
             broker.controller.try_become_controller()?;
             broker.controller.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
@@ -282,15 +286,25 @@ impl Broker {
     }
 
     pub fn broker_epoch(&self) -> i64 {
-        self.broker_epoch.load(Ordering::Acquire)
+        self.zk_sync.broker_epoch()
     }
 
-    /// Reads this broker's broker epoch (the czxid of its registration) after registering.
-    pub fn refresh_broker_epoch(&self) -> Result<(), StoreError> {
-        if let Some((_, czxid)) = self.store.get_with_czxid(&zk_data::broker_path(self.config.broker_id))? {
-            self.broker_epoch.store(czxid, Ordering::Release);
-        }
-        Ok(())
+    /// Who follows the metadata, in the order a pass tells them (each event has one
+    /// subscriber, so the order is the pass's): dynamic configs, client quotas, features,
+    /// credentials and ACLs, the replica manager's logs and waiters, and the group
+    /// coordinator's offsets of deleted partitions. The controller is also its role.
+    fn subscribe_to_metadata(self: &Arc<Self>) {
+        let sync = &self.zk_sync;
+        sync.set_controller(self.controller.clone());
+        sync.subscribe(self.dynamic.clone());
+        sync.subscribe(self.quotas.clone());
+        sync.subscribe(self.controller.clone());
+        sync.subscribe(Arc::new(crate::security::SecurityListener {
+            security: self.security.clone(),
+            store: self.store.clone(),
+        }));
+        sync.subscribe(self.replicas.clone());
+        sync.subscribe(Arc::new(BrokerLink(Arc::downgrade(self))));
     }
 
     /// Fencing of a controller request, as Kafka checks it: an older controller epoch than
@@ -760,6 +774,16 @@ impl LeadershipListener for BrokerLink {
         }
         if tp.0 == TRANSACTION_STATE_TOPIC {
             b.txn.unload_txns(tp.1);
+        }
+    }
+}
+
+/// The group coordinator drops the committed offsets of partitions UpdateMetadata shows
+/// deleted, as Kafka's KafkaApis does.
+impl MetadataListener for BrokerLink {
+    fn on_partitions_deleted(&self, deleted: &[(String, i32)]) {
+        if let Some(b) = self.0.upgrade() {
+            b.on_partitions_deleted(deleted);
         }
     }
 }

@@ -284,6 +284,13 @@ impl ClientQuotas {
     }
 }
 
+/// Client quotas follow `/config/users`, `/config/clients` and the change notifications.
+impl crate::metadata::MetadataListener for ClientQuotas {
+    fn on_client_quotas_changed(&self) -> Result<(), StoreError> {
+        self.reload_client_quotas()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -191,6 +191,20 @@ fn obsolete<'a>(paths: &'a [String], created: &[Option<i64>], now_ms: i64, expir
         .collect()
 }
 
+/// Dynamic broker configs follow `/config/brokers` and the change notifications.
+impl crate::metadata::MetadataListener for DynamicConfigs {
+    fn on_broker_configs_changed(&self) -> Result<(), StoreError> {
+        self.reload()
+    }
+
+    fn on_config_change_notification(&self) {
+        if let Err(e) = self.purge_obsolete_changes() {
+            // Old notifications cost space, never correctness: the next change tries again.
+            tracing::warn!(error = %e, "cannot purge expired config change notifications");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,7 +94,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let broker = Broker::start(config).await?;
-    broker.spawn_reconciler();
+    broker.zk_sync.spawn();
     broker.spawn_log_tasks();
     broker.groups.start();
     broker.txn.spawn_txn_timer();

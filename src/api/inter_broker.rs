@@ -136,7 +136,7 @@ async fn update_metadata(broker: &Arc<Broker>, req: UpdateMetadataRequest) -> Up
         broker.controller.resign_controller();
     }
     let b = broker.clone();
-    blocking(move || b.update_metadata(&req))
+    blocking(move || b.zk_sync.update_metadata(&req))
         .await
         .unwrap_or_else(|code| UpdateMetadataResponse { error_code: code.code() })
 }

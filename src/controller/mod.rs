@@ -9,6 +9,7 @@ pub mod election;
 pub mod events;
 pub mod features;
 pub mod log_dir_events;
+mod metadata_listener;
 pub mod propagate;
 pub mod reassign;
 pub mod requests;

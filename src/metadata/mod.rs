@@ -5,11 +5,17 @@
 //! thing the request path reads.
 
 pub mod cache;
+pub mod listener;
 pub mod store;
 pub mod update_metadata;
 pub mod zk_data;
 pub mod zk_store;
 pub mod zk_sync;
 
+#[cfg(test)]
+mod unit_tests;
+
 pub use cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
+pub use listener::{ControllerRole, MetadataListener};
 pub use store::{EmbeddedStore, StoreError, ZnodeStore};
+pub use zk_sync::ZkSync;

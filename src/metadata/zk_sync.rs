@@ -1,19 +1,26 @@
 //! How a broker converges on the cluster state kept in ZooKeeper. Persistent watches name each
 //! znode that changed; a pass re-reads just those (a broker list, one topic, one partition
-//! state), publishes them to the metadata cache, and opens or stops serving the partitions
-//! that changed, so a change costs what it touches, not the size of the cluster. When events
-//! may have been missed (start, a new session, a failed pass) the pass reads everything.
+//! state), publishes them to the metadata cache, and then tells the components that subscribed
+//! ([`MetadataListener`], and the controller as a [`ControllerRole`]), so a change costs what
+//! it touches, not the size of the cluster. When events may have been missed (start, a new
+//! session, a failed pass) the pass reads everything. Subscribers run after the cache is
+//! updated, on the pass's blocking thread, with no lock of the sync held.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::cache::{BrokerInfo, PartitionInfo, TopicInfo};
-use super::store::StoreError;
+use super::cache::{BrokerInfo, ClusterSnapshot, MetadataCache, PartitionInfo, TopicInfo};
+use super::listener::{ControllerRole, MetadataListener, Subscribers};
+use super::store::{StoreError, ZnodeStore};
+use super::update_metadata::try_read_topic_configs;
 use super::zk_data;
-use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::protocol::inter_broker::{UpdateMetadataRequest, UpdateMetadataResponse};
+use crate::sync::RwLockExt;
 
 /// Reads `/brokers/ids/<id>`: the endpoint for `listener` if the broker has one, else its
 /// first endpoint.
@@ -151,7 +158,7 @@ fn keep_published_states(read: Arc<TopicInfo>, published: Option<&Arc<TopicInfo>
 /// than one per znode (ZooKeeper answers each session's requests in order).
 const READ_BATCH: usize = 2000;
 
-fn read_many(store: &super::store::ZnodeStore, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
+fn read_many(store: &ZnodeStore, paths: &[String]) -> Result<Vec<Option<(String, i32)>>, StoreError> {
     let mut out = Vec::with_capacity(paths.len());
     for chunk in paths.chunks(READ_BATCH) {
         out.extend(store.get_many_versioned(chunk)?);
@@ -159,85 +166,131 @@ fn read_many(store: &super::store::ZnodeStore, paths: &[String]) -> Result<Vec<O
     Ok(out)
 }
 
-impl Broker {
+/// The broker's metadata watcher: follows the ZooKeeper tree (who the controller is, topic
+/// configs, dynamic configs, quotas, credentials, ACLs, features, and on the controller the
+/// whole topic and partition tree), publishes what it reads to the metadata cache, then tells
+/// the subscribers. It also applies the controller's UpdateMetadata to the cache, and keeps
+/// this broker's epoch (the czxid of its registration).
+pub struct ZkSync {
+    store: Arc<ZnodeStore>,
+    cache: Arc<MetadataCache>,
+    broker_id: i32,
+    /// Brokers are reached, and so listed, on the inter-broker listener.
+    inter_broker_listener: String,
+    /// `leader.imbalance.check.interval.seconds`.
+    imbalance_check_interval: Duration,
+    /// The czxid of this broker's registration, renewed with each ZooKeeper session.
+    broker_epoch: AtomicI64,
+    controller: OnceLock<Arc<dyn ControllerRole>>,
+    subscribers: RwLock<Subscribers>,
+}
+
+impl ZkSync {
+    pub fn new(config: &BrokerConfig, store: Arc<ZnodeStore>, cache: Arc<MetadataCache>) -> Arc<ZkSync> {
+        let check_every = config
+            .values
+            .get("leader.imbalance.check.interval.seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(300)
+            .max(1);
+        Arc::new(ZkSync {
+            store,
+            cache,
+            broker_id: config.broker_id,
+            inter_broker_listener: config.inter_broker_listener.clone(),
+            imbalance_check_interval: Duration::from_secs(check_every),
+            broker_epoch: AtomicI64::new(-1),
+            controller: OnceLock::new(),
+            subscribers: RwLock::new(Subscribers::default()),
+        })
+    }
+
+    /// Adds a component told of every change from now on, after those already subscribed.
+    pub fn subscribe(&self, listener: Arc<dyn MetadataListener>) {
+        self.subscribers.write_unpoisoned().0.push(listener);
+    }
+
+    /// Wires the controller in, once, before the first pass.
+    pub fn set_controller(&self, controller: Arc<dyn ControllerRole>) {
+        let _ = self.controller.set(controller);
+    }
+
+    /// A copy, so that no lock is held while the subscribers run.
+    fn subscribers(&self) -> Subscribers {
+        self.subscribers.read_unpoisoned().clone()
+    }
+
+    fn controller(&self) -> Option<&Arc<dyn ControllerRole>> {
+        self.controller.get()
+    }
+
+    fn is_controller(&self) -> bool {
+        self.controller().is_some_and(|c| c.is_active())
+    }
+
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(Ordering::Acquire)
+    }
+
+    /// Reads this broker's broker epoch (the czxid of its registration) after registering.
+    pub fn refresh_broker_epoch(&self) -> Result<(), StoreError> {
+        if let Some((_, czxid)) = self.store.get_with_czxid(&zk_data::broker_path(self.broker_id))? {
+            self.broker_epoch.store(czxid, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Brings this broker's metadata image up to date with the controller's UpdateMetadata
+    /// (see [`super::update_metadata::update_metadata`]), then tells the subscribers.
+    pub fn update_metadata(&self, req: &UpdateMetadataRequest) -> UpdateMetadataResponse {
+        super::update_metadata::update_metadata(
+            &self.cache,
+            &self.store,
+            &self.inter_broker_listener,
+            req,
+            &self.subscribers(),
+        )
+    }
+
     /// A full pass: reads everything (at start, after a new session, after a failed pass).
-    pub fn reconcile(self: &Arc<Self>) -> Result<(), StoreError> {
+    pub fn reconcile(&self) -> Result<(), StoreError> {
         self.reconcile_changes(None)
     }
 
     /// Reads what `changes` names (everything if None), publishes it to the metadata cache,
-    /// does the controller's share if this broker is the controller, and applies leadership
-    /// to the partitions that changed. Work is proportional to what changed.
-    pub fn reconcile_changes(self: &Arc<Self>, changes: Option<&Changes>) -> Result<(), StoreError> {
-        let store = &self.store;
+    /// tells the subscribers, and, if this broker is the controller, hands it the pass. Work is
+    /// proportional to what changed.
+    pub fn reconcile_changes(&self, changes: Option<&Changes>) -> Result<(), StoreError> {
+        let subscribers = self.subscribers();
         if changes.is_none() {
             // A new session means a new registration, and with it a new broker epoch.
             self.refresh_broker_epoch()?;
         }
-        if changes.is_none_or(|c| c.broker_configs) {
-            self.dynamic.reload()?;
-        }
-        if changes.is_none_or(|c| c.quotas) {
-            self.quotas.reload_client_quotas()?;
-        }
-        if changes.is_none_or(|c| c.feature) {
-            self.controller.load_finalized_features()?;
-        }
-        if changes.is_none_or(|c| c.config_changes) {
-            if let Err(e) = self.dynamic.purge_obsolete_changes() {
-                // Old notifications cost space, never correctness: the next change tries again.
-                tracing::warn!(error = %e, "cannot purge expired config change notifications");
-            }
-        }
-        match changes {
-            None => self.security.scram.load_all(store)?,
-            Some(c) => {
-                for user in &c.users {
-                    self.security.scram.reload(store, user)?;
-                }
-            }
-        }
-        if let Some(authorizer) = &self.security.authorizer {
-            match changes {
-                None => authorizer.load_all(store)?,
-                Some(c) => {
-                    for path in &c.acl_changes {
-                        authorizer.process_notification(store, path)?;
-                    }
-                }
-            }
-        }
-        let was_controller = self.controller.is_controller();
+        tell_what_changed(&subscribers, changes)?;
+        let was_controller = self.is_controller();
         let previous = self.cache.snapshot();
         let mut controller = (previous.controller_id >= 0).then_some(previous.controller_id);
         if changes.is_none_or(|c| c.controller || c.brokers) {
-            let controller_of = |d: &str| {
-                serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32)
-            };
-            controller = store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
-            if controller.is_none() && self.controller.try_become_controller()? {
-                controller = Some(self.config.broker_id);
-            }
-            if controller != Some(self.config.broker_id) && self.controller.is_controller() {
-                tracing::warn!("no longer the controller");
-                self.controller.resign_controller();
-            }
+            controller = self.follow_controller()?;
         }
-        if !self.controller.is_controller() {
-            // Everything else a broker knows comes from the controller's requests; of the
-            // tree it follows only who the controller is and the topic configs.
-            self.cache.update(|c| c.controller_id = controller.unwrap_or(-1));
-            match changes {
-                Some(c) => self.reload_topic_configs(&c.topics)?,
-                // Notifications may have been missed (a new session, a failed pass): every
-                // topic's configs are read again, or a change made meanwhile is never seen.
-                None => {
-                    let known: BTreeSet<String> = self.cache.snapshot().topics.keys().cloned().collect();
-                    self.reload_topic_configs(&known)?;
+        let role = match self.controller().filter(|c| c.is_active()) {
+            Some(role) => role.clone(),
+            None => {
+                // Everything else a broker knows comes from the controller's requests; of the
+                // tree it follows only who the controller is and the topic configs.
+                self.cache.update(|c| c.controller_id = controller.unwrap_or(-1));
+                match changes {
+                    Some(c) => self.reload_topic_configs(&c.topics, &subscribers)?,
+                    // Notifications may have been missed (a new session, a failed pass): every
+                    // topic's configs are read again, or a change made meanwhile is never seen.
+                    None => {
+                        let known: BTreeSet<String> = self.cache.snapshot().topics.keys().cloned().collect();
+                        self.reload_topic_configs(&known, &subscribers)?;
+                    }
                 }
+                return Ok(());
             }
-            return Ok(());
-        }
+        };
         // A new controller starts from the whole tree, as Kafka's loads it when elected.
         let changes = if was_controller { changes } else { None };
         let brokers = match changes {
@@ -246,105 +299,139 @@ impl Broker {
         };
         let brokers_read = brokers.is_some();
         let live: BTreeSet<i32> = brokers.as_ref().unwrap_or(&previous.brokers).iter().map(|b| b.id).collect();
-        {
-            // A broker in controlled shutdown stays out of leadership and ISRs until it is gone.
-            self.controller.retain_shutting_down(&live);
-        }
+        role.on_live_brokers(&live);
 
         // What this pass read, merged into the image at the end against what the image holds
         // then: topics created and ISRs changed by this controller meanwhile must survive a
         // pass that read the tree a moment before.
         let scope = match changes {
             None => {
-                let names = store.try_children(zk_data::BROKER_TOPICS)?;
-                let read: BTreeMap<String, Arc<TopicInfo>> =
-                    names.iter().zip(self.read_topics(&names)?).filter_map(|(n, t)| Some((n.clone(), t?))).collect();
-                self.cache.update(|c| {
-                    if let Some(b) = brokers {
-                        c.brokers = b;
-                    }
-                    c.controller_id = controller.unwrap_or(-1);
-                    let published: Vec<(String, Arc<TopicInfo>)> = c
-                        .topics
-                        .iter()
-                        .filter(|(n, _)| !previous.topics.contains_key(*n) && !read.contains_key(*n))
-                        .map(|(n, t)| (n.clone(), t.clone()))
-                        .collect();
-                    let mut next = BTreeMap::new();
-                    for (name, info) in read {
-                        let info = keep_published_states(info, c.topics.get(&name));
-                        next.insert(name, info);
-                    }
-                    next.extend(published);
-                    c.topics = next;
-                });
+                self.publish_tree(brokers, controller, &previous)?;
                 None
             }
             Some(changed) => {
-                let names: Vec<String> = changed.topics.iter().cloned().collect();
-                let read = self.read_topics(&names)?;
-                let wanted: Vec<(&String, i32)> =
-                    changed.partitions.iter().flat_map(|(name, parts)| parts.iter().map(move |&p| (name, p))).collect();
-                let paths: Vec<String> = wanted.iter().map(|(t, p)| zk_data::partition_state_path(t, *p)).collect();
-                let states: BTreeMap<(&String, i32), Option<(String, i32)>> =
-                    wanted.iter().copied().zip(read_many(store, &paths)?).collect();
-                self.cache.update(|c| {
-                    if let Some(b) = brokers {
-                        c.brokers = b;
-                    }
-                    c.controller_id = controller.unwrap_or(-1);
-                    for (name, info) in names.iter().zip(read) {
-                        match info {
-                            Some(info) => {
-                                let info = keep_published_states(info, c.topics.get(name));
-                                c.topics.insert(name.clone(), info);
-                            }
-                            None => {
-                                c.topics.remove(name);
-                            }
-                        }
-                    }
-                    for (name, parts) in &changed.partitions {
-                        let Some(old) = c.topics.get(name) else { continue };
-                        let mut next = (**old).clone();
-                        for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
-                            let Some(data) = states.get(&(name, p.index)) else { continue };
-                            let mut fresh = partition_info(data.as_ref(), p.index, &p.replicas, None);
-                            fresh.adding_replicas = p.adding_replicas.clone();
-                            fresh.removing_replicas = p.removing_replicas.clone();
-                            // A state this controller already wrote and applied is not undone
-                            // by a read from before it.
-                            if (fresh.leader_epoch, fresh.partition_epoch) >= (p.leader_epoch, p.partition_epoch) {
-                                *p = fresh;
-                            }
-                        }
-                        c.topics.insert(name.clone(), Arc::new(next));
-                    }
-                });
+                self.publish_changes(changed, brokers, controller)?;
                 Some(changed)
             }
         };
-        let topics = self.cache.snapshot().topics.clone();
         if let Some(c) = scope {
             // Configs changed by others are applied to this broker's own logs here.
-            self.apply_topic_configs(&previous.topics, &topics, &c.topics);
+            let topics = self.cache.snapshot().topics.clone();
+            tell_config_changes(&subscribers, &previous.topics, &topics, &c.topics);
         }
-        let eligible: BTreeSet<i32> = self.controller.eligible_of(&live);
-        if brokers_read {
-            self.controller.forget_offline_replicas_of_gone_brokers();
-        }
-        if scope.is_none_or(|c| c.log_dir_events) {
-            self.controller.process_log_dir_events()?;
-        }
-        self.controller.controller_duties(&eligible, scope)?;
-        let touched: Option<BTreeSet<String>> =
-            scope.map(|c| c.topics.iter().chain(c.partitions.keys()).cloned().collect());
-        self.controller.propagate(touched.as_ref());
+        role.on_metadata_read(&live, brokers_read, scope)
+    }
+
+    /// A full pass on the controller: the whole topic tree read, and merged into the cache
+    /// with the topics this controller created since `previous` was taken.
+    fn publish_tree(
+        &self,
+        brokers: Option<Vec<BrokerInfo>>,
+        controller: Option<i32>,
+        previous: &ClusterSnapshot,
+    ) -> Result<(), StoreError> {
+        let store = &self.store;
+        let names = store.try_children(zk_data::BROKER_TOPICS)?;
+        let read: BTreeMap<String, Arc<TopicInfo>> =
+            names.iter().zip(self.read_topics(&names)?).filter_map(|(n, t)| Some((n.clone(), t?))).collect();
+        self.cache.update(|c| {
+            if let Some(b) = brokers {
+                c.brokers = b;
+            }
+            c.controller_id = controller.unwrap_or(-1);
+            let published: Vec<(String, Arc<TopicInfo>)> = c
+                .topics
+                .iter()
+                .filter(|(n, _)| !previous.topics.contains_key(*n) && !read.contains_key(*n))
+                .map(|(n, t)| (n.clone(), t.clone()))
+                .collect();
+            let mut next = BTreeMap::new();
+            for (name, info) in read {
+                let info = keep_published_states(info, c.topics.get(&name));
+                next.insert(name, info);
+            }
+            next.extend(published);
+            c.topics = next;
+        });
         Ok(())
     }
 
+    /// A pass on the controller over what changed: the named topics read whole, the named
+    /// partition states read alone.
+    fn publish_changes(
+        &self,
+        changed: &Changes,
+        brokers: Option<Vec<BrokerInfo>>,
+        controller: Option<i32>,
+    ) -> Result<(), StoreError> {
+        let store = &self.store;
+        let names: Vec<String> = changed.topics.iter().cloned().collect();
+        let read = self.read_topics(&names)?;
+        let wanted: Vec<(&String, i32)> =
+            changed.partitions.iter().flat_map(|(name, parts)| parts.iter().map(move |&p| (name, p))).collect();
+        let paths: Vec<String> = wanted.iter().map(|(t, p)| zk_data::partition_state_path(t, *p)).collect();
+        let states: BTreeMap<(&String, i32), Option<(String, i32)>> =
+            wanted.iter().copied().zip(read_many(store, &paths)?).collect();
+        self.cache.update(|c| {
+            if let Some(b) = brokers {
+                c.brokers = b;
+            }
+            c.controller_id = controller.unwrap_or(-1);
+            for (name, info) in names.iter().zip(read) {
+                match info {
+                    Some(info) => {
+                        let info = keep_published_states(info, c.topics.get(name));
+                        c.topics.insert(name.clone(), info);
+                    }
+                    None => {
+                        c.topics.remove(name);
+                    }
+                }
+            }
+            for (name, parts) in &changed.partitions {
+                let Some(old) = c.topics.get(name) else { continue };
+                let mut next = (**old).clone();
+                for p in next.partitions.iter_mut().filter(|p| parts.contains(&p.index)) {
+                    let Some(data) = states.get(&(name, p.index)) else { continue };
+                    let mut fresh = partition_info(data.as_ref(), p.index, &p.replicas, None);
+                    fresh.adding_replicas = p.adding_replicas.clone();
+                    fresh.removing_replicas = p.removing_replicas.clone();
+                    // A state this controller already wrote and applied is not undone
+                    // by a read from before it.
+                    if (fresh.leader_epoch, fresh.partition_epoch) >= (p.leader_epoch, p.partition_epoch) {
+                        *p = fresh;
+                    }
+                }
+                c.topics.insert(name.clone(), Arc::new(next));
+            }
+        });
+        Ok(())
+    }
+
+    /// Who holds `/controller` now; if nobody does, this broker tries to be elected. A
+    /// controller that finds another elected resigns.
+    fn follow_controller(&self) -> Result<Option<i32>, StoreError> {
+        let controller_of =
+            |d: &str| serde_json::from_str::<Value>(d).ok().and_then(|v| v.get("brokerid")?.as_i64()).map(|i| i as i32);
+        let mut controller = self.store.try_get(zk_data::CONTROLLER)?.as_deref().and_then(controller_of);
+        if controller.is_none() {
+            if let Some(role) = self.controller() {
+                if role.try_elect()? {
+                    controller = Some(self.broker_id);
+                }
+            }
+        }
+        if controller != Some(self.broker_id) && self.is_controller() {
+            tracing::warn!("no longer the controller");
+            if let Some(role) = self.controller() {
+                role.resign();
+            }
+        }
+        Ok(controller)
+    }
+
     /// Non-controller: re-reads the configs of the named topics this broker knows.
-    fn reload_topic_configs(&self, names: &BTreeSet<String>) -> Result<(), StoreError> {
+    fn reload_topic_configs(&self, names: &BTreeSet<String>, subscribers: &Subscribers) -> Result<(), StoreError> {
         let before = self.cache.snapshot();
         let known: Vec<String> = names.iter().filter(|n| before.topics.contains_key(*n)).cloned().collect();
         if known.is_empty() {
@@ -352,7 +439,7 @@ impl Broker {
         }
         // A failed read fails the pass, which is then retried from the top: the configs in the
         // cache stay as they were rather than fall back to the broker's defaults.
-        let configs = self.try_read_topic_configs(&known)?;
+        let configs = try_read_topic_configs(&self.store, &known)?;
         self.cache.update(|c| {
             for (name, conf) in &configs {
                 if let Some(t) = c.topics.get(name).filter(|t| t.configs != *conf) {
@@ -363,45 +450,17 @@ impl Broker {
             }
         });
         let after = self.cache.snapshot();
-        self.apply_topic_configs(&before.topics, &after.topics, names);
+        tell_config_changes(subscribers, &before.topics, &after.topics, names);
         Ok(())
     }
 
-    /// Applies changed topic configs to the open logs of those topics.
-    fn apply_topic_configs(
-        &self,
-        before: &BTreeMap<String, Arc<TopicInfo>>,
-        now: &BTreeMap<String, Arc<TopicInfo>>,
-        names: &BTreeSet<String>,
-    ) {
-        for name in names {
-            let (Some(b), Some(t)) = (before.get(name), now.get(name)) else { continue };
-            if b.configs == t.configs {
-                continue;
-            }
-            let effective = self.effective_config();
-            let log_config = match effective.log_config_for(&t.configs) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(topic = %name, error = %e, "invalid topic config; using broker defaults");
-                    effective.log.clone()
-                }
-            };
-            for p in &t.partitions {
-                if let Some(part) = self.replicas.hosted(name, p.index) {
-                    part.set_config(log_config.clone());
-                }
-            }
-        }
-    }
-
     fn read_brokers(&self) -> Result<Vec<BrokerInfo>, StoreError> {
-        let listener = self.config.inter_broker_listener.clone();
+        let listener = &self.inter_broker_listener;
         let mut brokers = Vec::new();
         for child in self.store.try_children(zk_data::BROKER_IDS)? {
             let Ok(id) = child.parse::<i32>() else { continue };
             let Some((data, epoch)) = self.store.get_with_czxid(&zk_data::broker_path(id))? else { continue };
-            match parse_broker(id, &data, &listener, epoch) {
+            match parse_broker(id, &data, listener, epoch) {
                 Some(b) => brokers.push(b),
                 None => tracing::warn!(broker = id, "broker registration gregor does not understand; skipped"),
             }
@@ -431,7 +490,7 @@ impl Broker {
             let id = match id {
                 Some(id) => id,
                 // A topic written by hand (as old tools did) gets its id from the controller.
-                None if self.controller.is_controller() => {
+                None if self.is_controller() => {
                     let id = zk_data::new_kafka_uuid();
                     store.set(&zk_data::topic_path(name), &zk_data::topic_json_moving(&assignment, id, &moving))?;
                     id
@@ -463,57 +522,56 @@ impl Broker {
             .collect())
     }
 
-    /// Re-runs [`Broker::reconcile`] whenever ZooKeeper reports a change (ZooKeeper mode only).
-    pub fn spawn_reconciler(self: &Arc<Self>) {
-        let super::store::ZnodeStore::ZooKeeper(zk) = &*self.store else { return };
+    /// Re-runs [`ZkSync::reconcile_changes`] whenever ZooKeeper reports a change (ZooKeeper
+    /// mode only).
+    pub fn spawn(self: &Arc<Self>) {
+        let ZnodeStore::ZooKeeper(zk) = &*self.store else { return };
         let mut changes = zk.changes();
         let mut sessions = zk.sessions();
-        let b = self.clone();
+        let sync = self.clone();
         // A controller whose session ended must stop acting at once: another broker may be
         // elected before this one hears anything more from ZooKeeper.
         tokio::spawn(async move {
             while sessions.changed().await.is_ok() {
                 let event = *sessions.borrow_and_update();
-                if !event.live && b.controller.is_controller() {
+                if !event.live && sync.is_controller() {
                     tracing::warn!("ZooKeeper session lost: resigning as controller");
-                    b.controller.resign_controller();
-                    b.cache.update(|c| c.controller_id = -1);
+                    if let Some(role) = sync.controller() {
+                        role.resign();
+                    }
+                    sync.cache.update(|c| c.controller_id = -1);
                 }
             }
         });
-        let broker = self.clone();
-        let check_every = self
-            .config
-            .values
-            .get("leader.imbalance.check.interval.seconds")
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(300)
-            .max(1);
+        let sync = self.clone();
         tokio::spawn(async move {
-            let mut imbalance_check = tokio::time::interval(Duration::from_secs(check_every));
+            let mut imbalance_check = tokio::time::interval(sync.imbalance_check_interval);
             imbalance_check.tick().await;
             loop {
                 tokio::select! {
                     changed = changes.changed() => if changed.is_err() { return },
-                    _ = imbalance_check.tick() => broker.controller.request_preferred_election(),
+                    _ = imbalance_check.tick() => if let Some(role) = sync.controller() {
+                        role.request_preferred_election();
+                    },
                 }
                 loop {
-                    let b = broker.clone();
+                    let s = sync.clone();
                     let result = tokio::task::spawn_blocking(move || {
-                        let super::store::ZnodeStore::ZooKeeper(zk) = &*b.store else { return Ok(()) };
+                        let ZnodeStore::ZooKeeper(zk) = &*s.store else { return Ok(()) };
                         let dirty = zk.take_dirty();
-                        let preferred = b.controller.take_preferred_election();
+                        let preferred = s.controller().is_some_and(|c| c.take_preferred_election());
                         let result = if dirty.full {
-                            b.reconcile()
+                            s.reconcile()
                         } else if dirty.paths.is_empty() {
                             Ok(())
                         } else {
-                            b.reconcile_changes(Some(&Changes::from_paths(&dirty.paths)))
+                            s.reconcile_changes(Some(&Changes::from_paths(&dirty.paths)))
                         };
-                        let result = result.and_then(|()| match preferred && b.controller.is_controller() {
-                            true => b.controller.preferred_elections(),
-                            false => Ok(()),
-                        });
+                        let result =
+                            result.and_then(|()| match s.controller().filter(|c| preferred && c.is_active()) {
+                                Some(role) => role.preferred_elections(),
+                                None => Ok(()),
+                            });
                         if result.is_err() {
                             // What this pass read is lost with it: start again from the top.
                             zk.mark_all_dirty();
@@ -530,6 +588,44 @@ impl Broker {
                 }
             }
         });
+    }
+}
+
+/// Tells the subscribers what the pass saw change outside the topic tree (everything if
+/// `changes` is None), in a fixed order.
+fn tell_what_changed(subscribers: &Subscribers, changes: Option<&Changes>) -> Result<(), StoreError> {
+    if changes.is_none_or(|c| c.broker_configs) {
+        subscribers.on_broker_configs_changed()?;
+    }
+    if changes.is_none_or(|c| c.quotas) {
+        subscribers.on_client_quotas_changed()?;
+    }
+    if changes.is_none_or(|c| c.feature) {
+        subscribers.on_features_changed()?;
+    }
+    if changes.is_none_or(|c| c.config_changes) {
+        subscribers.on_config_change_notification();
+    }
+    subscribers.on_credentials_changed(changes.map(|c| &c.users))?;
+    subscribers.on_acl_changes(changes.map(|c| &c.acl_changes))
+}
+
+/// Tells the subscribers which of `names` have other overrides in `now` than in `before`.
+fn tell_config_changes(
+    subscribers: &Subscribers,
+    before: &BTreeMap<String, Arc<TopicInfo>>,
+    now: &BTreeMap<String, Arc<TopicInfo>>,
+    names: &BTreeSet<String>,
+) {
+    let changed: Vec<Arc<TopicInfo>> = names
+        .iter()
+        .filter_map(|name| match (before.get(name), now.get(name)) {
+            (Some(b), Some(t)) if b.configs != t.configs => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    if !changed.is_empty() {
+        subscribers.on_topic_configs_changed(&changed);
     }
 }
 

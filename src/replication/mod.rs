@@ -13,6 +13,7 @@ pub mod fetch_session;
 pub mod fetcher;
 pub mod leader_epoch;
 pub mod log_dir_failure;
+mod metadata_listener;
 pub mod partition;
 pub mod quota;
 

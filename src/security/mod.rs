@@ -9,9 +9,12 @@
 pub mod authorizer;
 pub mod client;
 pub mod jaas;
+mod metadata_listener;
 pub mod sasl;
 pub mod scram;
 pub mod tls;
+
+pub use metadata_listener::SecurityListener;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -32,8 +32,8 @@ use super::txn_log::{self, TxnLogValue};
 use crate::config::BrokerConfig;
 use crate::io_pool::IoPool;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
-use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::metadata::{MetadataCache, StoreError, ZnodeStore};
+use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::protocol::ErrorCode;
 use crate::security::client::InterBrokerClient;
 

@@ -13,8 +13,8 @@ use super::txn_log::{self, TxnLogValue};
 use super::{ProducerIdManager, TransactionHandles, TransactionService};
 use crate::config::BrokerConfig;
 use crate::log::batch::BatchHeader;
-use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::metadata::{EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
+use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::replication::{ReplicaHandles, ReplicaManager};
 
 const ME: i32 = 0;
