@@ -40,7 +40,17 @@ impl Controller {
         }
         match snapshot.brokers.iter().find(|b| b.id == broker) {
             None => Err(ErrorCode::BrokerNotAvailable),
-            Some(b) if epoch != -1 && epoch != b.epoch => Err(ErrorCode::StaleBrokerEpoch),
+            Some(b) if epoch != -1 && epoch != b.epoch => {
+                if epoch > b.epoch {
+                    // The broker registered again (a new session) and this controller has not
+                    // read it yet: a lost or late watch event would otherwise leave the broker
+                    // refused until something else changes under /brokers/ids. It retries;
+                    // by then the pass has read its registration.
+                    tracing::info!(broker, epoch, known = b.epoch, "newer broker epoch in a request; re-reading it");
+                    self.store.mark_dirty(&crate::metadata::zk_data::broker_path(broker));
+                }
+                Err(ErrorCode::StaleBrokerEpoch)
+            }
             Some(_) => Ok(()),
         }
     }

@@ -55,6 +55,13 @@ impl ZnodeStore {
         matches!(self, ZnodeStore::ZooKeeper(_))
     }
 
+    /// ZooKeeper: the next metadata pass re-reads `path`. The embedded store has no watches.
+    pub fn mark_dirty(&self, path: &str) {
+        if let ZnodeStore::ZooKeeper(z) = self {
+            z.mark_dirty(path);
+        }
+    }
+
     pub fn create(&self, path: &str, data: &str, ephemeral: bool) -> Result<(), StoreError> {
         match self {
             ZnodeStore::Embedded(s) => s.create(path, data, ephemeral),

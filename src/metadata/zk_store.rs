@@ -227,6 +227,12 @@ impl ZkStore {
         }
     }
 
+    /// Has the next pass re-read `path`, as if its watch had fired: for a change a component
+    /// learned of another way (a broker's newer registration named in its request).
+    pub fn mark_dirty(&self, path: &str) {
+        self.watches.touch(Some(path.to_string()));
+    }
+
     /// Makes the next [`ZkStore::take_dirty`] ask for a full re-read (after a failed pass).
     pub fn mark_all_dirty(&self) {
         self.dirty.lock_unpoisoned().full = true;
