@@ -109,7 +109,7 @@ impl EventQueue {
         self.len() == 0
     }
 
-    /// Steps run since start.
+    /// Steps taken from the queue since start.
     pub fn processed(&self) -> i64 {
         self.processed.load(Ordering::Relaxed)
     }
@@ -135,8 +135,11 @@ fn wait_blocking<R>(wait: impl FnOnce() -> R) -> R {
 fn run(rx: Receiver<Event>, queue: std::sync::Weak<EventQueue>) {
     while let Ok(event) = rx.recv() {
         let waited = event.queued_at.elapsed();
+        // Counted as taken before it runs: its caller may read the counts as soon as it has
+        // the answer.
         if let Some(q) = queue.upgrade() {
             q.queued.fetch_sub(1, Ordering::Relaxed);
+            q.processed.fetch_add(1, Ordering::Relaxed);
         }
         let started = Instant::now();
         // A panicking step must not take the queue down with it: the steps behind it are
@@ -152,9 +155,6 @@ fn run(rx: Receiver<Event>, queue: std::sync::Weak<EventQueue>) {
                 took_ms = took.as_millis() as u64,
                 "slow controller step"
             );
-        }
-        if let Some(q) = queue.upgrade() {
-            q.processed.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
