@@ -60,7 +60,7 @@ fn start_broker(rt: &tokio::runtime::Runtime, dir: &Path) -> Arc<Broker> {
         let broker = Broker::start(config).await.expect("start the fuzz broker");
         // The timers requests wait on: a join completes when the group timer sees the
         // rebalance through.
-        broker.spawn_group_timer();
+        broker.groups.start();
         broker.spawn_isr_expiry();
         broker
     })
