@@ -82,7 +82,10 @@ impl EventQueue {
             return Ok(step());
         }
         let (reply_tx, reply_rx) = mpsc::sync_channel::<R>(1);
+        // The step's log lines belong to the request that asked for it (its connection span).
+        let span = tracing::Span::current();
         let job: Job = Box::new(move || {
+            let _in_request = span.enter();
             let _ = reply_tx.send(step());
         });
         {
