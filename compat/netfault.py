@@ -1035,7 +1035,11 @@ class Schedule:
         readers: List[GroupReader] = []
         txn = None
         try:
-            self.start()
+            try:
+                self.start()
+            except Exception:
+                self.dump_stacks("setup")
+                raise
             producers = [IdemProducer(self.bootstrap, self.data_topic, f"p{i}", self.base) for i in range(3)]
             txn = TxnProducer(self.bootstrap, self.txn_topic, plan["txn_seed"], f"nf-txn-{plan['seed']}", self.base)
             data_reader = GroupReader(self.bootstrap, self.data_topic, "nf-g-data", read_committed=False)
@@ -1105,6 +1109,19 @@ class Schedule:
                 # the implicit acks first: each is an acknowledgement librdkafka gave without an offset
                 out += sorted(hits, key=lambda h: "IMPLICITACK" not in h)[:limit]
         return out
+
+    def dump_stacks(self, why: str) -> None:
+        """Every live broker's thread stacks, beside its log: a stall that leaves every thread
+        parked is otherwise invisible once the processes are gone."""
+        if not shutil.which("gdb"):
+            return
+        for b in self.brokers.values():
+            if not b.alive():
+                continue
+            out = b.base / f"stacks-{why}.txt"
+            with open(out, "wb") as f:
+                subprocess.run(["gdb", "-p", str(b.proc.pid), "-batch", "-ex", "thread apply all bt"],
+                               stdout=f, stderr=subprocess.STDOUT, timeout=120, check=False)
 
     def stop(self) -> None:
         for b in self.brokers.values():

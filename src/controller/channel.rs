@@ -67,7 +67,13 @@ impl ControllerChannels {
     pub fn retain(&self, broker: &Arc<Controller>, live: &[(i32, i64)]) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
         let mut channels = self.channels.lock_unpoisoned();
-        channels.retain(|id, c| live.iter().any(|(l, e)| l == id && *e == c.epoch));
+        // A task that ended (it found this broker no longer controller, in the instant between
+        // a resignation and the next election) must be replaced, or what is queued for its
+        // broker would wait forever.
+        // A task that ended (a pass that began before a resignation and queued after the next
+        // election's reset started it while this broker was briefly not controller) must be
+        // replaced, or what is queued for its broker would wait forever.
+        channels.retain(|id, c| !c.task.is_finished() && live.iter().any(|(l, e)| l == id && *e == c.epoch));
         for &(id, epoch) in live {
             if id == broker.config.broker_id || channels.contains_key(&id) {
                 continue;
@@ -164,9 +170,17 @@ async fn run(
                     tokio::time::timeout(request_timeout, exchange(stream, correlation_id, &client_id, &request, max))
                         .await;
                 match sent {
-                    Ok(Ok((errors, offline))) => {
-                        if let Some(e) = errors {
+                    Ok(Ok(Answer { error, offline, stale_epoch })) => {
+                        if let Some(e) = error {
                             tracing::warn!(broker = target, error = %e, "broker refused a controller request");
+                        }
+                        if stale_epoch {
+                            // The broker registered again and this controller still addresses its
+                            // old registration: re-read it, which replaces this channel, rather
+                            // than repeat what the broker will keep refusing.
+                            if let Some(b) = broker.upgrade() {
+                                b.store.mark_dirty(&crate::metadata::zk_data::broker_path(target));
+                            }
                         }
                         if !offline.is_empty() {
                             if let Some(b) = broker.upgrade() {
@@ -211,15 +225,25 @@ async fn connect(broker: &Controller, target: i32) -> Option<BrokerConnection> {
     }
 }
 
-/// Sends one request and reads its answer: the error it reports, if any, and the
-/// partitions a LeaderAndIsr answer names KAFKA_STORAGE_ERROR (replicas in an offline dir).
+/// What a broker answered to one controller request.
+struct Answer {
+    /// The error it reports, if any.
+    error: Option<String>,
+    /// The partitions a LeaderAndIsr answer names KAFKA_STORAGE_ERROR (replicas in an offline dir).
+    offline: Vec<LeaderAndIsrPartitionError>,
+    /// The broker refused the request's broker epoch as older than its registration.
+    stale_epoch: bool,
+}
+
+/// Sends one request and reads its answer.
 async fn exchange(
     stream: &mut BrokerConnection,
     correlation_id: i32,
     client_id: &str,
     request: &ControlRequest,
     max: usize,
-) -> anyhow::Result<(Option<String>, Vec<LeaderAndIsrPartitionError>)> {
+) -> anyhow::Result<Answer> {
+    let stale = |code: i16| code == ErrorCode::StaleBrokerEpoch.code();
     Ok(match request {
         ControlRequest::LeaderAndIsr(r) => {
             let resp: LeaderAndIsrResponse =
@@ -229,12 +253,13 @@ async fn exchange(
             let offline = resp.partition_errors.iter().filter(|p| p.error_code == storage).cloned().collect();
             let error = (resp.error_code != 0 || failed > 0)
                 .then(|| format!("LeaderAndIsr: error {} and {failed} partition errors", resp.error_code));
-            return Ok((error, offline));
+            Answer { error, offline, stale_epoch: stale(resp.error_code) }
         }
         ControlRequest::UpdateMetadata(r) => {
             let resp: UpdateMetadataResponse =
                 round_trip(stream, correlation_id, client_id, r, UPDATE_METADATA_VERSION, max).await?;
-            ((resp.error_code != 0).then(|| format!("UpdateMetadata: error {}", resp.error_code)), Vec::new())
+            let error = (resp.error_code != 0).then(|| format!("UpdateMetadata: error {}", resp.error_code));
+            Answer { error, offline: Vec::new(), stale_epoch: stale(resp.error_code) }
         }
         ControlRequest::StopReplica(r) => {
             let resp: StopReplicaResponse =
@@ -242,7 +267,7 @@ async fn exchange(
             let failed = resp.partition_errors.iter().filter(|p| p.error_code != 0).count();
             let error = (resp.error_code != 0 || failed > 0)
                 .then(|| format!("StopReplica: error {} and {failed} partition errors", resp.error_code));
-            (error, Vec::new())
+            Answer { error, offline: Vec::new(), stale_epoch: stale(resp.error_code) }
         }
     })
 }
