@@ -29,8 +29,13 @@ pub const STOP_REPLICA_VERSION: i16 = 3;
 /// Requests waiting for one broker before the controller gives up on increments and sends
 /// that broker the whole state once it catches up.
 const QUEUE_CAPACITY: usize = 64;
+/// The pause after a failed request, and the step of the pause between failed connection
+/// attempts. Kafka has no key for it: its RequestSendThread sleeps a fixed 100 ms, and its
+/// controller channels connect with no reconnect backoff. A little longer here spares a
+/// broker that is restarting a reconnect storm from every controller channel.
 const RETRY_BACKOFF: Duration = Duration::from_millis(300);
-/// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`).
+/// The longest pause between failed connection attempts. No Kafka key either (see above); a
+/// broker that comes back is reached within it.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
