@@ -217,7 +217,15 @@ async fn connect(broker: &Controller, target: i32) -> Option<BrokerConnection> {
     let snapshot = broker.cache.snapshot();
     let b = snapshot.brokers.iter().find(|b| b.id == target)?;
     let client_id = format!("gregor-controller-{}", broker.config.broker_id);
-    match broker.inter_broker.connect(&b.host, b.port, &client_id).await {
+    // Kafka's RequestSendThread waits `controller.socket.timeout.ms` for the broker to be
+    // ready; the inter-broker client's own set-up timeout applies within it.
+    let within = broker.config.controller_socket_timeout;
+    let connected = tokio::time::timeout(within, broker.inter_broker.connect(&b.host, b.port, &client_id)).await;
+    let Ok(connected) = connected else {
+        tracing::debug!(broker = target, "cannot connect to broker within controller.socket.timeout.ms");
+        return None;
+    };
+    match connected {
         Ok(c) => Some(c),
         Err(e) if e.is_authentication() => {
             tracing::warn!(broker = target, listener = broker.inter_broker.listener(), error = %e, "cannot authenticate to broker");

@@ -250,7 +250,8 @@ fn standalone_topics_are_created_and_deleted_through_the_local_broker() {
     assert_eq!(info.partitions.iter().map(|p| (p.index, p.leader)).collect::<Vec<_>>(), vec![(0, 1), (1, 1), (2, 1)]);
     assert!(c.store.get(&zk_data::topic_path("orders")).is_some());
     for p in 0..3 {
-        let state = c.store.get(&zk_data::partition_state_path("orders", p)).map(|d| zk_data::parse_partition_state(&d));
+        let state =
+            c.store.get(&zk_data::partition_state_path("orders", p)).map(|d| zk_data::parse_partition_state(&d));
         let state = state.flatten().map(|s| (s.leader, s.leader_epoch, s.isr));
         assert_eq!(state, Some((1, 0, vec![1])), "orders-{p}: its first state is written");
     }
