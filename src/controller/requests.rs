@@ -20,7 +20,11 @@ use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
 
 /// How long a ControlledShutdown waits for the moved leaderships to be read back before it
-/// answers with what remains (the broker then asks again).
+/// answers with what remains (the broker then asks again). Kafka has no key for it: its
+/// controller answers as soon as its own context holds the moves, which ours holds only once
+/// the watch events are read back. It stays well under `request.timeout.ms`, which the
+/// stopping broker gives the request, and equal to the default of
+/// `controlled.shutdown.retry.backoff.ms`, its pause before asking again.
 const SHUTDOWN_SETTLE: Duration = Duration::from_secs(5);
 
 /// An accepted ISR change: (its slot in the response, topic, partition, new state, the
