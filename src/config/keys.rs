@@ -118,6 +118,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("socket.receive.buffer.bytes", "102400"),
     ("replica.fetch.max.bytes", "1048576"),
     ("replica.fetch.wait.max.ms", "500"),
+    ("replica.socket.timeout.ms", "30000"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("replica.fetch.response.max.bytes", "10485760"),
     ("leader.replication.throttled.rate", "9223372036854775807"),

@@ -173,7 +173,10 @@ async fn run(
         };
         let request = &built.request;
         correlation_id = correlation_id.wrapping_add(1);
-        let wait = Duration::from_millis(broker.handles.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
+        // A leader that stopped answering (a dropped connection, or an answer lost with TCP
+        // retransmitting at ever longer intervals after a network cut) is asked again on a new
+        // connection after replica.socket.timeout.ms, as Kafka's fetcher does.
+        let wait = broker.handles.config.replica_socket_timeout;
         let answer = tokio::select! {
             a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, request, &mut rx)) => a,
             _ = restart.notified() => {
