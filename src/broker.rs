@@ -28,7 +28,7 @@ const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
 mod group_links;
 mod txn_links;
-pub(crate) use group_links::{OffsetsLink, OffsetsTopicLink, StoreLink};
+use group_links::OffsetsTopicLink;
 use txn_links::{MarkerLink, TopicCreatorLink};
 
 const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
@@ -172,9 +172,9 @@ impl Broker {
         let groups = Arc::new(GroupCoordinatorService::new(GroupServiceHandles {
             broker_id: id,
             coordinator: crate::config::coordinator_config(&config)?,
-            partitions: Arc::new(OffsetsLink { me: id, cache: cache.clone(), replicas: replicas.clone() }),
+            partitions: replicas.clone(),
             creator: Arc::new(OffsetsTopicLink(controller.clone())),
-            znodes: Arc::new(StoreLink(store.clone())),
+            znodes: store.clone(),
             io: io.clone(),
             offsets_zk_mirror_interval: config.offsets_zk_mirror_interval,
             offsets_zk_mirror_max_writes: config.offsets_zk_mirror_max_writes,
