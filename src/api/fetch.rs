@@ -58,7 +58,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let mut r = FetchResponse::default();
     // A follower names itself (v15+ in replica_state); consumers send -1.
     let replica = if version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
-    let snapshot = ctx.broker.cache.snapshot();
+    let snapshot = ctx.components.cache.snapshot();
     let topic_of = |name: &TopicName, id: Uuid| -> (String, Uuid) {
         if version >= 13 {
             match snapshot.topic_by_id(id) {
@@ -93,7 +93,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
 
     // Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
     // epoch 0 opens a new one. Any other epoch continues the named session.
-    let sessions = &ctx.broker.replicas.fetch_sessions;
+    let sessions = &ctx.components.replicas.fetch_sessions;
     let now = Instant::now();
     let mut session: Option<Arc<Mutex<Session>>> = None;
     let mut incremental = false;
@@ -174,9 +174,9 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
 
     // consumer_byte_rate: a consumer over its quota gets no data, after its throttle time.
     let (user, client) = super::quotas::quota_identity(ctx);
-    let window = ctx.broker.quotas.window();
+    let window = ctx.components.quotas.window();
     if replica < 0 {
-        let throttle = ctx.broker.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
+        let throttle = ctx.components.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
         if !throttle.is_zero() {
             tokio::time::sleep(throttle).await;
             r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
@@ -217,7 +217,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             // what changed as well. A change since the marks were taken has left a permit.
             parked.get_or_insert_with(|| {
                 ctx.park();
-                ctx.broker.metrics.park_fetch()
+                ctx.components.metrics.park_fetch()
             });
             let woken = tokio::time::timeout(deadline - now, c.notify.notified()).await.is_ok();
             let marked = c.take();
@@ -243,7 +243,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         }
         parked.get_or_insert_with(|| {
             ctx.park();
-            ctx.broker.metrics.park_fetch()
+            ctx.components.metrics.park_fetch()
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
@@ -264,7 +264,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     if replica < 0 {
         let sent: usize =
             r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum();
-        let throttle = ctx.broker.quotas.record(CONSUMER_BYTE_RATE, user, &client, sent, window);
+        let throttle = ctx.components.quotas.record(CONSUMER_BYTE_RATE, user, &client, sent, window);
         r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
     }
     r
@@ -304,7 +304,9 @@ fn count_bytes_out(ctx: &RequestContext, responses: &[FetchableTopicResponse], t
         let sent = |p: &PartitionData| p.records.as_ref().map_or(0, |r| r.len());
         let bytes: usize = t.partitions.iter().map(sent).sum();
         let Some(with_records) = t.partitions.iter().find(|p| sent(p) > 0) else { continue };
-        let Some(p) = ctx.broker.replicas.hosted(t.topic.0.as_str(), with_records.partition_index) else { continue };
+        let Some(p) = ctx.components.replicas.hosted(t.topic.0.as_str(), with_records.partition_index) else {
+            continue;
+        };
         if to_follower {
             p.metrics().record_follower_fetch(bytes as u64);
         } else {
@@ -356,7 +358,7 @@ fn watch_session_partitions(ctx: &RequestContext, g: &mut Session, keys: &Partit
             g.unwatched.remove(key);
             continue;
         }
-        match ctx.broker.replicas.hosted(&key.0, key.1) {
+        match ctx.components.replicas.hosted(&key.0, key.1) {
             Some(p) => {
                 p.watch_changes(&g.changes);
                 g.unwatched.remove(key);
@@ -466,10 +468,10 @@ async fn read(
     if !reads_cold {
         return zero_copy::collect(params.sendfile, || read_all(ctx, wanted, &partitions, params, watch));
     }
-    let dirs = ctx.broker.replicas.log_dirs_of(partitions.iter().flatten().map(|p| &**p));
+    let dirs = ctx.components.replicas.log_dirs_of(partitions.iter().flatten().map(|p| &**p));
     let (c, w, p, watch) = (ctx.clone(), wanted.clone(), params.clone(), watch.cloned());
     let job = move || zero_copy::collect(p.sendfile, || read_all(&c, &w, &partitions, &p, watch.as_ref()));
-    match ctx.broker.io.run_on(dirs, job).await {
+    match ctx.components.io.run_on(dirs, job).await {
         Ok(outcome) => outcome,
         Err(e) => {
             tracing::error!(error = %e, "fetch read failed");
@@ -484,7 +486,7 @@ async fn read(
 
 /// The replica each wanted partition is read from, in order (None: not here, or no topic).
 fn resolve(ctx: &RequestContext, wanted: &[Wanted], params: &ReadParams) -> Vec<Option<Arc<Partition>>> {
-    let replicas = &ctx.broker.replicas;
+    let replicas = &ctx.components.replicas;
     // A consumer with Fetch v11+ may read from a follower (KIP-392).
     let any_replica = params.replica < 0 && params.version >= 11;
     wanted
@@ -509,7 +511,7 @@ fn read_all(
     let (max_bytes, version, replica, committed) = (params.max_bytes, params.version, params.replica, params.committed);
     let rack = params.rack.as_str();
     let mut partitions = partitions.iter();
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
@@ -675,7 +677,7 @@ fn read_all(
 /// most caught-up in-sync follower in the consumer's rack that holds the offset; None: read
 /// here.
 fn preferred_read_replica(
-    broker: &crate::broker::Broker,
+    broker: &crate::api::Components,
     p: &crate::replication::Partition,
     rack: &str,
     offset: i64,
@@ -694,7 +696,7 @@ fn preferred_read_replica(
 
 /// `message.downconversion.enable` of the topic, else the broker's
 /// `log.message.downconversion.enable`.
-fn down_conversion_enabled(broker: &crate::broker::Broker, topic: &str) -> bool {
+fn down_conversion_enabled(broker: &crate::api::Components, topic: &str) -> bool {
     broker
         .cache
         .topic(topic)
@@ -707,13 +709,19 @@ fn down_conversion_enabled(broker: &crate::broker::Broker, topic: &str) -> bool 
 /// partition may return, beyond the first batch.
 fn down_convert(ctx: &RequestContext, stored: &[u8], version: i16, offset: i64, limit: usize) -> Result<Bytes, i16> {
     let magic = if version <= 1 { 0 } else { 1 };
-    crate::log::legacy::to_message_set_counted(stored, magic, offset, limit, ctx.broker.config.socket_request_max_bytes)
-        .map(|(set, records)| {
-            ctx.broker.metrics.conversions.fetch.inc_by(records);
-            Bytes::from(set)
-        })
-        .map_err(|e| {
-            tracing::debug!(error = %e, "cannot down-convert for an old fetch");
-            e.kafka_code()
-        })
+    crate::log::legacy::to_message_set_counted(
+        stored,
+        magic,
+        offset,
+        limit,
+        ctx.components.config.socket_request_max_bytes,
+    )
+    .map(|(set, records)| {
+        ctx.components.metrics.conversions.fetch.inc_by(records);
+        Bytes::from(set)
+    })
+    .map_err(|e| {
+        tracing::debug!(error = %e, "cannot down-convert for an old fetch");
+        e.kafka_code()
+    })
 }

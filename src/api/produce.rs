@@ -36,7 +36,7 @@ struct Pending {
 }
 
 pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceResponse> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let acks = req.acks;
     let valid_acks = matches!(acks, -1..=1);
     let transactional = req.transactional_id.is_some();
@@ -225,7 +225,7 @@ fn txn_verified(
     }
     let markers = partition.txn_markers_of(h.producer_id);
     let tp = (topic.to_string(), index);
-    ctx.broker.txn.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote)?;
+    ctx.components.txn.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote)?;
     Ok(Some(markers))
 }
 
@@ -238,7 +238,7 @@ async fn verify_remote(ctx: &RequestContext, txn_id: &str, req: &ProduceRequest)
     for t in &req.topic_data {
         for pd in &t.partition_data {
             let Some(h) = pd.records.as_deref().and_then(crate::log::BatchHeader::parse) else { continue };
-            if !h.is_transactional() || ctx.broker.replicas.partition(&t.name.0, pd.index).is_none() {
+            if !h.is_transactional() || ctx.components.replicas.partition(&t.name.0, pd.index).is_none() {
                 continue;
             }
             producer.get_or_insert((h.producer_id, h.producer_epoch));
@@ -246,11 +246,11 @@ async fn verify_remote(ctx: &RequestContext, txn_id: &str, req: &ProduceRequest)
         }
     }
     let Some((pid, epoch)) = producer else { return HashMap::new() };
-    ctx.broker.txn.needs_remote_verification(txn_id, pid, epoch, &mut tps);
+    ctx.components.txn.needs_remote_verification(txn_id, pid, epoch, &mut tps);
     if tps.is_empty() {
         return HashMap::new();
     }
-    ctx.broker.txn.verify_with_coordinator(txn_id, pid, epoch, &tps).await
+    ctx.components.txn.verify_with_coordinator(txn_id, pid, epoch, &tps).await
 }
 
 /// Kafka's rule for compacted topics: every record needs a key, since compaction keeps the
@@ -269,7 +269,7 @@ fn refuse_keyless(
         return false;
     };
     let keyless =
-        match crate::log::batch::keyless_records(records, &headers, ctx.broker.config.socket_request_max_bytes) {
+        match crate::log::batch::keyless_records(records, &headers, ctx.components.config.socket_request_max_bytes) {
             Ok(k) => k,
             Err(e) => {
                 tracing::info!(topic, partition, error = %e, "rejected produce to a compacted topic");
@@ -311,10 +311,10 @@ fn up_convert(ctx: &RequestContext, records: bytes::Bytes) -> Result<bytes::Byte
     if ctx.version() >= 3 || crate::log::legacy::first_magic(&records).is_none_or(|m| m >= 2) {
         return Ok(records);
     }
-    crate::log::legacy::to_record_batch(&records, ctx.broker.config.socket_request_max_bytes)
+    crate::log::legacy::to_record_batch(&records, ctx.components.config.socket_request_max_bytes)
         .map(|batch| {
             let records = crate::log::batch::BatchHeader::parse(&batch).map_or(0, |h| h.records_count.max(0));
-            ctx.broker.metrics.conversions.produce.inc_by(records as u64);
+            ctx.components.metrics.conversions.produce.inc_by(records as u64);
             bytes::Bytes::from(batch)
         })
         .map_err(|e| {
