@@ -191,34 +191,41 @@ impl Broker {
         });
         let broker = Arc::new(Broker { components, cleaner: std::sync::OnceLock::new() });
         let _ = markers.0.set(Arc::downgrade(&broker));
-        let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(&broker) as _;
-        broker.components.controller.attach(local);
-        broker.components.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(&broker))));
-        broker.subscribe_to_metadata();
-        broker.subscribe_to_dynamic_configs();
-        broker.components.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
-        broker
-            .components
-            .quotas
-            .reload_client_quotas()
-            .map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
-        if broker.components.store.is_zookeeper() {
-            broker
-                .components
-                .zk_sync
-                .reconcile()
-                .map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
-        } else {
-            broker.components.controller.try_become_controller()?;
-            broker.components.controller.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
-        }
-        if !broker.components.store.is_zookeeper() {
-            // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
-            broker.components.groups.load_groups(None);
-            broker.components.txn.load_txns(None);
-        }
+        broker.wire();
+        broker.load_state()?;
         tracing::info!(broker_id = id, cluster_id = %cluster_id, zookeeper = broker.components.store.is_zookeeper(), "broker started");
         Ok(broker)
+    }
+
+    /// Tells each component of the others it calls back: the controller of the local replicas,
+    /// the replica manager of the coordinators, the metadata sync and the dynamic configs of
+    /// who follows them.
+    fn wire(self: &Arc<Self>) {
+        let local: std::sync::Weak<dyn crate::controller::LocalBroker> = Arc::downgrade(self) as _;
+        self.components.controller.attach(local);
+        self.components.replicas.set_leadership_listener(Arc::new(BrokerLink(Arc::downgrade(self))));
+        self.subscribe_to_metadata();
+        self.subscribe_to_dynamic_configs();
+    }
+
+    /// Reads what the store holds: dynamic configs, client quotas, and the cluster state (from
+    /// ZooKeeper, or standalone as its own controller, with the groups and transactions).
+    fn load_state(&self) -> anyhow::Result<()> {
+        let c = &self.components;
+        c.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
+        c.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
+        if c.store.is_zookeeper() {
+            c.zk_sync.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
+        } else {
+            c.controller.try_become_controller()?;
+            c.controller.load_topics().map_err(|e| anyhow::anyhow!("cannot load topics: {e}"))?;
+        }
+        if !c.store.is_zookeeper() {
+            // In ZooKeeper mode each offsets partition is loaded as this broker takes it over.
+            c.groups.load_groups(None);
+            c.txn.load_txns(None);
+        }
+        Ok(())
     }
 
     /// What the request handlers are given: the broker's components.

@@ -306,9 +306,9 @@ impl Connection {
     }
 }
 
-/// What a connection's requests are handled with: the broker, and who is asking on which
-/// listener. Apart from the socket, so that the whole request path (decode, handle, encode)
-/// can be driven in-process, as the fuzz targets do.
+/// What a connection's requests are handled with: the broker's components, and who is asking
+/// on which listener. Apart from the socket, so that the whole request path (decode, handle,
+/// encode) can be driven in-process, as the fuzz targets do.
 pub struct RequestPath {
     components: Arc<Components>,
     listener: Arc<str>,
