@@ -71,8 +71,71 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             (name, id)
         }
     };
-    let requested: Vec<Wanted> = req
-        .topics
+    let requested = requested(&req, version, &topic_of);
+    let mut s = match use_session(ctx, &req, replica, requested, &topic_of) {
+        Ok(s) => s,
+        Err(code) => {
+            r.error_code = code;
+            return r;
+        }
+    };
+    r.session_id = s.session_id;
+
+    // consumer_byte_rate: a consumer over its quota gets no data, after its throttle time.
+    let (user, client) = super::quotas::quota_identity(ctx);
+    let window = ctx.components.quotas.window();
+    if replica < 0 {
+        let throttle = ctx.components.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
+        if !throttle.is_zero() {
+            tokio::time::sleep(throttle).await;
+            r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+            r.responses = throttled_answer(&s.wanted);
+            // Nothing was read: the session's next fetch must still read what this one would
+            // have (every partition of a session this request opened).
+            if let Some((c, keys)) = &s.changes {
+                for (topic, index) in keys {
+                    c.mark(topic, *index);
+                }
+            }
+            return r;
+        }
+    }
+    let rack = if version >= 11 { req.rack_id.as_str() } else { "" };
+    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let deadline = Instant::now() + max_wait;
+    let min_bytes = req.min_bytes.max(0) as usize;
+    // isolation_level (v4+): 1 is read_committed, which followers never ask for.
+    let committed = version >= 4 && replica < 0 && req.isolation_level == 1;
+    let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    // Fetch v4+ only: older versions convert the records, which needs their bytes.
+    let sendfile = ctx.sendfile && version >= 4;
+    let params = Arc::new(ReadParams { max_bytes, version, replica, rack: rack.to_string(), committed, sendfile });
+    let until = Until { deadline, min_bytes };
+    let responses = read_until_ready(ctx, &params, s.wanted, &mut s.changes, s.session.as_ref(), until).await;
+    r.responses = match s.session {
+        Some(session) => {
+            let pending = s.changes.as_ref().map(|(c, _)| (&**c, committed));
+            only_news(&mut session.lock_unpoisoned(), responses, s.incremental, pending)
+        }
+        None => responses,
+    };
+    count_bytes_out(ctx, &r.responses, replica >= 0);
+    if replica < 0 {
+        let sent: usize =
+            r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum();
+        let throttle = ctx.components.quotas.record(CONSUMER_BYTE_RATE, user, &client, sent, window);
+        r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+    }
+    r
+}
+
+/// A topic's name and id as the request names it: by id from v13 (an empty name when the id
+/// is unknown), by name before (a nil id when the name is unknown).
+type TopicOf<'a> = &'a dyn Fn(&TopicName, Uuid) -> (String, Uuid);
+
+/// The partitions the request names, and where in them it reads.
+fn requested(req: &FetchRequest, version: i16, topic_of: TopicOf<'_>) -> Vec<Wanted> {
+    req.topics
         .iter()
         .map(|t| {
             let (name, id) = topic_of(&t.topic, t.topic_id);
@@ -89,67 +152,43 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 .collect();
             Wanted { name, id, partitions }
         })
-        .collect();
+        .collect()
+}
 
-    // Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
-    // epoch 0 opens a new one. Any other epoch continues the named session.
+/// What a fetch reads, and the fetch session (v7+) it reads through.
+struct SessionRead {
+    /// The request's partitions, or a continued session's.
+    wanted: Vec<Wanted>,
+    session: Option<Arc<Mutex<Session>>>,
+    /// The request continued a session: the answer holds only what changed.
+    incremental: bool,
+    /// A consumer's session: its change marks, and the partitions it reads.
+    changes: Option<(Arc<Changes>, PartitionKeys)>,
+    /// The session id the answer names (0: none).
+    session_id: i32,
+}
+
+/// Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
+/// epoch 0 opens a new one. Any other epoch continues the named session. `Err` is the error
+/// code the whole request is answered with.
+fn use_session(
+    ctx: &RequestContext,
+    req: &FetchRequest,
+    replica: i32,
+    requested: Vec<Wanted>,
+    topic_of: TopicOf<'_>,
+) -> Result<SessionRead, i16> {
     let sessions = &ctx.components.replicas.fetch_sessions;
     let now = Instant::now();
-    let mut session: Option<Arc<Mutex<Session>>> = None;
-    let mut incremental = false;
-    // A consumer's incremental fetch: the session's change marks, and the partitions it reads.
-    let mut changes: Option<(Arc<Changes>, PartitionKeys)> = None;
     let full = req.session_epoch == 0 || req.session_epoch == -1;
     if full && req.session_id != 0 {
         sessions.remove(req.session_id);
     }
-    let wanted = if !full {
-        let Some(s) = sessions.get(req.session_id, now) else {
-            r.error_code = ErrorCode::FetchSessionIdNotFound.code();
-            return r;
-        };
-        {
-            let mut g = s.lock_unpoisoned();
-            if req.session_epoch != g.epoch || g.replica != replica {
-                r.error_code = ErrorCode::InvalidFetchSessionEpoch.code();
-                return r;
-            }
-            g.epoch = if g.epoch == i32::MAX { 1 } else { g.epoch + 1 };
-            for w in &requested {
-                for p in &w.partitions {
-                    let sent = g
-                        .partitions
-                        .get(&(w.name.clone(), p.index))
-                        .map(|x| (x.sent_high_watermark, x.sent_log_start_offset, x.sent_last_stable_offset));
-                    g.partitions.insert((w.name.clone(), p.index), session_partition(w.id, p, sent));
-                }
-            }
-            for f in &req.forgotten_topics_data {
-                let (name, _) = topic_of(&f.topic, f.topic_id);
-                for index in &f.partitions {
-                    g.partitions.remove(&(name.clone(), *index));
-                }
-            }
-            let all = if replica < 0 {
-                // A consumer's: what it named, what changed since, what cannot be watched.
-                let mut keys = g.changes.take();
-                keys.extend(requested.iter().flat_map(|w| w.partitions.iter().map(|p| (w.name.clone(), p.index))));
-                keys.extend(g.unwatched.iter().cloned());
-                watch_session_partitions(ctx, &mut g, &keys);
-                changes = Some((g.changes.clone(), keys));
-                session_wanted(&g, changes.as_ref().map(|c| &c.1))
-            } else {
-                session_wanted(&g, None)
-            };
-            let size = g.partitions.len();
-            drop(g);
-            sessions.resize(req.session_id, size);
-            session = Some(s);
-            incremental = true;
-            r.session_id = req.session_id;
-            all
-        }
-    } else if req.session_epoch == 0 && version >= 7 {
+    if !full {
+        return continue_session(ctx, req, replica, &requested, topic_of, now);
+    }
+    let mut read = SessionRead { wanted: Vec::new(), session: None, incremental: false, changes: None, session_id: 0 };
+    if req.session_epoch == 0 && ctx.version() >= 7 {
         let partitions = requested
             .iter()
             .flat_map(|w| {
@@ -162,57 +201,95 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 let mut g = s.lock_unpoisoned();
                 let keys: PartitionKeys = g.partitions.keys().cloned().collect();
                 watch_session_partitions(ctx, &mut g, &keys);
-                changes = Some((g.changes.clone(), keys));
+                read.changes = Some((g.changes.clone(), keys));
             }
-            session = Some(s);
-            r.session_id = id;
-        }
-        requested
-    } else {
-        requested
-    };
-
-    // consumer_byte_rate: a consumer over its quota gets no data, after its throttle time.
-    let (user, client) = super::quotas::quota_identity(ctx);
-    let window = ctx.components.quotas.window();
-    if replica < 0 {
-        let throttle = ctx.components.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
-        if !throttle.is_zero() {
-            tokio::time::sleep(throttle).await;
-            r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
-            r.responses = throttled_answer(&wanted);
-            // Nothing was read: the session's next fetch must still read what this one would
-            // have (every partition of a session this request opened).
-            if let Some((c, keys)) = &changes {
-                for (topic, index) in keys {
-                    c.mark(topic, *index);
-                }
-            }
-            return r;
+            read.session = Some(s);
+            read.session_id = id;
         }
     }
-    let rack = if version >= 11 { req.rack_id.as_str() } else { "" };
-    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
-    let deadline = Instant::now() + max_wait;
-    let min_bytes = req.min_bytes.max(0) as usize;
-    // isolation_level (v4+): 1 is read_committed, which followers never ask for.
-    let committed = version >= 4 && replica < 0 && req.isolation_level == 1;
-    let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    read.wanted = requested;
+    Ok(read)
+}
+
+/// An incremental fetch: the named session at the expected epoch takes the request's
+/// partitions and forgets those it lists, and the fetch reads the session's partitions.
+fn continue_session(
+    ctx: &RequestContext,
+    req: &FetchRequest,
+    replica: i32,
+    requested: &[Wanted],
+    topic_of: TopicOf<'_>,
+    now: Instant,
+) -> Result<SessionRead, i16> {
+    let sessions = &ctx.components.replicas.fetch_sessions;
+    let s = sessions.get(req.session_id, now).ok_or(ErrorCode::FetchSessionIdNotFound.code())?;
+    let mut g = s.lock_unpoisoned();
+    if req.session_epoch != g.epoch || g.replica != replica {
+        return Err(ErrorCode::InvalidFetchSessionEpoch.code());
+    }
+    g.epoch = if g.epoch == i32::MAX { 1 } else { g.epoch + 1 };
+    for w in requested {
+        for p in &w.partitions {
+            let sent = g
+                .partitions
+                .get(&(w.name.clone(), p.index))
+                .map(|x| (x.sent_high_watermark, x.sent_log_start_offset, x.sent_last_stable_offset));
+            g.partitions.insert((w.name.clone(), p.index), session_partition(w.id, p, sent));
+        }
+    }
+    for f in &req.forgotten_topics_data {
+        let (name, _) = topic_of(&f.topic, f.topic_id);
+        for index in &f.partitions {
+            g.partitions.remove(&(name.clone(), *index));
+        }
+    }
+    let mut changes = None;
+    let wanted = if replica < 0 {
+        // A consumer's: what it named, what changed since, what cannot be watched.
+        let mut keys = g.changes.take();
+        keys.extend(requested.iter().flat_map(|w| w.partitions.iter().map(|p| (w.name.clone(), p.index))));
+        keys.extend(g.unwatched.iter().cloned());
+        watch_session_partitions(ctx, &mut g, &keys);
+        changes = Some((g.changes.clone(), keys));
+        session_wanted(&g, changes.as_ref().map(|c| &c.1))
+    } else {
+        session_wanted(&g, None)
+    };
+    let size = g.partitions.len();
+    drop(g);
+    sessions.resize(req.session_id, size);
+    Ok(SessionRead { wanted, session: Some(s), incremental: true, changes, session_id: req.session_id })
+}
+
+/// When a fetch may answer: once it has `min_bytes`, or at `deadline` with what there is.
+struct Until {
+    deadline: Instant,
+    min_bytes: usize,
+}
+
+/// Reads until the fetch may answer (or a partition answers with an error), waiting in
+/// between for the partitions' appends with the request's slot given back. Leaves the file
+/// ranges behind the answer's placeholders for the response writer.
+async fn read_until_ready(
+    ctx: &RequestContext,
+    params: &Arc<ReadParams>,
+    wanted: Vec<Wanted>,
+    changes: &mut Option<(Arc<Changes>, PartitionKeys)>,
+    session: Option<&Arc<Mutex<Session>>>,
+    Until { deadline, min_bytes }: Until,
+) -> Vec<FetchableTopicResponse> {
     let mut parked = None;
     // Woken only by the partitions this fetch reads: each read with `watch` registers it.
     let waiter = Arc::new(Notify::new());
     let mut watch = None;
-    // Fetch v4+ only: older versions convert the records, which needs their bytes.
-    let sendfile = ctx.sendfile && version >= 4;
-    let params = Arc::new(ReadParams { max_bytes, version, replica, rack: rack.to_string(), committed, sendfile });
     let mut wanted = Arc::new(wanted);
     let (responses, files) = loop {
-        let ((responses, total, any_error), files) = read(ctx, &wanted, &params, watch).await;
+        let ((responses, total, any_error), files) = read(ctx, &wanted, params, watch).await;
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break (responses, files);
         }
-        if let (Some((c, keys)), Some(s)) = (changes.as_mut(), &session) {
+        if let (Some((c, keys)), Some(s)) = (changes.as_mut(), session) {
             // A consumer's session is told of its partitions' changes: wait for one, then read
             // what changed as well. A change since the marks were taken has left a permit.
             parked.get_or_insert_with(|| {
@@ -229,7 +306,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 wanted = Arc::new(session_wanted(&g, Some(keys)));
             }
             if !woken {
-                let ((responses, _, _), files) = read(ctx, &wanted, &params, None).await;
+                let ((responses, _, _), files) = read(ctx, &wanted, params, None).await;
                 break (responses, files);
             }
             continue;
@@ -247,27 +324,13 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            let ((responses, _, _), files) = read(ctx, &wanted, &params, None).await;
+            let ((responses, _, _), files) = read(ctx, &wanted, params, None).await;
             break (responses, files);
         }
     };
     *ctx.file_ranges.lock_unpoisoned() = files;
     drop(parked);
-    r.responses = match session {
-        Some(s) => {
-            let pending = changes.as_ref().map(|(c, _)| (&**c, committed));
-            only_news(&mut s.lock_unpoisoned(), responses, incremental, pending)
-        }
-        None => responses,
-    };
-    count_bytes_out(ctx, &r.responses, replica >= 0);
-    if replica < 0 {
-        let sent: usize =
-            r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum();
-        let throttle = ctx.components.quotas.record(CONSUMER_BYTE_RATE, user, &client, sent, window);
-        r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
-    }
-    r
+    responses
 }
 
 /// What a throttled consumer is told: every partition it asked for, without data (offsets
