@@ -42,10 +42,10 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
         r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
-    r.api_keys = supported_list(ctx.broker.store.is_zookeeper());
+    r.api_keys = supported_list(ctx.components.store.is_zookeeper());
     // A ZooKeeper-mode Kafka supports and finalizes no features (see controller::features);
     // the epoch is that of `/feature`.
-    r.finalized_features_epoch = ctx.broker.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
+    r.finalized_features_epoch = ctx.components.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
     r
 }
 

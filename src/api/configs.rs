@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
-use crate::broker::Broker;
+use crate::api::Components;
 use crate::config::{is_dynamic_broker_config, is_dynamic_in_kafka_only, is_per_broker_only, TOPIC_CONFIGS};
 use crate::dynamic_config::{DynamicValues, DEFAULT_ENTITY};
 use crate::protocol::{ApiError, ErrorCode};
@@ -41,7 +41,7 @@ pub struct ConfigEntry {
 /// Every topic-level key with its effective value and where that value comes from: the
 /// topic's override, else the broker key it defaults to, at that key's own source (dynamic,
 /// static or default), as Kafka reports them.
-pub fn topic_config_entries(broker: &Broker, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
+pub fn topic_config_entries(broker: &Components, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
     let effective = broker.effective_config();
     let dynamic = broker.dynamic.values();
     TOPIC_CONFIGS
@@ -143,7 +143,7 @@ fn with_synonyms(
 /// This broker's configs: each key's effective value at its source; only the dynamically
 /// updatable keys are writable (`broker.id` and the rest are read-only).
 fn broker_entries(
-    broker: &Broker,
+    broker: &Components,
     dynamic: &DynamicValues,
     include_synonyms: bool,
 ) -> Vec<DescribeConfigsResourceResult> {
@@ -178,7 +178,7 @@ fn config_access(ctx: &RequestContext, resource_type: i8, name: &str, op: Operat
 }
 
 pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let mut r = DescribeConfigsResponse::default();
     for res in req.resources {
         let mut out = DescribeConfigsResult::default();
@@ -244,7 +244,7 @@ fn alter_topic(
     ops: &[(String, i8, Option<String>)],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let topic = broker
         .cache
         .topic(name)
@@ -325,7 +325,7 @@ pub fn incremental_alter_configs(
 
 /// The dynamic entity a BROKER resource names: "" is the cluster-wide `<default>`, otherwise
 /// it must be this broker's id (each broker stores its own, as Kafka's does).
-fn broker_entity(broker: &Broker, name: &str) -> Result<String, ApiError> {
+fn broker_entity(broker: &Components, name: &str) -> Result<String, ApiError> {
     if name.is_empty() {
         return Ok(DEFAULT_ENTITY.to_string());
     }
@@ -346,7 +346,7 @@ fn store_broker_entity(
     configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     // Kafka's broker-config refusals are ConfigExceptions, answered INVALID_REQUEST with the
     // resource named (ZkAdminManager).
     let what = if entity == DEFAULT_ENTITY {
@@ -424,7 +424,7 @@ fn thread_count_change(key: &str, now: usize, then: usize) -> Result<(), String>
 }
 
 fn current_broker_entity(ctx: &RequestContext, entity: &str) -> Result<BTreeMap<String, String>, ApiError> {
-    let data = ctx.broker.store.try_get(&crate::dynamic_config::entity_path(entity))?;
+    let data = ctx.components.store.try_get(&crate::dynamic_config::entity_path(entity))?;
     Ok(data.map(|d| crate::metadata::zk_data::parse_topic_config(&d)).unwrap_or_default())
 }
 
@@ -434,7 +434,7 @@ fn alter_broker(
     ops: &[(String, i8, Option<String>)],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let entity = broker_entity(&ctx.broker, name)?;
+    let entity = broker_entity(&ctx.components, name)?;
     let mut configs = current_broker_entity(ctx, &entity)?;
     for (key, op, value) in ops {
         match (*op, value) {
@@ -464,7 +464,7 @@ fn replace_topic_configs(
     entries: &[(String, Option<String>)],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     if broker.cache.topic(name).is_none() {
         return Err(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("Topic {name} does not exist")));
     }
@@ -495,7 +495,7 @@ pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterCon
         let allowed = config_access(ctx, res.resource_type, res.resource_name.as_str(), Operation::AlterConfigs);
         let result = allowed.and_then(|()| match res.resource_type {
             RESOURCE_TOPIC => replace_topic_configs(ctx, res.resource_name.as_str(), &entries, req.validate_only),
-            RESOURCE_BROKER => broker_entity(&ctx.broker, res.resource_name.as_str()).and_then(|entity| {
+            RESOURCE_BROKER => broker_entity(&ctx.components, res.resource_name.as_str()).and_then(|entity| {
                 let configs = entries.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
                 store_broker_entity(ctx, &entity, configs, req.validate_only)
             }),

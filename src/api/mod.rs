@@ -4,6 +4,7 @@
 mod acls;
 mod admin;
 mod api_versions;
+mod components;
 mod configs;
 mod fetch;
 mod group;
@@ -21,7 +22,6 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 
-use crate::broker::Broker;
 use crate::protocol::{ApiError, ErrorCode};
 use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME};
 use crate::sync::MutexExt;
@@ -87,12 +87,13 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
 ];
 
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
+pub use components::Components;
 
 /// The error for a partition this broker does not lead: NOT_LEADER_OR_FOLLOWER if the
 /// partition exists (the client refreshes metadata and finds the leader), else
 /// UNKNOWN_TOPIC_OR_PARTITION.
-pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
-    broker.replicas.not_led_error(topic, partition)
+pub fn not_led_error(components: &Components, topic: &str, partition: i32) -> i16 {
+    components.replicas.not_led_error(topic, partition)
 }
 
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
@@ -102,7 +103,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
 /// What the connection knows about one request.
 #[derive(Clone)]
 pub struct RequestContext {
-    pub broker: Arc<Broker>,
+    /// The broker's components, shared by every request.
+    pub components: Arc<Components>,
     /// The listener the client connected on: Metadata answers with its advertised address.
     pub listener: Arc<str>,
     pub header: RequestHeader,
@@ -143,7 +145,7 @@ impl RequestContext {
     /// Whether this request's principal may do `op` on the resource: always without an
     /// authorizer, as in Kafka. Reads the ACL snapshot only.
     pub fn authorized(&self, op: Operation, resource_type: ResourceType, name: &str) -> bool {
-        let Some(authorizer) = &self.broker.security.authorizer else { return true };
+        let Some(authorizer) = &self.components.security.authorizer else { return true };
         let session = Session { principal: &self.principal, host: self.client_ip() };
         let allowed = authorizer.authorize(&session, op, resource_type, name);
         if !allowed {
@@ -166,14 +168,14 @@ impl RequestContext {
 
     /// `op` on at least one resource of the type (InitProducerId's WRITE on any topic).
     pub fn authorized_any(&self, op: Operation, resource_type: ResourceType) -> bool {
-        let Some(authorizer) = &self.broker.security.authorizer else { return true };
+        let Some(authorizer) = &self.components.security.authorizer else { return true };
         authorizer.authorize_any(&Session { principal: &self.principal, host: self.client_ip() }, op, resource_type)
     }
 
     /// The bit field of allowed operations that Metadata, DescribeCluster and DescribeGroups
     /// report: every operation of the type without an authorizer, as Kafka reports.
     pub fn authorized_operations(&self, resource_type: ResourceType, name: &str) -> i32 {
-        match &self.broker.security.authorizer {
+        match &self.components.security.authorizer {
             Some(a) => a.authorized_operations(
                 &Session { principal: &self.principal, host: self.client_ip() },
                 resource_type,

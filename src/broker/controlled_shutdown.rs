@@ -15,14 +15,15 @@ const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
 /// (`controlled.shutdown.max.retries`); a rolling restart then costs clients only
 /// retriable NOT_LEADER errors.
 pub(super) async fn controlled_shutdown(broker: &Arc<Broker>) {
-    let enabled = broker.config.values.get("controlled.shutdown.enable").map(String::as_str) != Some("false");
-    if !broker.store.is_zookeeper() || !enabled {
+    let enabled =
+        broker.components.config.values.get("controlled.shutdown.enable").map(String::as_str) != Some("false");
+    if !broker.components.store.is_zookeeper() || !enabled {
         return;
     }
-    let retries = broker.config.controlled_shutdown_max_retries;
-    let backoff = broker.config.controlled_shutdown_retry_backoff;
+    let retries = broker.components.config.controlled_shutdown_max_retries;
+    let backoff = broker.components.config.controlled_shutdown_retry_backoff;
     // A departing broker must not look like a caught-up follower.
-    broker.replicas.begin_shutdown();
+    broker.components.replicas.begin_shutdown();
     // Kafka spends at most `retries` backoffs waiting; gregor asks again sooner (below) but
     // gives up after the same time.
     let deadline = tokio::time::Instant::now() + backoff * retries;
@@ -46,11 +47,11 @@ pub(super) async fn controlled_shutdown(broker: &Arc<Broker>) {
 /// One ControlledShutdown round trip; the number of partitions still led here.
 async fn ask_controlled_shutdown(broker: &Arc<Broker>) -> anyhow::Result<usize> {
     use crate::protocol::inter_broker::{ControlledShutdownRequest, ControlledShutdownResponse};
-    let me = broker.config.broker_id;
+    let me = broker.components.config.broker_id;
     let epoch = broker.broker_epoch();
-    let snapshot = broker.cache.snapshot();
-    let resp: ControlledShutdownResponse = if broker.controller.is_controller() {
-        let c = broker.controller.clone();
+    let snapshot = broker.components.cache.snapshot();
+    let resp: ControlledShutdownResponse = if broker.components.controller.is_controller() {
+        let c = broker.components.controller.clone();
         tokio::task::spawn_blocking(move || c.handle_controlled_shutdown(me, epoch)).await?
     } else {
         let target = snapshot
@@ -59,7 +60,7 @@ async fn ask_controlled_shutdown(broker: &Arc<Broker>) -> anyhow::Result<usize> 
             .find(|b| b.id == snapshot.controller_id)
             .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
         let client_id = format!("gregor-broker-{me}");
-        let mut stream = broker.security.inter_broker.connect(&target.host, target.port, &client_id).await?;
+        let mut stream = broker.components.security.inter_broker.connect(&target.host, target.port, &client_id).await?;
         let req = ControlledShutdownRequest { broker_id: me, broker_epoch: epoch };
         let call = crate::protocol::inter_broker::round_trip(
             &mut stream,
@@ -67,9 +68,9 @@ async fn ask_controlled_shutdown(broker: &Arc<Broker>) -> anyhow::Result<usize> 
             &client_id,
             &req,
             CONTROLLED_SHUTDOWN_VERSION,
-            broker.config.socket_request_max_bytes,
+            broker.components.config.socket_request_max_bytes,
         );
-        tokio::time::timeout(broker.security.inter_broker.request_timeout, call).await??
+        tokio::time::timeout(broker.components.security.inter_broker.request_timeout, call).await??
     };
     if resp.error_code != 0 {
         anyhow::bail!("controller answered error {}", resp.error_code);
