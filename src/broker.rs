@@ -47,6 +47,8 @@ pub struct Broker {
     pub txn: Arc<TransactionService>,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
     pub quotas: Arc<crate::client_quota::ClientQuotas>,
+    /// Client-metrics subscriptions and the client instances that push telemetry (KIP-714).
+    pub client_metrics: Arc<crate::client_metrics::ClientMetricsManager>,
     pub metrics: BrokerMetrics,
     /// `queued.max.requests`: one permit per request being decoded and handled.
     pub request_slots: Arc<tokio::sync::Semaphore>,
@@ -205,6 +207,10 @@ impl Broker {
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
             quotas: Arc::new(crate::client_quota::ClientQuotas::new(store.clone(), &config)),
+            client_metrics: Arc::new(crate::client_metrics::ClientMetricsManager::new(
+                store.clone(),
+                config.client_telemetry.clone(),
+            )),
             dynamic,
             config,
             cache,
@@ -223,6 +229,7 @@ impl Broker {
         broker.subscribe_to_dynamic_configs();
         broker.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         broker.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
+        broker.client_metrics.reload().map_err(|e| anyhow::anyhow!("cannot read client metrics subscriptions: {e}"))?;
         if broker.store.is_zookeeper() {
             broker.zk_sync.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
@@ -292,7 +299,8 @@ impl Broker {
     }
 
     /// Who follows the metadata, in the order a pass tells them (each event has one
-    /// subscriber, so the order is the pass's): dynamic configs, client quotas, features,
+    /// subscriber, so the order is the pass's): dynamic configs, client quotas, client-metrics
+    /// subscriptions, features,
     /// credentials and ACLs, the replica manager's logs and waiters, and the group
     /// coordinator's offsets of deleted partitions. The controller is also its role.
     fn subscribe_to_metadata(self: &Arc<Self>) {
@@ -300,6 +308,7 @@ impl Broker {
         sync.set_controller(self.controller.clone());
         sync.subscribe(self.dynamic.clone());
         sync.subscribe(self.quotas.clone());
+        sync.subscribe(self.client_metrics.clone());
         sync.subscribe(self.controller.clone());
         sync.subscribe(Arc::new(crate::security::SecurityListener {
             security: self.security.clone(),

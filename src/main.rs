@@ -124,7 +124,10 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     if let Some(listener) = metrics_listener {
         tracing::info!(address = %listener.local_addr()?, "serving metrics on /metrics");
         let b = broker.clone();
-        let scrape: gregor::metrics::http::Scrape = Arc::new(move || b.metrics.render(&b.metrics_sample()));
+        let scrape: gregor::metrics::http::Scrape = Arc::new(move || {
+            // The pushed client series (KIP-714) follow the broker's own, in families of their own.
+            b.metrics.render(&b.metrics_sample()) + &b.client_metrics.render()
+        });
         tokio::spawn(gregor::metrics::http::serve(listener, scrape, stop_rx.clone()));
     }
 
