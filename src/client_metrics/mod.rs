@@ -446,42 +446,44 @@ impl ClientMetricsManager {
         attributes.client_instance_id = instance_id_string(id);
         let max_bytes = self.config.max_bytes.max(0) as usize;
         let (per_client, total) = (self.config.max_series_per_client, self.config.max_series);
-        let dropped = self.with_instance(id, attributes, |i, series_total| {
+        self.with_instance(id, attributes, |i, _| {
             let checked = check_push(i, &push, max_bytes, Instant::now());
             // Kafka records the terminating flag whatever the outcome.
             i.terminating = push.terminating;
-            if let Err(e) = checked {
+            i.last_error = checked.err().unwrap_or(ErrorCode::None);
+            checked
+        })?;
+        if push.metrics.is_empty() {
+            return Ok(());
+        }
+        // Decompressed and read outside the table's lock: other clients' requests do not wait.
+        let decoded = decode(push.compression_type, push.metrics, max_bytes, per_client);
+        let mut instances = self.instances.lock_unpoisoned();
+        let Instances { by_id, series: series_total, .. } = &mut *instances;
+        // Forgotten meanwhile (the table was full): its points go with it.
+        let Some(i) = by_id.get_mut(&id) else { return Ok(()) };
+        let (points, mut dropped) = match decoded {
+            Ok(p) => p,
+            Err(e) => {
                 i.last_error = e;
                 return Err(e);
             }
-            if push.metrics.is_empty() {
-                i.last_error = ErrorCode::None;
-                return Ok(0);
+        };
+        *series_total -= i.series.len();
+        let room = total.saturating_sub(*series_total).min(per_client);
+        let mut kept = BTreeMap::new();
+        for p in points {
+            if kept.len() >= room {
+                dropped += 1;
+                continue;
             }
-            let points = match decode(push.compression_type, push.metrics, max_bytes, per_client) {
-                Ok(p) => p,
-                Err(e) => {
-                    i.last_error = e;
-                    return Err(e);
-                }
-            };
-            i.last_error = ErrorCode::None;
-            *series_total -= i.series.len();
-            let room = total.saturating_sub(*series_total).min(per_client);
-            let (mut kept, mut dropped) = (BTreeMap::new(), points.1);
-            for p in points.0 {
-                if kept.len() >= room {
-                    dropped += 1;
-                    continue;
-                }
-                let mut attrs = p.attributes;
-                attrs.sort();
-                kept.insert((p.name, attrs), (p.value, p.counter));
-            }
-            *series_total += kept.len();
-            i.series = kept;
-            Ok(dropped)
-        })?;
+            let mut attrs = p.attributes;
+            attrs.sort();
+            kept.insert((p.name, attrs), (p.value, p.counter));
+        }
+        *series_total += kept.len();
+        i.series = kept;
+        drop(instances);
         if let (Some(s), true) = (&self.stats, dropped > 0) {
             s.series_dropped.inc_by(dropped as u64);
         }
