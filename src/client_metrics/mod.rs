@@ -161,8 +161,10 @@ impl Instances {
             if !expired {
                 break;
             }
-            self.remove(&id);
-            self.order.pop_first();
+            if self.remove(&id).is_none() {
+                // An order entry without its instance (never left so): dropped, not looped on.
+                self.order.pop_first();
+            }
             gone += 1;
         }
         gone

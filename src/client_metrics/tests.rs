@@ -174,6 +174,17 @@ async fn the_instance_table_is_bounded() {
     assert_eq!(instances.by_id.len(), 2);
     assert!(!instances.by_id.contains_key(&ids[0]), "the least recently seen goes first");
     assert_eq!(instances.order.len(), 2);
+    drop(instances);
+
+    // Idle past the expiry (three default push intervals), both go at the next request; the
+    // order goes with them.
+    tokio::time::advance(Duration::from_secs(899)).await;
+    assert_eq!(m.instances.lock().unwrap().expire(tokio::time::Instant::now()), 0);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let fresh = m.get_subscriptions(Uuid::nil(), client("librdkafka")).unwrap().client_instance_id;
+    let instances = m.instances.lock().unwrap();
+    assert_eq!(instances.by_id.keys().collect::<Vec<_>>(), vec![&fresh]);
+    assert_eq!(instances.order.values().collect::<Vec<_>>(), vec![&fresh]);
 }
 
 #[test]
