@@ -8,10 +8,11 @@
 //! codes: an unknown key or an interval out of bounds is INVALID_REQUEST, a value of the wrong
 //! type or an illegal match pattern INVALID_CONFIG.
 //!
-//! Regular expressions: Kafka compiles them with `java.util.regex` and requires the whole value
-//! to match (`Matcher.matches`); here they are compiled with the `regex` crate, anchored at both
-//! ends. What Java accepts and `regex` does not (look-around, back-references, possessive
-//! quantifiers) is refused as an illegal pattern rather than silently matched differently.
+//! Regular expressions: Kafka 4.x compiles new patterns with RE2/J (earlier versions, and
+//! patterns stored by them, with `java.util.regex`) and requires the whole value to match;
+//! here they are compiled with the `regex` crate, whose syntax is RE2's, anchored at both ends.
+//! What only `java.util.regex` accepts (look-around, back-references, possessive quantifiers)
+//! is refused as Kafka 4.x refuses a new such pattern, rather than matched differently.
 
 use std::collections::BTreeMap;
 
@@ -119,26 +120,43 @@ fn illegal_pattern(pattern: &str) -> ApiError {
     ApiError::new(ErrorCode::InvalidConfig, format!("Illegal client matching pattern: {pattern}"))
 }
 
-/// Kafka's `parseMatchingPatterns`: `selector=regex`, split at the one '=' (Java's split drops
-/// trailing empty parts, so `client_id=` is illegal too).
+/// Kafka's `parseMatchingPatterns` (4.x): `selector=regex`, split at the first '=' (the
+/// expression may hold more), both sides trimmed; the expression in RE2 syntax, which the
+/// `regex` crate shares.
 pub fn parse_patterns(patterns: &[String]) -> Result<Vec<(String, Regex)>, ApiError> {
     let mut out: Vec<(String, Regex)> = Vec::new();
     for pattern in patterns {
-        let mut parts: Vec<&str> = pattern.split('=').collect();
-        while parts.len() > 1 && parts.last().is_some_and(|p| p.is_empty()) {
-            parts.pop();
-        }
-        let [selector, value] = parts[..] else { return Err(illegal_pattern(pattern)) };
-        let selector = selector.trim();
+        let Some((selector, value)) = pattern.split_once('=') else { return Err(illegal_pattern(pattern)) };
+        let (selector, value) = (selector.trim(), value.trim());
         if !SELECTORS.contains(&selector) {
             return Err(illegal_pattern(pattern));
         }
-        let re = Regex::new(&format!("^(?:{})$", value.trim())).map_err(|_| illegal_pattern(pattern))?;
+        let re = Regex::new(&format!("^(?:{value})$")).map_err(|e| {
+            let why = e.to_string();
+            let why = why.lines().last().unwrap_or_default().trim().to_string();
+            ApiError::new(
+                ErrorCode::InvalidConfig,
+                format!("Client match pattern `{selector}={value}` is not a valid regular expression: {why}."),
+            )
+        })?;
         // A later pattern for the same selector replaces the earlier one, as Kafka's map does.
         out.retain(|(s, _)| s != selector);
         out.push((selector.to_string(), re));
     }
     Ok(out)
+}
+
+/// A list key's items; Kafka refuses a list with an item twice (`ValidList.anyNonDuplicateValues`).
+fn unique_list(key: &str, value: Option<&String>) -> Result<Vec<String>, ApiError> {
+    let items = value.map(|v| list(v)).unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    if items.iter().any(|i| !seen.insert(i)) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidConfig,
+            format!("Configuration '{key}' values must not be duplicated."),
+        ));
+    }
+    Ok(items)
 }
 
 /// Kafka's `ClientMetricsConfigs.validate` and the parse that follows it: the subscription the
@@ -168,13 +186,9 @@ pub fn parse(name: &str, configs: &BTreeMap<String, String>) -> Result<Subscript
             ms
         }
     };
-    let patterns = parse_patterns(&configs.get(MATCH).map(|m| list(m)).unwrap_or_default())?;
-    Ok(Subscription {
-        name: name.to_string(),
-        metrics: configs.get(METRICS).map(|m| list(m)).unwrap_or_default(),
-        interval_ms,
-        patterns,
-    })
+    let metrics = unique_list(METRICS, configs.get(METRICS))?;
+    let patterns = parse_patterns(&unique_list(MATCH, configs.get(MATCH))?)?;
+    Ok(Subscription { name: name.to_string(), metrics, interval_ms, patterns })
 }
 
 #[cfg(test)]
@@ -205,9 +219,17 @@ mod tests {
         assert_eq!(code(parse("s", &configs(&[("interval.ms", "3600001")]))), invalid_request);
         assert_eq!(code(parse("s", &configs(&[("bogus", "1")]))), invalid_request);
         assert_eq!(code(parse("s", &configs(&[("interval.ms", "soon")]))), invalid_config);
-        for bad in ["client_id", "client_id=", "nobody=x", "client_id=a=b", "client_id=(", "client_id=(?=a)"] {
+        for bad in
+            ["client_id", "nobody=x", "client_id=(", "client_id=(?=a)", "client_id=(a)\\1", "client_id=a,client_id=a"]
+        {
             assert_eq!(code(parse("s", &configs(&[("match", bad)]))), invalid_config, "{bad}");
         }
+        assert_eq!(code(parse("s", &configs(&[("metrics", "a.,b.,a.")]))), invalid_config);
+        // Split at the first '=' only, as Kafka 4.x: the expression may contain one, or be empty.
+        let s = parse("s", &configs(&[("match", "client_id=a=b")])).unwrap();
+        assert!(s.patterns[0].1.is_match("a=b"));
+        let s = parse("s", &configs(&[("match", "client_id=")])).unwrap();
+        assert!(s.patterns[0].1.is_match("") && !s.patterns[0].1.is_match("x"));
     }
 
     #[test]
