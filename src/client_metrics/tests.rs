@@ -170,11 +170,12 @@ async fn the_instance_table_is_bounded() {
     let (_dir, m) = manager(2, 10);
     let ids: Vec<Uuid> =
         (0..3).map(|_| m.get_subscriptions(Uuid::nil(), client("librdkafka")).unwrap().client_instance_id).collect();
-    let instances = m.instances.lock().unwrap();
-    assert_eq!(instances.by_id.len(), 2);
-    assert!(!instances.by_id.contains_key(&ids[0]), "the least recently seen goes first");
-    assert_eq!(instances.order.len(), 2);
-    drop(instances);
+    {
+        let instances = m.instances.lock().unwrap();
+        assert_eq!(instances.by_id.len(), 2);
+        assert!(!instances.by_id.contains_key(&ids[0]), "the least recently seen goes first");
+        assert_eq!(instances.order.len(), 2);
+    }
 
     // Idle past the expiry (three default push intervals), both go at the next request; the
     // order goes with them.
