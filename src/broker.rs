@@ -26,12 +26,13 @@ use crate::txn::{ProducerIdManager, TransactionHandles, TransactionService};
 /// Where the embedded store keeps the znode tree, inside the first log dir.
 const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
+mod controlled_shutdown;
 mod group_links;
+mod registration;
 mod txn_links;
 pub(crate) use group_links::{OffsetsLink, OffsetsTopicLink, StoreLink};
+use registration::{register, resolve_broker_id, write_meta_properties};
 use txn_links::{MarkerLink, TopicCreatorLink};
-
-const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
 
 pub struct Broker {
     /// The static configuration; what is in force is `effective_config()`.
@@ -491,72 +492,9 @@ impl Broker {
         self.replicas.spawn_isr_expiry();
     }
 
-    /// Controlled shutdown as Kafka does it: ask the controller (ControlledShutdown) to move
-    /// every leadership this broker holds to another ISR member and take it out of the ISRs,
-    /// keep serving until it has, and only then deregister. Retried as Kafka retries
-    /// (`controlled.shutdown.max.retries`); a rolling restart then costs clients only
-    /// retriable NOT_LEADER errors.
+    /// Controlled shutdown as Kafka does it: see [`controlled_shutdown::controlled_shutdown`].
     pub async fn controlled_shutdown(self: &Arc<Self>) {
-        let enabled = self.config.values.get("controlled.shutdown.enable").map(String::as_str) != Some("false");
-        if !self.store.is_zookeeper() || !enabled {
-            return;
-        }
-        let retries = self.config.controlled_shutdown_max_retries;
-        let backoff = self.config.controlled_shutdown_retry_backoff;
-        // A departing broker must not look like a caught-up follower.
-        self.replicas.begin_shutdown();
-        // Kafka spends at most `retries` backoffs waiting; gregor asks again sooner (below) but
-        // gives up after the same time.
-        let deadline = tokio::time::Instant::now() + backoff * retries;
-        for attempt in 0..=retries {
-            match self.ask_controlled_shutdown().await {
-                Ok(0) => {
-                    tracing::info!("controlled shutdown: leadership moved to other replicas");
-                    return;
-                }
-                Ok(remaining) => tracing::info!(remaining, attempt, "controlled shutdown: partitions still led here"),
-                Err(e) => tracing::info!(error = %e, attempt, "controlled shutdown request failed"),
-            }
-            if tokio::time::Instant::now() + backoff > deadline {
-                break;
-            }
-            tokio::time::sleep(backoff.min(Duration::from_millis(500) * (attempt + 1))).await;
-        }
-        tracing::warn!("controlled shutdown did not complete; shutting down with leaderships still here");
-    }
-
-    /// One ControlledShutdown round trip; the number of partitions still led here.
-    async fn ask_controlled_shutdown(self: &Arc<Self>) -> anyhow::Result<usize> {
-        use crate::protocol::inter_broker::{ControlledShutdownRequest, ControlledShutdownResponse};
-        let me = self.config.broker_id;
-        let epoch = self.broker_epoch();
-        let snapshot = self.cache.snapshot();
-        let resp: ControlledShutdownResponse = if self.controller.is_controller() {
-            let c = self.controller.clone();
-            tokio::task::spawn_blocking(move || c.handle_controlled_shutdown(me, epoch)).await?
-        } else {
-            let target = snapshot
-                .brokers
-                .iter()
-                .find(|b| b.id == snapshot.controller_id)
-                .ok_or_else(|| anyhow::anyhow!("no controller known"))?;
-            let client_id = format!("gregor-broker-{me}");
-            let mut stream = self.security.inter_broker.connect(&target.host, target.port, &client_id).await?;
-            let req = ControlledShutdownRequest { broker_id: me, broker_epoch: epoch };
-            let call = crate::protocol::inter_broker::round_trip(
-                &mut stream,
-                1,
-                &client_id,
-                &req,
-                CONTROLLED_SHUTDOWN_VERSION,
-                self.config.socket_request_max_bytes,
-            );
-            tokio::time::timeout(self.security.inter_broker.request_timeout, call).await??
-        };
-        if resp.error_code != 0 {
-            anyhow::bail!("controller answered error {}", resp.error_code);
-        }
-        Ok(resp.remaining_partitions.len())
+        controlled_shutdown::controlled_shutdown(self).await
     }
 
     /// The configuration in force: static values with the dynamic ones over them.
@@ -654,88 +592,6 @@ impl crate::controller::LocalBroker for Broker {
     fn saw_controller_epoch(&self, epoch: i32) {
         self.replicas.observe_controller_epoch(epoch);
     }
-}
-
-/// `broker.id`, or with `broker.id=-1` the id kept in meta.properties or a new one from
-/// `/brokers/seqid` (its version plus `reserved.broker.max.id`), as Kafka does.
-fn resolve_broker_id(config: &BrokerConfig, store: &ZnodeStore) -> anyhow::Result<i32> {
-    if config.broker_id >= 0 {
-        return Ok(config.broker_id);
-    }
-    for dir in &config.log_dirs {
-        if let Ok(text) = std::fs::read_to_string(dir.join("meta.properties")) {
-            if let Some(id) = crate::config::parse_properties(&text).get("broker.id").and_then(|v| v.parse().ok()) {
-                return Ok(id);
-            }
-        }
-    }
-    let generation = config.values.get("broker.id.generation.enable").map(String::as_str) != Some("false");
-    if !generation {
-        anyhow::bail!("broker.id is -1 and broker.id.generation.enable is false");
-    }
-    let reserved: i32 = config.values.get("reserved.broker.max.id").and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let path = "/brokers/seqid";
-    loop {
-        let current = store.get_versioned(path)?;
-        match current {
-            None => match store.create(path, "", false) {
-                Ok(()) | Err(StoreError::NodeExists(_)) => continue,
-                Err(e) => return Err(e.into()),
-            },
-            Some((_, version)) => match store.set_if_version(path, "", version) {
-                Ok(()) => return Ok(reserved + version + 1),
-                Err(StoreError::BadVersion(_)) => continue,
-                Err(e) => return Err(e.into()),
-            },
-        }
-    }
-}
-
-/// Writes this broker's ephemeral `/brokers/ids/<id>`. A node left by a previous run of the
-/// same broker disappears when its session expires, so that case is retried for one session
-/// timeout; a live broker with the same id makes startup fail with Kafka's message.
-async fn register(config: &BrokerConfig, store: &ZnodeStore) -> anyhow::Result<()> {
-    let path = zk_data::broker_path(config.broker_id);
-    let data = zk_data::broker_registration_json(&config.advertised_listeners, config.rack.as_deref(), now_ms());
-    let give_up = tokio::time::Instant::now() + Duration::from_millis(config.zookeeper_session_timeout_ms + 2000);
-    loop {
-        match store.create(&path, &data, true) {
-            Ok(()) => return Ok(()),
-            Err(StoreError::NodeExists(_)) if store.is_zookeeper() && tokio::time::Instant::now() < give_up => {
-                tracing::warn!(%path, "broker id is registered by another session; waiting for it to expire");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(StoreError::NodeExists(_)) => {
-                anyhow::bail!(
-                    "Error while creating ephemeral at {path}, node already exists and owner does not match current session: \
-                     another broker is running with broker.id={}",
-                    config.broker_id
-                )
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// `meta.properties` in each log dir, as a ZooKeeper-mode Kafka writes it.
-fn write_meta_properties(config: &BrokerConfig, cluster_id: &str) -> anyhow::Result<()> {
-    for dir in &config.log_dirs {
-        let path = dir.join("meta.properties");
-        if let Ok(existing) = std::fs::read_to_string(&path) {
-            let props = crate::config::parse_properties(&existing);
-            if let Some(other) = props.get("broker.id").filter(|v| **v != config.broker_id.to_string()) {
-                anyhow::bail!(
-                    "Stored node id {other} doesn't match previous node id {} in {}",
-                    config.broker_id,
-                    path.display()
-                );
-            }
-            continue;
-        }
-        let text = format!("#\n#{}\nversion=0\nbroker.id={}\ncluster.id={}\n", now_ms(), config.broker_id, cluster_id);
-        std::fs::write(&path, text)?;
-    }
-    Ok(())
 }
 
 /// What the replica manager sees of the broker's other components: the coordinators that load

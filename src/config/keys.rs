@@ -130,6 +130,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("offset.metadata.max.bytes", "4096"),
     ("offsets.commit.timeout.ms", "5000"),
     ("request.timeout.ms", "30000"),
+    ("controller.socket.timeout.ms", "30000"),
     ("auto.leader.rebalance.enable", "true"),
     ("leader.imbalance.check.interval.seconds", "300"),
     ("broker.id.generation.enable", "true"),

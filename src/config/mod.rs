@@ -169,6 +169,9 @@ pub struct BrokerConfig {
     /// `request.timeout.ms`: how long a request to another broker may wait for its answer
     /// (the inter-broker client takes it from here).
     pub request_timeout: std::time::Duration,
+    /// `controller.socket.timeout.ms`: how long the controller's channel to a broker may take
+    /// to connect (within `socket.connection.setup.timeout.ms`, which bounds every connect).
+    pub controller_socket_timeout: std::time::Duration,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,
     /// The `log.cleaner.*` settings.
@@ -311,6 +314,7 @@ impl BrokerConfig {
             controlled_shutdown_max_retries: repl.controlled_shutdown_max_retries,
             controlled_shutdown_retry_backoff: repl.controlled_shutdown_retry_backoff,
             request_timeout: repl.request_timeout,
+            controller_socket_timeout: repl.controller_socket_timeout,
             log,
             cleaner,
             values: values.clone(),

@@ -28,6 +28,7 @@ pub(super) struct Replication {
     pub controlled_shutdown_max_retries: u32,
     pub controlled_shutdown_retry_backoff: Duration,
     pub request_timeout: Duration,
+    pub controller_socket_timeout: Duration,
 }
 
 impl Replication {
@@ -87,6 +88,10 @@ impl Replication {
                 get("controlled.shutdown.retry.backoff.ms"),
             )?),
             request_timeout: Duration::from_millis(positive::<u64>("request.timeout.ms", get("request.timeout.ms"))?),
+            controller_socket_timeout: Duration::from_millis(positive::<u64>(
+                "controller.socket.timeout.ms",
+                get("controller.socket.timeout.ms"),
+            )?),
         })
     }
 }

@@ -26,8 +26,12 @@ use crate::sync::MutexExt;
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
 /// `diverging_epoch`, and still naming topics rather than ids.
 const FETCH_VERSION: i16 = 12;
-/// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`):
-/// a leader that refuses this broker's credentials is not asked five times a second.
+/// The longest pause between failed connection attempts, whose step is
+/// `replica.fetch.backoff.ms`. Kafka has no key for it: its fetcher's client has no
+/// reconnect backoff and pauses `replica.fetch.backoff.ms` after any failure. The cap keeps a
+/// large `replica.fetch.backoff.ms` from growing five-fold while a leader restarts, and a
+/// small one still keeps a leader that refuses this broker's credentials from being asked in
+/// a tight loop.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 /// Spare room for the first read of a response: the size prefix and a small answer (an
 /// empty long poll, a few records) arrive in one read.

@@ -141,6 +141,9 @@ async fn join_sync_and_commit_are_in_the_log_after_a_restart() {
     let r = node.service.commit_offsets("g", generation, &member, vec![(("t".into(), 1), 42, 3, Some("m".into()))]);
     assert_eq!(r, vec![(("t".to_string(), 1), ErrorCode::None.code())]);
     assert_eq!(node.log_end(), before + 1, "one batch for the commit");
+    // Visible at once to OffsetFetch, once it is in the log.
+    let fetched = node.service.fetch_offsets("g", Some(vec![("t".into(), 1)]));
+    assert_eq!(fetched[0].1.as_ref().map(|o| o.offset), Some(42));
     // Not a known partition: refused, and nothing written.
     let r = node.service.commit_offsets("g", generation, &member, vec![(("t".into(), 7), 1, -1, None)]);
     assert_eq!(r[0].1, ErrorCode::UnknownTopicOrPartition.code());
