@@ -183,6 +183,10 @@ impl Broker {
                 config.queued_max_requests.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
             quotas: Arc::new(crate::client_quota::ClientQuotas::new(store.clone(), &config)),
+            client_metrics: Arc::new(crate::client_metrics::ClientMetricsManager::new(
+                store.clone(),
+                config.client_telemetry.clone(),
+            )),
             dynamic,
             config,
             cache,
@@ -215,6 +219,7 @@ impl Broker {
         let c = &self.components;
         c.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         c.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
+        c.client_metrics.reload().map_err(|e| anyhow::anyhow!("cannot read client metrics subscriptions: {e}"))?;
         if c.store.is_zookeeper() {
             c.zk_sync.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
@@ -254,7 +259,8 @@ impl Broker {
     /// The metrics scrape: the registry's counters and the sampled state, in Prometheus' text
     /// format.
     pub fn render_metrics(&self) -> String {
-        self.components.metrics.render(&self.metrics_sample())
+        // The pushed client series (KIP-714) follow the broker's own, in families of their own.
+        self.components.metrics.render(&self.metrics_sample()) + &self.components.client_metrics.render()
     }
 
     /// Where the controller and the metadata sync report deleted partitions.
@@ -267,7 +273,8 @@ impl Broker {
     }
 
     /// Who follows the metadata, in the order a pass tells them (each event has one
-    /// subscriber, so the order is the pass's): dynamic configs, client quotas, features,
+    /// subscriber, so the order is the pass's): dynamic configs, client quotas, client-metrics
+    /// subscriptions, features,
     /// credentials and ACLs, the replica manager's logs and waiters, and the group
     /// coordinator's offsets of deleted partitions. The controller is also its role.
     fn subscribe_to_metadata(self: &Arc<Self>) {
@@ -275,6 +282,7 @@ impl Broker {
         sync.set_controller(self.components.controller.clone());
         sync.subscribe(self.components.dynamic.clone());
         sync.subscribe(self.components.quotas.clone());
+        sync.subscribe(self.components.client_metrics.clone());
         sync.subscribe(self.components.controller.clone());
         sync.subscribe(Arc::new(crate::security::SecurityListener {
             security: self.components.security.clone(),

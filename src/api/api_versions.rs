@@ -3,15 +3,20 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
-use super::{RequestContext, SUPPORTED_APIS};
+use super::Components;
+use super::{served_versions, RequestContext, SUPPORTED_APIS};
 use crate::protocol::ErrorCode;
 
 /// The client APIs and, in a ZooKeeper cluster, the inter-broker ones, as a ZooKeeper-mode
 /// Kafka lists both. Standalone there is no other broker to talk to.
-pub fn supported_list(cluster: bool) -> Vec<ApiVersion> {
+pub fn supported_list(broker: &Components) -> Vec<ApiVersion> {
+    let cluster = broker.store.is_zookeeper();
     let inter_broker = crate::protocol::inter_broker::INTER_BROKER_APIS.iter().copied().filter(|_| cluster);
-    let mut all: Vec<(i16, i16, i16)> =
-        SUPPORTED_APIS.iter().map(|&(key, min, max)| (key as i16, min, max)).chain(inter_broker).collect();
+    let mut all: Vec<(i16, i16, i16)> = SUPPORTED_APIS
+        .iter()
+        .filter_map(|&(key, _, _)| served_versions(broker, key).map(|(min, max)| (key as i16, min, max)))
+        .chain(inter_broker)
+        .collect();
     all.sort_by_key(|(key, _, _)| *key);
     all.into_iter()
         .map(|(key, min, max)| {
@@ -42,7 +47,10 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
         r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
-    r.api_keys = supported_list(ctx.components.store.is_zookeeper());
+    if ctx.version() >= 3 {
+        ctx.client.set_software(&req.client_software_name, &req.client_software_version);
+    }
+    r.api_keys = supported_list(&ctx.components);
     // A ZooKeeper-mode Kafka supports and finalizes no features (see controller::features);
     // the epoch is that of `/feature`.
     r.finalized_features_epoch = ctx.components.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
@@ -51,10 +59,10 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
 
 /// The answer to an ApiVersions version we don't know: error 35 and our list, in v0 layout,
 /// so the client can retry with a version we support (as Kafka does).
-pub fn unsupported_version_response(cluster: bool) -> ApiVersionsResponse {
+pub fn unsupported_version_response(broker: &Components) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
     r.error_code = ErrorCode::UnsupportedVersion.code();
-    r.api_keys = supported_list(cluster);
+    r.api_keys = supported_list(broker);
     r
 }
 

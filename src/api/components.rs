@@ -31,6 +31,8 @@ pub struct Components {
     pub txn: Arc<TransactionService>,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.
     pub quotas: Arc<ClientQuotas>,
+    /// Client-metrics subscriptions and the client instances that push telemetry (KIP-714).
+    pub client_metrics: Arc<crate::client_metrics::ClientMetricsManager>,
     pub metrics: BrokerMetrics,
     /// `queued.max.requests`: one permit per request being decoded and handled.
     pub request_slots: Arc<tokio::sync::Semaphore>,

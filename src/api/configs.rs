@@ -1,5 +1,6 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and for the broker's
-//! dynamic configs (this broker's `/config/brokers/<id>`, or the cluster-wide `<default>`).
+//! dynamic configs (this broker's `/config/brokers/<id>`, or the cluster-wide `<default>`);
+//! client-metrics subscriptions are handed to `telemetry`.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +21,7 @@ use crate::security::authorizer::{Operation, ResourceType};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+use super::telemetry::RESOURCE_CLIENT_METRICS;
 /// DescribeConfigs config sources (Kafka's `ConfigSource`).
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = crate::dynamic_config::SOURCE_DYNAMIC_DEFAULT_BROKER;
@@ -170,7 +172,7 @@ fn config_access(ctx: &RequestContext, resource_type: i8, name: &str, op: Operat
         RESOURCE_TOPIC if !ctx.authorized(op, ResourceType::Topic, name) => {
             Err(ApiError::new(ErrorCode::TopicAuthorizationFailed, "Topic authorization failed."))
         }
-        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER if !ctx.authorized_cluster(op) => {
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS if !ctx.authorized_cluster(op) => {
             Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed."))
         }
         _ => Ok(()),
@@ -227,6 +229,15 @@ pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> De
                     .into_iter()
                     .filter(|e| wanted(e.name.as_str()))
                     .collect();
+            }
+            RESOURCE_CLIENT_METRICS => {
+                match super::telemetry::describe_client_metrics(ctx, res.resource_name.as_str(), wanted) {
+                    Ok(configs) => out.configs = configs,
+                    Err(e) => {
+                        out.error_code = e.code;
+                        out.error_message = Some(StrBytes::from_string(e.message));
+                    }
+                }
             }
             _ => {
                 out.error_code = ErrorCode::InvalidRequest.code();
@@ -312,7 +323,13 @@ pub fn incremental_alter_configs(
         let result = allowed.and_then(|()| match res.resource_type {
             RESOURCE_TOPIC => alter_topic(ctx, res.resource_name.as_str(), &ops, req.validate_only),
             RESOURCE_BROKER => alter_broker(ctx, res.resource_name.as_str(), &ops, req.validate_only),
-            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
+            RESOURCE_CLIENT_METRICS => {
+                super::telemetry::alter_client_metrics(ctx, res.resource_name.as_str(), &ops, req.validate_only)
+            }
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "Only topic, broker and client-metrics configs can be altered",
+            )),
         });
         if let Err(e) = result {
             out.error_code = e.code;
@@ -499,7 +516,13 @@ pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterCon
                 let configs = entries.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
                 store_broker_entity(ctx, &entity, configs, req.validate_only)
             }),
-            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
+            RESOURCE_CLIENT_METRICS => {
+                super::telemetry::replace_client_metrics(ctx, res.resource_name.as_str(), &entries, req.validate_only)
+            }
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "Only topic, broker and client-metrics configs can be altered",
+            )),
         });
         if let Err(e) = result {
             out.error_code = e.code;

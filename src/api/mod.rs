@@ -15,6 +15,7 @@ mod produce;
 mod producer_id;
 mod quotas;
 mod scram_credentials;
+mod telemetry;
 mod topics;
 mod txn;
 
@@ -84,7 +85,16 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    // Client telemetry (KIP-714), as Kafka 4.x serves it; 71 and 72 only with
+    // `gregor.client.telemetry.enable` (see `served_versions`). 74 is Kafka 4.1's
+    // ListConfigResources, ListClientMetricsResources before it (v0).
+    (ApiKey::GetTelemetrySubscriptions, 0, 0),
+    (ApiKey::PushTelemetry, 0, 0),
+    (ApiKey::ListConfigResources, 0, 1),
 ];
+
+/// The APIs Kafka serves only when a telemetry receiver is configured.
+const TELEMETRY_APIS: &[ApiKey] = &[ApiKey::GetTelemetrySubscriptions, ApiKey::PushTelemetry];
 
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
 pub use components::Components;
@@ -98,6 +108,38 @@ pub fn not_led_error(components: &Components, topic: &str, partition: i32) -> i1
 
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max))
+}
+
+/// The versions of `key` this broker serves as configured: [`SUPPORTED_APIS`] less the
+/// telemetry APIs when client telemetry is off (then they are neither listed nor answered).
+pub fn served_versions(broker: &Components, key: ApiKey) -> Option<(i16, i16)> {
+    if TELEMETRY_APIS.contains(&key) && !broker.client_metrics.enabled() {
+        return None;
+    }
+    supported_versions(key)
+}
+
+/// What a connection's client said about itself (ApiVersions v3+) and where it connects from:
+/// what KIP-714's subscriptions match clients on. Shared by the connection's requests.
+#[derive(Debug, Default)]
+pub struct ClientInformation {
+    pub source_port: Option<u16>,
+    software: std::sync::Mutex<Option<(String, String)>>,
+}
+
+impl ClientInformation {
+    pub fn new(source_port: Option<u16>) -> ClientInformation {
+        ClientInformation { source_port, software: Default::default() }
+    }
+
+    /// The client's software name and version, once it has sent ApiVersions v3+.
+    pub fn software(&self) -> Option<(String, String)> {
+        self.software.lock_unpoisoned().clone()
+    }
+
+    fn set_software(&self, name: &str, version: &str) {
+        *self.software.lock_unpoisoned() = Some((name.to_string(), version.to_string()));
+    }
 }
 
 /// What the connection knows about one request.
@@ -121,6 +163,8 @@ pub struct RequestContext {
     pub sendfile: bool,
     /// The file ranges behind a Fetch response's placeholders, for the response writer.
     pub file_ranges: Arc<std::sync::Mutex<crate::log::zero_copy::FileRanges>>,
+    /// The client's software and source port, for client telemetry.
+    pub client: Arc<ClientInformation>,
 }
 
 /// A `queued.max.requests` permit, and the request's place in the count of those handled.
@@ -272,6 +316,13 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         }
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(off_runtime(ctx, move |c| acls::delete_acls(c, r)).await?)
+        }
+        RequestKind::GetTelemetrySubscriptions(r) => {
+            ResponseKind::GetTelemetrySubscriptions(telemetry::get_telemetry_subscriptions(ctx, r))
+        }
+        RequestKind::PushTelemetry(r) => ResponseKind::PushTelemetry(telemetry::push_telemetry(ctx, r)),
+        RequestKind::ListConfigResources(r) => {
+            ResponseKind::ListConfigResources(telemetry::list_config_resources(ctx, r))
         }
         RequestKind::DescribeUserScramCredentials(r) => {
             ResponseKind::DescribeUserScramCredentials(scram_credentials::describe(ctx, r))

@@ -143,6 +143,12 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("gregor.offsets.zookeeper.mirror.max.writes", "5000"),
     // Kafka's ZkNodeChangeNotificationListener's changeExpirationMs, fixed there at 15 minutes.
     ("gregor.config.change.expiration.ms", "900000"),
+    // Client telemetry (KIP-714): off by default, as Kafka without a receiver plugin.
+    ("gregor.client.telemetry.enable", "false"),
+    ("telemetry.max.bytes", "1048576"),
+    ("gregor.client.telemetry.max.clients", "16384"),
+    ("gregor.client.telemetry.max.series", "10000"),
+    ("gregor.client.telemetry.max.series.per.client", "500"),
     ("offsets.retention.check.interval.ms", "600000"),
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),

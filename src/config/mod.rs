@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::log::LogConfig;
 
+pub mod client_telemetry;
 mod coordinators;
 mod keys;
 mod limits;
@@ -149,6 +150,8 @@ pub struct BrokerConfig {
     /// `gregor.config.change.expiration.ms`: how old a `/config/changes` notification must be
     /// before a broker deletes it (Kafka: 15 minutes, not configurable).
     pub config_change_expiration_ms: i64,
+    /// Client telemetry (KIP-714): served or not, and its bounds.
+    pub client_telemetry: client_telemetry::ClientTelemetryConfig,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
     /// `offset.metadata.max.bytes`: the longest metadata string an offset commit may carry.
@@ -306,6 +309,7 @@ impl BrokerConfig {
                 "gregor.config.change.expiration.ms",
                 get("gregor.config.change.expiration.ms"),
             )?,
+            client_telemetry: client_telemetry::ClientTelemetryConfig::parse(&values)?,
             transaction_state_log: coord.transaction_state_log,
             offset_metadata_max_bytes: coord.offset_metadata_max_bytes,
             offsets_commit_timeout: coord.offsets_commit_timeout,

@@ -44,8 +44,7 @@ impl Replication {
             positive::<u64>("zookeeper.connection.timeout.ms", get("zookeeper.connection.timeout.ms"))?
         };
         let replica_fetch_wait_max_ms = num::<u64>("replica.fetch.wait.max.ms", get("replica.fetch.wait.max.ms"))?;
-        let replica_socket_timeout_ms =
-            positive::<u64>("replica.socket.timeout.ms", get("replica.socket.timeout.ms"))?;
+        let replica_socket_timeout_ms = positive::<u64>("replica.socket.timeout.ms", get("replica.socket.timeout.ms"))?;
         if replica_socket_timeout_ms < replica_fetch_wait_max_ms {
             // As Kafka refuses it: every long poll would end in a timeout and a reconnection.
             return Err(invalid(

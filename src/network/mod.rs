@@ -120,7 +120,8 @@ pub async fn serve_listener(
                 let _ = stream.set_nodelay(true);
                 let span = tracing::info_span!("connection", %peer, listener = %listener_name);
                 let conn = Connection {
-                    path: RequestPath::new(components.clone(), listener_name.clone(), format!("/{}", peer.ip())),
+                    path: RequestPath::new(components.clone(), listener_name.clone(), format!("/{}", peer.ip()))
+                        .with_source_port(peer.port()),
                     _counted: metrics.connection(),
                     admitted,
                 };
@@ -313,6 +314,8 @@ pub struct RequestPath {
     components: Arc<Components>,
     listener: Arc<str>,
     peer: String,
+    /// What the client said about itself, and its port.
+    client: Arc<api::ClientInformation>,
     /// Set for a plaintext socket: Fetch responses may carry file ranges for sendfile.
     sendfile: bool,
     security: Arc<ListenerSecurity>,
@@ -347,7 +350,14 @@ impl RequestPath {
             close_after_response: None,
             authenticated_once: false,
         };
-        RequestPath { components, listener, peer, sendfile: false, security, auth: Mutex::new(auth) }
+        let client = Arc::new(api::ClientInformation::new(None));
+        RequestPath { components, listener, peer, client, sendfile: false, security, auth: Mutex::new(auth) }
+    }
+
+    /// The client's port, which client-metrics subscriptions may match on.
+    pub fn with_source_port(mut self, port: u16) -> RequestPath {
+        self.client = Arc::new(api::ClientInformation::new(Some(port)));
+        self
     }
 
     fn auth(&self) -> std::sync::MutexGuard<'_, ConnectionAuth> {
@@ -413,13 +423,13 @@ impl RequestPath {
             Ok(permit) => Some((permit, self.components.metrics.handling())),
             Err(_) => None,
         };
-        let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version));
+        let supported =
+            api::served_versions(&self.components, key).is_some_and(|(min, max)| (min..=max).contains(&version));
         if !supported {
             if key == ApiKey::ApiVersions {
                 // Kafka answers an ApiVersions version it doesn't know in v0 form, with its
                 // own list, so the client can downgrade.
-                let body =
-                    ResponseKind::ApiVersions(api::api_versions_unsupported(self.components.store.is_zookeeper()));
+                let body = ResponseKind::ApiVersions(api::api_versions_unsupported(&self.components));
                 return encode_response(key, 0, correlation_id, &body).map(Some);
             }
             return Err(FrameError::UnsupportedVersion(key, version));
@@ -474,6 +484,7 @@ impl RequestPath {
             principal: self.principal(),
             sendfile: self.sendfile,
             file_ranges: Default::default(),
+            client: self.client.clone(),
         }
     }
 
