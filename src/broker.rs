@@ -28,7 +28,7 @@ const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 
 mod group_links;
 mod txn_links;
-pub(crate) use group_links::{OffsetsLink, OffsetsTopicLink, StoreLink};
+pub(crate) use group_links::{OffsetsLink, OffsetsTopicLink, StoreLink, TopicsLink};
 use txn_links::{MarkerLink, TopicCreatorLink};
 
 const CONTROLLED_SHUTDOWN_VERSION: i16 = 3;
@@ -178,6 +178,8 @@ impl Broker {
             io: io.clone(),
             offsets_zk_mirror_interval: config.offsets_zk_mirror_interval,
             offsets_zk_mirror_max_writes: config.offsets_zk_mirror_max_writes,
+            consumer: crate::config::consumer_group_config(&config)?,
+            topics: Arc::new(TopicsLink(cache.clone())),
         }));
         // The group coordinator is not built yet: markers reach it through the broker.
         let markers = Arc::new(MarkerLink(std::sync::OnceLock::new()));

@@ -1,17 +1,24 @@
 //! ApiVersions: the first request every client sends.
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 
 use super::{RequestContext, SUPPORTED_APIS};
+use crate::broker::Broker;
 use crate::protocol::ErrorCode;
 
 /// The client APIs and, in a ZooKeeper cluster, the inter-broker ones, as a ZooKeeper-mode
-/// Kafka lists both. Standalone there is no other broker to talk to.
-pub fn supported_list(cluster: bool) -> Vec<ApiVersion> {
+/// Kafka lists both. Standalone there is no other broker to talk to. `offered` leaves out
+/// the APIs the configuration turns off.
+pub fn supported_list(cluster: bool, offered: impl Fn(ApiKey) -> bool) -> Vec<ApiVersion> {
     let inter_broker = crate::protocol::inter_broker::INTER_BROKER_APIS.iter().copied().filter(|_| cluster);
-    let mut all: Vec<(i16, i16, i16)> =
-        SUPPORTED_APIS.iter().map(|&(key, min, max)| (key as i16, min, max)).chain(inter_broker).collect();
+    let mut all: Vec<(i16, i16, i16)> = SUPPORTED_APIS
+        .iter()
+        .filter(|(key, _, _)| offered(*key))
+        .map(|&(key, min, max)| (key as i16, min, max))
+        .chain(inter_broker)
+        .collect();
     all.sort_by_key(|(key, _, _)| *key);
     all.into_iter()
         .map(|(key, min, max)| {
@@ -42,19 +49,39 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
         r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
-    r.api_keys = supported_list(ctx.broker.store.is_zookeeper());
+    r.api_keys = supported_list(ctx.broker.store.is_zookeeper(), |k| super::offered(&ctx.broker, k));
     // A ZooKeeper-mode Kafka supports and finalizes no features (see controller::features);
     // the epoch is that of `/feature`.
     r.finalized_features_epoch = ctx.broker.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
+    if ctx.broker.groups.consumer_groups().config().enabled {
+        group_version_feature(&mut r);
+    }
     r
+}
+
+/// `group.version` as Kafka 4.x lists it where the consumer protocol is on: supported 0-1,
+/// finalized at 1. This broker's own setting decides, as there is no KRaft quorum to
+/// finalize it cluster-wide.
+fn group_version_feature(r: &mut ApiVersionsResponse) {
+    let name = StrBytes::from_static_str("group.version");
+    let mut supported = SupportedFeatureKey::default();
+    supported.name = name.clone();
+    supported.min_version = 0;
+    supported.max_version = 1;
+    r.supported_features.push(supported);
+    let mut finalized = FinalizedFeatureKey::default();
+    finalized.name = name;
+    finalized.min_version_level = 1;
+    finalized.max_version_level = 1;
+    r.finalized_features.push(finalized);
 }
 
 /// The answer to an ApiVersions version we don't know: error 35 and our list, in v0 layout,
 /// so the client can retry with a version we support (as Kafka does).
-pub fn unsupported_version_response(cluster: bool) -> ApiVersionsResponse {
+pub fn unsupported_version_response(broker: &Broker) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
     r.error_code = ErrorCode::UnsupportedVersion.code();
-    r.api_keys = supported_list(cluster);
+    r.api_keys = supported_list(broker.store.is_zookeeper(), |k| super::offered(broker, k));
     r
 }
 

@@ -5,6 +5,7 @@ mod acls;
 mod admin;
 mod api_versions;
 mod configs;
+mod consumer_group;
 mod fetch;
 mod group;
 pub mod inter_broker;
@@ -66,6 +67,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // The consumer group protocol (KIP-848) at Kafka 4.x's versions; offered only while
+    // `group.coordinator.rebalance.protocols` names `consumer` (see `offered`).
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
     // Answered on the connection itself (network): they change who the connection is.
     (ApiKey::SaslHandshake, 0, 1),
@@ -93,6 +98,12 @@ pub use api_versions::unsupported_version_response as api_versions_unsupported;
 /// UNKNOWN_TOPIC_OR_PARTITION.
 pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
     broker.replicas.not_led_error(topic, partition)
+}
+
+/// Whether this broker offers `key` at all with its configuration: the consumer protocol's
+/// APIs can be turned off, and then are as unknown to clients as to Kafka 3.x.
+pub fn offered(broker: &Broker, key: ApiKey) -> bool {
+    !consumer_group::KEYS.contains(&key) || broker.groups.consumer_groups().config().enabled
 }
 
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
@@ -266,6 +277,12 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(group::list_groups(ctx, r)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(group::delete_groups(ctx, r)),
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(group::offset_delete(ctx, r)),
+        RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
+            off_runtime(ctx, move |c| consumer_group::consumer_group_heartbeat(c, r)).await?,
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(consumer_group::consumer_group_describe(ctx, r))
+        }
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe_acls(ctx, r)),
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(off_runtime(ctx, move |c| acls::create_acls(c, r)).await?)

@@ -92,3 +92,17 @@ impl GroupZnodes for StoreLink {
         self.0.delete_own_ephemerals(path).map_err(|e| e.to_string())
     }
 }
+
+/// The topics the consumer protocol's subscriptions name, from the metadata image.
+pub(crate) struct TopicsLink(pub(crate) Arc<MetadataCache>);
+
+impl crate::group::consumer::TopicsView for TopicsLink {
+    fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        let t = self.0.topic(name)?;
+        Some((t.id, t.partitions.len() as i32))
+    }
+
+    fn name(&self, id: uuid::Uuid) -> Option<String> {
+        self.0.snapshot().topic_by_id(id).map(|t| t.name.clone())
+    }
+}

@@ -413,12 +413,13 @@ impl RequestPath {
             Ok(permit) => Some((permit, self.broker.metrics.handling())),
             Err(_) => None,
         };
-        let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version));
+        let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version))
+            && api::offered(&self.broker, key);
         if !supported {
             if key == ApiKey::ApiVersions {
                 // Kafka answers an ApiVersions version it doesn't know in v0 form, with its
                 // own list, so the client can downgrade.
-                let body = ResponseKind::ApiVersions(api::api_versions_unsupported(self.broker.store.is_zookeeper()));
+                let body = ResponseKind::ApiVersions(api::api_versions_unsupported(&self.broker));
                 return encode_response(key, 0, correlation_id, &body).map(Some);
             }
             return Err(FrameError::UnsupportedVersion(key, version));

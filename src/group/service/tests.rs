@@ -2,7 +2,7 @@
 //! log dir, the wiring `broker.rs` uses. A "restart" is a new service over the same dir.
 
 use super::*;
-use crate::broker::{OffsetsLink, StoreLink};
+use crate::broker::{OffsetsLink, StoreLink, TopicsLink};
 use crate::metadata::{EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
 use crate::replication::{ReplicaHandles, ReplicaManager};
 use std::collections::BTreeMap;
@@ -83,12 +83,14 @@ impl Node {
                 offsets_retention_check_interval_ms: 600_000,
                 offset_metadata_max_bytes: 4096,
             },
-            partitions: Arc::new(OffsetsLink { me: ME, cache, replicas: replicas.clone() }),
+            partitions: Arc::new(OffsetsLink { me: ME, cache: cache.clone(), replicas: replicas.clone() }),
             creator: Arc::new(NoCreator),
             znodes: Arc::new(StoreLink(store)),
             io: Arc::new(IoPool::new(1, 1, metrics.io_jobs.clone(), metrics.io_threads.clone())),
             offsets_zk_mirror_interval: None,
             offsets_zk_mirror_max_writes: 1,
+            consumer: Default::default(),
+            topics: Arc::new(TopicsLink(cache)),
         }));
         service.load_groups(None);
         Node { service, replicas }
