@@ -252,3 +252,68 @@ def test_turned_off_the_api_is_absent_and_classic_groups_work(broker_factory):
             got.add((m.partition(), m.offset()))
     c.close()
     assert acked <= got
+
+
+# ---------------------------------------------------------------------------
+# three brokers and ZooKeeper: the seed's view of the group, and a coordinator kill -9
+# ---------------------------------------------------------------------------
+
+def check_zk_mirror(c, group: str, topic: str, ws: List[Worker], timeout: float = WAIT) -> None:
+    """/consumers/<group>/ids names the live members and owners/<topic>/<p> the owner of p; a
+    member id's '/' (librdkafka's ids are standard base64) is '_' there."""
+    import test_groups as tg
+    name = lambda w: w.member_id().replace("/", "_")  # noqa: E731
+    want_ids = {name(w) for w in ws}
+    want_owner = {p: name(w) for w in ws for p in w.assignment()}
+    seen = {}
+
+    def ok():
+        ids, owners = tg.zk_ids(c, group), tg.zk_owners(c, group, topic)
+        seen.update(ids=sorted(ids), owners=owners)
+        return set(ids) == want_ids and owners == want_owner
+
+    try:
+        wait_until(ok, timeout, f"ZooKeeper view of group {group}", interval=0.2)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: want {sorted(want_ids)} {want_owner}, seen {seen}") from None
+
+
+@pytest.fixture
+def cluster(request, zookeeper):
+    from cluster_harness import Cluster
+    from gregor_fixtures import _register
+    overrides = dict(OVERRIDES, **{"offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "50"})
+    c = Cluster(zookeeper, 3, overrides=overrides, on_new_broker=lambda b: _register(request, b))
+    c.start()
+    yield c
+    c.cleanup(keep=_failed(request))
+
+
+def test_coordinator_kill_keeps_the_group_and_the_zookeeper_view_follows(cluster, workers, report):
+    import test_groups as tg  # its cluster helpers: topic, produce, ZooKeeper mirror, coordinator
+    c = cluster
+    topic, group = uniq("cgk"), uniq("g")
+    tg.create_topic(c, topic)
+    acked = tg.produce(c, topic, 30)
+    ws = [workers(f"k{i}", c.bootstrap(), group, topic) for i in range(2)]
+    wait_split(ws, [3, 3], "two members")
+    check_zk_mirror(c, group, topic, ws)
+    wait_consumed(ws, acked)
+    coord, part = tg.group_coordinator(c, group)
+    wait_until(lambda: sorted(c.partition_state("__consumer_offsets", part)["isr"]) == [1, 2, 3], WAIT,
+               f"__consumer_offsets-{part} ISR [1,2,3]", interval=0.2)
+    members = {w.name: w.member_id() for w in ws}
+    t0 = time.time()
+    c.brokers[coord].kill()
+    acked |= tg.produce(c, topic, 20, tag="after")
+    wait_until(lambda: acked <= set(consumed(ws)), c.failover_timeout + WAIT, "records after the kill consumed",
+               interval=0.2)
+    resumed = time.time() - t0
+    # The new coordinator loaded the group: the members kept their ids and were not fenced
+    # (a fenced member loses its partitions and rejoins under a new epoch).
+    assert {w.name: w.member_id() for w in ws} == members
+    for w in ws:
+        assert not w.evs("lost"), f"{w.name} lost its partitions: {w.evs('lost')}"
+    check_zk_mirror(c, group, topic, ws, timeout=c.failover_timeout + WAIT)
+    report(f"KIP-848: coordinator kill -9 -> every record produced after it consumed in {resumed:.2f}s, "
+           f"no member fenced")

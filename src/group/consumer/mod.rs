@@ -153,7 +153,7 @@ impl ConsumerMember {
 
     fn registration(&self) -> MemberRegistration {
         MemberRegistration {
-            id: self.id.clone(),
+            id: znode_member_id(&self.id),
             client_id: self.client_id.clone(),
             client_host: self.client_host.clone(),
             topics: self.subscribed_topic_names.clone(),
@@ -241,7 +241,7 @@ impl ConsumerGroup {
             .iter()
             .filter_map(|((t, p), m)| {
                 let name = names.entry(*t).or_insert_with(|| topics.name(*t)).clone()?;
-                Some((name, *p, m.clone()))
+                Some((name, *p, znode_member_id(m)))
             })
             .collect();
         out.sort();
@@ -688,7 +688,7 @@ impl ConsumerGroupCoordinator {
                 ConsumerRecord::GroupMetadata { group: g.clone(), epoch: Some(group.epoch) },
             ],
         );
-        fx.0.push((g.clone(), Effect::MemberLeft(m)));
+        fx.0.push((g.clone(), Effect::MemberLeft(znode_member_id(&m))));
         fx.0.push((g, Effect::OwnersChanged(group.owners_by_name(&*self.topics))));
         group.subscribed_metadata = self.subscription_metadata(group);
         self.compute_target(group, fx);
@@ -902,7 +902,7 @@ impl ConsumerGroupCoordinator {
             for id in &ids {
                 if let Some(g) = groups.remove(id) {
                     for m in g.members.keys() {
-                        fx.0.push((id.clone(), Effect::MemberLeft(m.clone())));
+                        fx.0.push((id.clone(), Effect::MemberLeft(znode_member_id(m))));
                     }
                 }
             }
@@ -910,6 +910,16 @@ impl ConsumerGroupCoordinator {
         });
         self.perform(store);
         n
+    }
+}
+
+/// A member id as `/consumers/<group>/ids` and `owners` name it. Clients choose their ids in
+/// ConsumerGroupHeartbeat v1, and librdkafka's are standard base64, whose '/' cannot be in a
+/// znode name: it is written as '_', base64url's letter for it (Kafka's own ids are base64url).
+pub fn znode_member_id(id: &str) -> String {
+    match id.replace('/', "_") {
+        s if s.is_empty() || s == "." || s == ".." => format!("_{s}"),
+        s => s,
     }
 }
 

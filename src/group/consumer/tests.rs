@@ -352,3 +352,11 @@ async fn the_previous_epoch_is_accepted_while_the_member_owns_no_more_than_its_a
     let r = c.heartbeat(&store, beat("a", previous, Some(&more)));
     assert_eq!(r.error_code, ErrorCode::FencedMemberEpoch.code());
 }
+
+#[test]
+fn member_ids_become_znode_names() {
+    assert_eq!(znode_member_id("sZhRNQ81QEatqc7+J/lKFg"), "sZhRNQ81QEatqc7+J_lKFg");
+    assert_eq!(znode_member_id("plain"), "plain");
+    assert_eq!(znode_member_id(".."), "_..");
+    assert_eq!(znode_member_id(""), "_");
+}
