@@ -150,7 +150,13 @@ pub fn consumer_group_describe(
                 d.error_code = code;
                 d
             }
-            None => match ctx.broker.groups.consumer_groups().with_group(&group, |g| describe_one(ctx, g)) {
+            None => match ctx
+                .broker
+                .groups
+                .is_consumer_group(&group)
+                .then(|| ctx.broker.groups.consumer_groups().with_group(&group, |g| describe_one(ctx, g)))
+                .flatten()
+            {
                 Some(d) => d,
                 None => {
                     let classic = ctx.broker.groups.with_group(&group, |_| ()).is_some();

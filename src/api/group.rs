@@ -646,7 +646,7 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
         // A consumer-protocol group is not described here (Kafka 4.x: GROUP_ID_NOT_FOUND, "not
         // a classic group"); ConsumerGroupDescribe does. Its offsets keep a classic record
         // that must not show as an Empty classic group.
-        let consumer = ctx.broker.groups.consumer_groups().contains(id.0.as_str());
+        let consumer = ctx.broker.groups.is_consumer_group(id.0.as_str());
         let described = ctx.broker.groups.with_group(id.0.as_str(), |g| {
             let mut d = DescribedGroup::default();
             d.group_state = s(g.state.name());
@@ -706,6 +706,7 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
         .consumer_groups()
         .list()
         .into_iter()
+        .filter(|(id, _)| ctx.broker.groups.is_consumer_group(id))
         .map(|(id, state)| (id, GROUP_TYPE_CONSUMER.to_string(), state.name().to_string(), GROUP_TYPE_CONSUMER))
         .collect();
     let consumer_ids: HashSet<String> = consumer.iter().map(|(id, ..)| id.clone()).collect();

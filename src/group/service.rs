@@ -156,6 +156,14 @@ impl GroupCoordinatorService {
         self.consumer.heartbeat(self, req)
     }
 
+    /// Whether `group_id` names a group of the consumer protocol here: one exists, and no
+    /// classic group of that id has members (a classic group may start in an empty consumer
+    /// group's id; the group with members is the one clients see).
+    pub fn is_consumer_group(&self, group_id: &str) -> bool {
+        self.consumer.contains(group_id)
+            && self.coordinator.with_group(group_id, |g| g.members.is_empty()) != Some(false)
+    }
+
     /// OffsetFetch v9+'s member check for groups of the consumer protocol.
     pub fn validate_offset_fetch(&self, group_id: &str, member_id: Option<&str>, member_epoch: i32) -> Result<(), i16> {
         self.consumer.validate_fetch(group_id, member_id, member_epoch)
