@@ -256,9 +256,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::AddOffsetsToTxn(r) => ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(ctx, r).await),
         RequestKind::EndTxn(r) => ResponseKind::EndTxn(txn::end_txn(ctx, r).await),
         RequestKind::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(txn::txn_offset_commit(ctx, r).await),
-        RequestKind::WriteTxnMarkers(r) => {
-            ResponseKind::WriteTxnMarkers(off_runtime(ctx, move |c| txn::write_txn_markers(c, r)).await?)
-        }
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(txn::write_txn_markers(ctx, r).await),
         RequestKind::ListTransactions(r) => ResponseKind::ListTransactions(txn::list_transactions(ctx, r)),
         RequestKind::DescribeTransactions(r) => ResponseKind::DescribeTransactions(txn::describe_transactions(ctx, r)),
         RequestKind::OffsetForLeaderEpoch(r) => {

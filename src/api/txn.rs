@@ -376,20 +376,17 @@ async fn write_txn_offsets(
 
 /// WriteTxnMarkers, from a transaction coordinator (or `kafka-transactions abort`): a marker
 /// on each named partition this broker leads.
-pub fn write_txn_markers(ctx: &RequestContext, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+pub async fn write_txn_markers(ctx: &RequestContext, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
     let allowed = ctx.authorized_cluster(Operation::ClusterAction);
     let mut r = WriteTxnMarkersResponse::default();
     for m in req.markers {
         let tps: Vec<(String, i32)> =
             m.topics.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.0.to_string(), *p))).collect();
         let results = if allowed {
-            ctx.broker.txn.write_markers_local(
-                m.producer_id.0,
-                m.producer_epoch,
-                m.transaction_result,
-                m.coordinator_epoch,
-                &tps,
-            )
+            ctx.broker
+                .txn
+                .write_markers(m.producer_id.0, m.producer_epoch, m.transaction_result, m.coordinator_epoch, tps)
+                .await
         } else {
             tps.into_iter().map(|tp| (tp, ErrorCode::ClusterAuthorizationFailed.code())).collect()
         };

@@ -84,7 +84,7 @@ impl TxnPartition for Partition {
         (r.error_code == 0).then_some(r.records)
     }
 
-    fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> i16 {
-        Partition::write_marker(self, producer_id, epoch, commit, coordinator_epoch).0
+    fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> (i16, i64) {
+        Partition::write_marker(self, producer_id, epoch, commit, coordinator_epoch)
     }
 }

@@ -23,8 +23,9 @@ pub trait TxnPartition: Send + Sync {
     fn log_end_offset(&self) -> i64;
     /// Up to `max_bytes` of whole batches from `offset` to the log end; None on an error.
     fn read(&self, offset: i64, max_bytes: usize) -> Option<Bytes>;
-    /// Writes a COMMIT or ABORT marker for `producer_id`; the partition's error code.
-    fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> i16;
+    /// Writes a COMMIT or ABORT marker for `producer_id`: the partition's error code and the
+    /// marker's offset.
+    fn write_marker(&self, producer_id: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> (i16, i64);
 }
 
 /// The partitions led here (the replica manager).

@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator::{InitStep, TransactionCoordinator};
-use super::handles::{LocalPartitions, MarkerListener, TransactionTopicCreator};
+use super::handles::{LocalPartitions, MarkerListener, TransactionTopicCreator, TxnPartition};
 use super::inter_broker::{by_topic, pooled_round_trip};
 use super::producer_id::ProducerIdManager;
 use super::state::{TxnMetadata, TxnState};
@@ -562,24 +562,28 @@ impl TransactionService {
                     Some(_) => {}
                 }
             }
+            // Each leader answers once its markers are replicated: the leaders are asked at
+            // once, so a transaction waits for its slowest leader, not for their sum.
+            let mut sends = tokio::task::JoinSet::new();
             for (leader, tps) in by_leader {
-                let results = if leader == self.config.broker_id {
-                    let b = self.clone();
-                    let (pid, epoch) = (prepared.producer_id, prepared.epoch);
-                    self.io
-                        .run(move || b.write_markers_local(pid, epoch, commit, coordinator_epoch, &tps))
-                        .await
-                        .unwrap_or_default()
-                } else {
-                    match self.send_remote_markers(leader, prepared, commit, coordinator_epoch, &tps).await {
+                let (me, prepared) = (self.clone(), prepared.clone());
+                sends.spawn(async move {
+                    if leader == me.config.broker_id {
+                        return me
+                            .write_markers(prepared.producer_id, prepared.epoch, commit, coordinator_epoch, tps)
+                            .await;
+                    }
+                    match me.send_remote_markers(leader, &prepared, commit, coordinator_epoch, &tps).await {
                         Ok(r) => r,
                         Err(e) => {
                             tracing::debug!(leader, error = %e, "cannot send transaction markers");
                             Vec::new()
                         }
                     }
-                };
-                for (tp, code) in results {
+                });
+            }
+            while let Some(results) = sends.join_next().await {
+                for (tp, code) in results.unwrap_or_default() {
                     if code == ErrorCode::None.code() {
                         remaining.remove(&tp);
                     } else {
@@ -594,33 +598,83 @@ impl TransactionService {
         }
     }
 
-    /// WriteTxnMarkers on this broker: a marker on each listed partition it leads. A marker
-    /// on a `__consumer_offsets` partition also settles the offsets the transaction committed
-    /// to its groups.
-    pub fn write_markers_local(
+    /// WriteTxnMarkers on this broker: a marker on each listed partition it leads, answered
+    /// once the marker is replicated to the ISR, as Kafka appends markers with acks=all. A
+    /// marker acknowledged on the leader alone is lost with a leader change, and the coordinator,
+    /// which then completes the transaction, never writes it again: the partition's records of
+    /// a committed transaction would be closed by the producer's next ABORT instead. A marker on
+    /// a `__consumer_offsets` partition also settles the offsets the transaction committed to
+    /// its groups.
+    pub async fn write_markers(
+        self: &Arc<Self>,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        partitions: Vec<(String, i32)>,
+    ) -> Vec<MarkerResult> {
+        let b = self.clone();
+        let appended =
+            match self.io.run(move || b.append_markers(pid, epoch, commit, coordinator_epoch, &partitions)).await {
+                Ok(a) => a,
+                Err(_) => return Vec::new(),
+            };
+        let deadline = Instant::now() + self.config.request_timeout;
+        let mut out = Vec::with_capacity(appended.len());
+        for (tp, code, written) in appended {
+            let code = match written {
+                Some((partition, offset)) if code == ErrorCode::None.code() => {
+                    wait_replicated(partition.as_ref(), offset, deadline).await
+                }
+                _ => code,
+            };
+            out.push((tp, code));
+        }
+        out
+    }
+
+    /// Appends the markers (a disk write: on the I/O pool): each partition's error code and,
+    /// when appended, the partition and the marker's offset.
+    #[allow(clippy::type_complexity)]
+    fn append_markers(
         &self,
         pid: i64,
         epoch: i16,
         commit: bool,
         coordinator_epoch: i32,
         partitions: &[(String, i32)],
-    ) -> Vec<MarkerResult> {
+    ) -> Vec<((String, i32), i16, Option<(Arc<dyn TxnPartition>, i64)>)> {
         let mut out = Vec::with_capacity(partitions.len());
         for (topic, index) in partitions {
-            let code = match self.partitions.leader_partition(topic, *index) {
-                None => self.partitions.not_led_error(topic, *index),
-                Some(p) => {
-                    self.coordinator.forget_verified(&(topic.clone(), *index), pid);
-                    let code = p.write_marker(pid, epoch, commit, coordinator_epoch);
-                    if code == ErrorCode::None.code() {
-                        self.markers.on_marker_written(topic, *index, pid, commit);
-                    }
-                    code
-                }
+            let tp = (topic.clone(), *index);
+            let Some(p) = self.partitions.leader_partition(topic, *index) else {
+                out.push((tp, self.partitions.not_led_error(topic, *index), None));
+                continue;
             };
-            out.push(((topic.clone(), *index), code));
+            // Kafka refuses an acks=all append, markers included, to an ISR below the minimum
+            // before writing anything; the coordinator retries.
+            if p.isr_len() < self.min_insync_replicas(topic) {
+                out.push((tp, ErrorCode::NotEnoughReplicas.code(), None));
+                continue;
+            }
+            self.coordinator.forget_verified(&tp, pid);
+            let (code, offset) = p.write_marker(pid, epoch, commit, coordinator_epoch);
+            if code == ErrorCode::None.code() {
+                self.markers.on_marker_written(topic, *index, pid, commit);
+                out.push((tp, code, Some((p, offset))));
+            } else {
+                out.push((tp, code, None));
+            }
         }
         out
+    }
+
+    fn min_insync_replicas(&self, topic: &str) -> usize {
+        let configured = self
+            .cache
+            .topic(topic)
+            .and_then(|t| t.configs.get("min.insync.replicas").and_then(|v| v.parse::<usize>().ok()));
+        configured.unwrap_or(self.config.min_insync_replicas.max(1) as usize)
     }
 
     async fn send_remote_markers(
@@ -780,5 +834,30 @@ impl TransactionService {
                 }
             }
         });
+    }
+}
+
+/// Waits until the marker at `offset` is below the partition's high watermark: NOT_LEADER_OR_FOLLOWER
+/// if the partition stops being led here first, REQUEST_TIMED_OUT at `deadline`.
+async fn wait_replicated(partition: &dyn TxnPartition, offset: i64, deadline: Instant) -> i16 {
+    // Woken by the partition's high-watermark moves and role changes; registered before each
+    // check, so a move in between leaves a permit.
+    let waiter = Arc::new(tokio::sync::Notify::new());
+    loop {
+        partition.watch(&waiter);
+        if partition.high_watermark() > offset {
+            return ErrorCode::None.code();
+        }
+        if !partition.is_leader() {
+            return ErrorCode::NotLeaderOrFollower.code();
+        }
+        let now = Instant::now();
+        if now >= deadline || tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
+            return if partition.high_watermark() > offset {
+                ErrorCode::None.code()
+            } else {
+                ErrorCode::RequestTimedOut.code()
+            };
+        }
     }
 }

@@ -15,6 +15,7 @@ use crate::config::BrokerConfig;
 use crate::log::batch::BatchHeader;
 use crate::metadata::{EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
 use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
+use crate::protocol::ErrorCode;
 use crate::replication::{ReplicaHandles, ReplicaManager};
 
 const ME: i32 = 0;
@@ -41,6 +42,7 @@ struct Fixture {
     service: Arc<TransactionService>,
     replicas: Arc<ReplicaManager>,
     markers: Arc<Markers>,
+    cache: Arc<MetadataCache>,
 }
 
 fn topic(name: &str) -> Arc<TopicInfo> {
@@ -104,7 +106,7 @@ fn start(dir: &Path, abort_check_interval_ms: u64) -> Fixture {
         }),
         producer_ids: ProducerIdManager::new(ME, store.clone()),
         config,
-        cache,
+        cache: cache.clone(),
         store,
         partitions: replicas.clone(),
         io: Arc::new(crate::io_pool::IoPool::new(2, 1, metrics.io_jobs.clone(), metrics.io_threads.clone())),
@@ -113,7 +115,7 @@ fn start(dir: &Path, abort_check_interval_ms: u64) -> Fixture {
         markers: markers.clone(),
     });
     service.load_txns(None);
-    Fixture { service, replicas, markers }
+    Fixture { service, replicas, markers, cache }
 }
 
 /// The states `id` went through, as `__transaction_state` records them.
@@ -203,4 +205,42 @@ async fn a_restarted_coordinator_aborts_an_ongoing_transaction_that_timed_out() 
     let states = state_log(&f, "x");
     assert_eq!(&states[states.len() - 2..], &[TxnState::PrepareAbort, TxnState::CompleteAbort]);
     assert_eq!(*f.markers.0.lock().unwrap(), vec![(DATA.to_string(), 0, pid, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_marker_is_answered_only_once_the_isr_has_it() {
+    const FOLLOWER: i32 = 1;
+    let dir = tempfile::tempdir().unwrap();
+    let f = start(dir.path(), 10_000);
+    let data = f.replicas.partition(DATA, 0).unwrap();
+    assert!(data.become_leader(1, &[ME, FOLLOWER], &[ME, FOLLOWER]));
+    let marker = |commit| f.service.write_markers(7, 0, commit, 0, data_tp());
+
+    // The follower never fetches: the marker is on the leader only, which is not an answer.
+    let before = data.log_end_offset();
+    assert_eq!(marker(true).await, vec![((DATA.to_string(), 0), ErrorCode::RequestTimedOut.code())]);
+    assert_eq!(data.log_end_offset(), before + 1, "appended, but not acknowledged");
+
+    // The follower fetches past it: acknowledged.
+    let service = f.service.clone();
+    let waiting = tokio::spawn(async move { service.write_markers(7, 0, false, 0, data_tp()).await });
+    while data.log_end_offset() < before + 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (_, _, moved) = data.follower_fetch(FOLLOWER, data.log_end_offset(), -1, 1, 1 << 20);
+    assert!(moved, "the follower's fetch moves the high watermark past the marker");
+    data.wake();
+    assert_eq!(waiting.await.unwrap(), vec![((DATA.to_string(), 0), ErrorCode::None.code())]);
+
+    // An ISR below min.insync.replicas: refused before anything is written, as Kafka refuses
+    // an acks=all append.
+    data.set_isr(vec![ME]);
+    f.cache.update(|c| {
+        let mut t = (*topic(DATA)).clone();
+        t.configs.insert("min.insync.replicas".into(), "2".into());
+        c.topics.insert(DATA.to_string(), Arc::new(t));
+    });
+    let end = data.log_end_offset();
+    assert_eq!(marker(true).await, vec![((DATA.to_string(), 0), ErrorCode::NotEnoughReplicas.code())]);
+    assert_eq!(data.log_end_offset(), end, "nothing written");
 }
