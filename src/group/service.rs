@@ -218,7 +218,24 @@ impl GroupCoordinatorService {
         tps: Vec<TopicPartition>,
         subscribed: impl Fn(&Group, &str) -> bool,
     ) -> Result<Vec<(TopicPartition, i16)>, i16> {
-        self.coordinator.delete_offsets(self, group_id, tps, subscribed)
+        // A consumer-protocol group's members keep the offsets of the topics they subscribe to.
+        let in_use = self
+            .consumer
+            .with_group(group_id, |g| {
+                g.members.values().flat_map(|m| m.subscribed_topic_names.iter().cloned()).collect::<HashSet<String>>()
+            })
+            .unwrap_or_default();
+        if in_use.is_empty() {
+            return self.coordinator.delete_offsets(self, group_id, tps, subscribed);
+        }
+        let (kept, free): (Vec<TopicPartition>, Vec<TopicPartition>) =
+            tps.into_iter().partition(|(topic, _)| in_use.contains(topic));
+        let mut results = match free.is_empty() {
+            true => Vec::new(),
+            false => self.coordinator.delete_offsets(self, group_id, free, subscribed)?,
+        };
+        results.extend(kept.into_iter().map(|tp| (tp, ErrorCode::GroupSubscribedToTopic.code())));
+        Ok(results)
     }
 
     pub fn delete_group(&self, group_id: &str) -> i16 {
