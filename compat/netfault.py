@@ -317,6 +317,10 @@ class NsBroker:
             # an offset (an "implicit ack"; Kafka's brokers race the same way). With the ISR
             # decided well inside the client's timeout, every acknowledgement carries its offset.
             "replica.lag.time.max.ms": "10000",
+            # After a cut heals, a fetch answer lost in it is retransmitted by TCP only at its
+            # next, exponentially backed-off attempt (12.8 s after a 14 s cut, seed 90 at
+            # e1230fd): a follower asks again on a new connection sooner than Kafka's 30 s.
+            "replica.socket.timeout.ms": "3000",
         }
         cmd = ["ip", "netns", "exec", self.net.ns(self.node), str(gregor_bin())]
         for k, v in cfg.items():

@@ -9,14 +9,17 @@ import kproto as kp
 from kproto import R, W
 
 ALTER_CONFIGS, DESCRIBE_LOG_DIRS, ELECT_LEADERS, DESCRIBE_TOPIC_PARTITIONS = 33, 35, 43, 75
+# ListConfigResources (Kafka 4.1; v0 is KIP-714's ListClientMetricsResources).
+LIST_CONFIG_RESOURCES = 74
 
 NAMES = {
     ALTER_CONFIGS: "AlterConfigs", DESCRIBE_LOG_DIRS: "DescribeLogDirs", ELECT_LEADERS: "ElectLeaders",
-    DESCRIBE_TOPIC_PARTITIONS: "DescribeTopicPartitions",
+    DESCRIBE_TOPIC_PARTITIONS: "DescribeTopicPartitions", LIST_CONFIG_RESOURCES: "ListConfigResources",
 }
-FLEX = {ALTER_CONFIGS: 2, DESCRIBE_LOG_DIRS: 2, ELECT_LEADERS: 2, DESCRIBE_TOPIC_PARTITIONS: 0}
+FLEX = {ALTER_CONFIGS: 2, DESCRIBE_LOG_DIRS: 2, ELECT_LEADERS: 2, DESCRIBE_TOPIC_PARTITIONS: 0,
+        LIST_CONFIG_RESOURCES: 0}
 ENCODER_RANGES = {ALTER_CONFIGS: (0, 2), DESCRIBE_LOG_DIRS: (1, 4), ELECT_LEADERS: (0, 2),
-                  DESCRIBE_TOPIC_PARTITIONS: (0, 0)}
+                  DESCRIBE_TOPIC_PARTITIONS: (0, 0), LIST_CONFIG_RESOURCES: (0, 1)}
 kp.API_NAMES.update(NAMES)
 kp.FLEX.update(FLEX)
 
@@ -571,6 +574,30 @@ def decode_alter_replica_log_dirs(r: R, v: int) -> dict:
         return t, ps
 
     out["results"] = {(t, p): e for t, ps in r.array(topic) for p, e in ps}
+    r.tags()
+    r.end()
+    return out
+
+
+# ListConfigResources ---------------------------------------------------------
+
+def list_config_resources_request(v: int, resource_types: Optional[List[int]] = None) -> bytes:
+    w = _w(LIST_CONFIG_RESOURCES, v)
+    if v >= 1:
+        w.array(resource_types or [], lambda w, t: w.i8(t))
+    return w.tags().done()
+
+
+def decode_list_config_resources(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16()}
+
+    def res(rr):
+        name = rr.string()
+        rtype = rr.i8() if v >= 1 else 16
+        rr.tags()
+        return (name, rtype)
+
+    out["resources"] = r.array(res) or []
     r.tags()
     r.end()
     return out

@@ -616,3 +616,35 @@ def test_log_dir_moves_under_steady_producers_lose_no_acknowledged_record(broker
         assert [r.offset for r in records] == list(range(len(records)))
         for base, value in acked:
             assert all(by_offset.get(base + k) == value for k in range(5)), (base, value)
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_list_config_resources_lists_client_metrics_subscriptions(broker, which):
+    lo, hi = broker.api_versions[ka.LIST_CONFIG_RESOURCES]
+    v = lo if which == "min" else hi
+    client_metrics, subscription = 16, topic_name("sub")
+    with kp.Conn(broker.host, broker.port) as c:
+        def listed(types=None):
+            return ka.decode_list_config_resources(
+                c.call(ka.LIST_CONFIG_RESOURCES, v, ka.list_config_resources_request(v, types)), v)
+
+        assert (subscription, client_metrics) not in listed()["resources"]
+        ops = [("metrics", 0, "org.apache.kafka.producer."), ("interval.ms", 0, "60000")]
+        r = kp.decode_incremental_alter_configs(c.call(kp.INCREMENTAL_ALTER_CONFIGS, 1,
+            kp.incremental_alter_configs_request(1, [(client_metrics, subscription, ops)])), 1)
+        assert r["responses"][0]["error_code"] == 0, r
+        got = listed()
+        assert got["error_code"] == 0 and (subscription, client_metrics) in got["resources"], got
+        if v >= 1:
+            assert (str(broker.broker_id), 4) in got["resources"], got
+            only = listed([client_metrics])["resources"]
+            assert only and all(t == client_metrics for _, t in only), only
+            assert listed([99])["error_code"] == 35  # UNSUPPORTED_VERSION: a type Kafka 4.1 does not know
+        # an interval out of Kafka's bounds is refused and changes nothing
+        r = kp.decode_incremental_alter_configs(c.call(kp.INCREMENTAL_ALTER_CONFIGS, 1,
+            kp.incremental_alter_configs_request(1, [(client_metrics, subscription, [("interval.ms", 0, "1")])])), 1)
+        assert r["responses"][0]["error_code"] == 42, r
+        delete = [("metrics", 1, None), ("interval.ms", 1, None)]
+        kp.decode_incremental_alter_configs(c.call(kp.INCREMENTAL_ALTER_CONFIGS, 1,
+            kp.incremental_alter_configs_request(1, [(client_metrics, subscription, delete)])), 1)
+        assert (subscription, client_metrics) not in listed()["resources"]

@@ -50,6 +50,7 @@ COVERAGE = {
     ka.DELETE_ACLS: ("test_admin_apis", "test_acls_created_described_and_deleted_by_filter"),
     ka.ALTER_REPLICA_LOG_DIRS: ("test_admin_apis", "test_alter_replica_log_dirs_moves_a_partition"),
     ka.DESCRIBE_TOPIC_PARTITIONS: ("test_admin_apis", "test_describe_topic_partitions_pages_with_its_cursor"),
+    ka.LIST_CONFIG_RESOURCES: ("test_admin_apis", "test_list_config_resources_lists_client_metrics_subscriptions"),
     kt.ADD_PARTITIONS_TO_TXN: ("test_txn_apis", "test_transaction_by_raw_frames"),
     kt.ADD_OFFSETS_TO_TXN: ("test_txn_apis", "test_transaction_by_raw_frames"),
     kt.END_TXN: ("test_txn_apis", "test_transaction_by_raw_frames"),

@@ -23,6 +23,7 @@ CLASS_NAMES = {
     ka.DESCRIBE_PRODUCERS: "DescribeProducersRequest",
     ka.DESCRIBE_ACLS: "DescribeAclsRequest", ka.CREATE_ACLS: "CreateAclsRequest", ka.DELETE_ACLS: "DeleteAclsRequest",
     ka.ALTER_REPLICA_LOG_DIRS: "AlterReplicaLogDirsRequest",
+    ka.LIST_CONFIG_RESOURCES: "ListConfigResourcesRequest",
 }
 
 
@@ -58,6 +59,8 @@ def build(api, v):
         return ka.delete_acls_request(v, [(1, None, 1, "User:a", None, 3, 1), (2, "t", 4, None, None, 1, 2)])
     if api == ka.ALTER_REPLICA_LOG_DIRS:
         return ka.alter_replica_log_dirs_request(v, {"/d1": {"t": [0, 2], "u": [1]}, "/d2": {"v": [3]}})
+    if api == ka.LIST_CONFIG_RESOURCES:
+        return ka.list_config_resources_request(v, [16, 2])
     raise AssertionError(api)
 
 

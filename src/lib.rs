@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod broker;
+pub mod client_metrics;
 pub mod client_quota;
 pub mod config;
 pub mod controller;

@@ -94,26 +94,20 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let broker = Broker::start(config).await?;
-    broker.zk_sync.spawn();
-    broker.spawn_log_tasks();
-    broker.groups.start();
-    broker.txn.spawn_txn_timer();
-    broker.spawn_isr_expiry();
-    broker.spawn_isr_writer();
-    broker.spawn_store_reload();
+    broker.spawn_tasks();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker = TaskTracker::new();
     let quotas = gregor::network::ConnectionQuotas::new(&broker.effective_config());
     {
         let quotas = quotas.clone();
-        broker.dynamic.subscribe(move |c| quotas.reconfigure(c));
+        broker.on_config_change(move |c| quotas.reconfigure(c));
     }
     let mut listeners = Vec::new();
     for (listener, name) in bound {
         tracing::info!(address = %listener.local_addr()?, listener = %name, "listening");
         listeners.push(tokio::spawn(gregor::network::serve_listener(
-            broker.clone(),
+            broker.components(),
             listener,
             Arc::from(name.as_str()),
             quotas.clone(),
@@ -124,7 +118,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     if let Some(listener) = metrics_listener {
         tracing::info!(address = %listener.local_addr()?, "serving metrics on /metrics");
         let b = broker.clone();
-        let scrape: gregor::metrics::http::Scrape = Arc::new(move || b.metrics.render(&b.metrics_sample()));
+        let scrape: gregor::metrics::http::Scrape = Arc::new(move || b.render_metrics());
         tokio::spawn(gregor::metrics::http::serve(listener, scrape, stop_rx.clone()));
     }
 

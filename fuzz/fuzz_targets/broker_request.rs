@@ -60,7 +60,7 @@ fn start_broker(rt: &tokio::runtime::Runtime, dir: &Path) -> Arc<Broker> {
         let broker = Broker::start(config).await.expect("start the fuzz broker");
         // The timers requests wait on: a join completes when the group timer sees the
         // rebalance through.
-        broker.groups.start();
+        broker.start_group_coordinator();
         broker.spawn_isr_expiry();
         broker
     })
@@ -92,7 +92,7 @@ fuzz_target!(|data: &[u8]| {
             h.broker = Some(start_broker(&h.rt, &h.dir.join("data")));
         }
         let Some(broker) = h.broker.clone() else { return };
-        let path = RequestPath::new(broker, Arc::from("PLAINTEXT"), "/127.0.0.1".into());
+        let path = RequestPath::new(broker.components(), Arc::from("PLAINTEXT"), "/127.0.0.1".into());
         h.rt.block_on(async {
             let mut rest = data;
             while rest.len() >= 4 {

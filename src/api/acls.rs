@@ -187,7 +187,7 @@ pub fn create_acls(ctx: &RequestContext, req: CreateAclsRequest) -> CreateAclsRe
         resp.results = results;
         resp
     };
-    let Some(authorizer) = &ctx.broker.security.authorizer else {
+    let Some(authorizer) = &ctx.components.security.authorizer else {
         return refused(ErrorCode::SecurityDisabled, NO_AUTHORIZER);
     };
     if !ctx.authorized_cluster(Operation::Alter) {
@@ -214,7 +214,7 @@ pub fn create_acls(ctx: &RequestContext, req: CreateAclsRequest) -> CreateAclsRe
     }
     for (pattern, entries) in wanted {
         let added: Vec<AclEntry> = entries.iter().map(|(_, e)| e.clone()).collect();
-        let result = update_pattern(&ctx.broker.store, authorizer, &pattern, |set| {
+        let result = update_pattern(&ctx.components.store, authorizer, &pattern, |set| {
             set.extend(added.iter().cloned());
         });
         match result {
@@ -288,7 +288,7 @@ fn filter_error<T>(e: String) -> Result<T, (ErrorCode, String)> {
 
 pub fn describe_acls(ctx: &RequestContext, req: DescribeAclsRequest) -> DescribeAclsResponse {
     let mut resp = DescribeAclsResponse::default();
-    let Some(authorizer) = &ctx.broker.security.authorizer else {
+    let Some(authorizer) = &ctx.components.security.authorizer else {
         (resp.error_code, resp.error_message) = message(ErrorCode::SecurityDisabled, NO_AUTHORIZER);
         return resp;
     };
@@ -360,7 +360,7 @@ pub fn delete_acls(ctx: &RequestContext, req: DeleteAclsRequest) -> DeleteAclsRe
             .collect();
         resp
     };
-    let Some(authorizer) = &ctx.broker.security.authorizer else {
+    let Some(authorizer) = &ctx.components.security.authorizer else {
         return refused(ErrorCode::SecurityDisabled, NO_AUTHORIZER);
     };
     if !ctx.authorized_cluster(Operation::Alter) {
@@ -389,7 +389,7 @@ pub fn delete_acls(ctx: &RequestContext, req: DeleteAclsRequest) -> DeleteAclsRe
             authorizer.snapshot().acls.keys().filter(|p| filter.matches_pattern(p)).cloned().collect()
         });
         for pattern in patterns {
-            let outcome = update_pattern(&ctx.broker.store, authorizer, &pattern, |set| {
+            let outcome = update_pattern(&ctx.components.store, authorizer, &pattern, |set| {
                 set.retain(|a| !filter.matches_entry(a));
             });
             match outcome {

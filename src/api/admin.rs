@@ -42,7 +42,7 @@ fn not_yet_seen(snapshot: &crate::metadata::cache::ClusterSnapshot, ((t, p), res
 
 /// Decides and writes the elections (blocking: ZooKeeper reads and writes).
 fn run_elections(ctx: &RequestContext, req: &ElectLeadersRequest) -> Result<Vec<Outcome>, ErrorCode> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let kind = match (ctx.version(), req.election_type) {
         (0, _) | (_, 0) => ElectionType::Preferred,
         (_, 1) => ElectionType::Unclean,
@@ -106,15 +106,15 @@ pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> Re
     // As Kafka's DelayedElectLeader: answer once this broker's image shows each new leader
     // (the controller's pass has told the brokers), or at the timeout with REQUEST_TIMED_OUT.
     loop {
-        let changed = ctx.broker.cache.changed();
+        let changed = ctx.components.cache.changed();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        let snapshot = ctx.broker.cache.snapshot();
+        let snapshot = ctx.components.cache.snapshot();
         if !outcomes.iter().any(|o| not_yet_seen(&snapshot, o)) {
             break;
         }
         if tokio::time::timeout_at(deadline.into(), changed).await.is_err() {
-            let snapshot = ctx.broker.cache.snapshot();
+            let snapshot = ctx.components.cache.snapshot();
             for o in outcomes.iter_mut().filter(|o| not_yet_seen(&snapshot, o)) {
                 o.1 = Err(ApiError::new(ErrorCode::RequestTimedOut, "Timed out waiting for the leader election"));
             }
@@ -164,7 +164,7 @@ fn volume_bytes(dir: &std::path::Path) -> (i64, i64) {
 }
 
 pub fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let wanted: Option<BTreeSet<(String, i32)>> = req
         .topics
         .as_ref()
@@ -234,7 +234,7 @@ fn log_dir_index(dirs: &[std::path::PathBuf], named: &str) -> Option<usize> {
 /// AlterReplicaLogDirs (blocking: it creates directories). Each broker moves its own replicas.
 pub fn alter_replica_log_dirs(ctx: &RequestContext, req: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse {
     use crate::replication::alter_log_dirs::AlterDirError;
-    let replicas = &ctx.broker.replicas;
+    let replicas = &ctx.components.replicas;
     let mut r = AlterReplicaLogDirsResponse::default();
     // Without ALTER on the cluster every partition is refused, as Kafka answers.
     let allowed = ctx.authorized_cluster(Operation::Alter);
@@ -297,7 +297,7 @@ pub fn alter_partition_reassignments(
     let mut r = AlterPartitionReassignmentsResponse::default();
     // null on success, as Kafka answers (the crate's default is an empty string)
     r.error_message = None;
-    if let Err(e) = ctx.require_cluster(Operation::Alter).and_then(|()| ctx.broker.controller.check_controller()) {
+    if let Err(e) = ctx.require_cluster(Operation::Alter).and_then(|()| ctx.components.controller.check_controller()) {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;
@@ -312,7 +312,7 @@ pub fn alter_partition_reassignments(
             })
         })
         .collect();
-    let results = ctx.broker.controller.alter_reassignments(&wanted);
+    let results = ctx.components.controller.alter_reassignments(&wanted);
     for ((topic, partition, _), res) in wanted.into_iter().zip(results) {
         let mut pr = ReassignablePartitionResponse::default();
         pr.partition_index = partition;
@@ -341,7 +341,8 @@ pub fn list_partition_reassignments(
 ) -> ListPartitionReassignmentsResponse {
     let mut r = ListPartitionReassignmentsResponse::default();
     r.error_message = None;
-    if let Err(e) = ctx.require_cluster(Operation::Describe).and_then(|()| ctx.broker.controller.check_controller()) {
+    if let Err(e) = ctx.require_cluster(Operation::Describe).and_then(|()| ctx.components.controller.check_controller())
+    {
         r.error_code = e.code;
         r.error_message = Some(StrBytes::from_string(e.message));
         return r;
@@ -350,7 +351,7 @@ pub fn list_partition_reassignments(
         .topics
         .as_ref()
         .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.iter().copied().collect())).collect());
-    for (topic, partition, replicas, adding, removing) in ctx.broker.controller.list_reassignments(only.as_ref()) {
+    for (topic, partition, replicas, adding, removing) in ctx.components.controller.list_reassignments(only.as_ref()) {
         let mut p = OngoingPartitionReassignment::default();
         p.partition_index = partition;
         p.replicas = broker_ids(&replicas);
@@ -374,7 +375,7 @@ pub fn list_partition_reassignments(
 /// partition up with getPartitionOrError, not as leader), so that `kafka-transactions
 /// find-hanging --broker-id` can ask each broker about every partition it hosts.
 pub fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let mut r = DescribeProducersResponse::default();
     for t in req.topics {
         let name = t.name.0.to_string();

@@ -1,22 +1,21 @@
 //! ApiVersions: the first request every client sends.
 
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{RequestContext, SUPPORTED_APIS};
-use crate::broker::Broker;
+use super::Components;
+use super::{served_versions, RequestContext, SUPPORTED_APIS};
 use crate::protocol::ErrorCode;
 
 /// The client APIs and, in a ZooKeeper cluster, the inter-broker ones, as a ZooKeeper-mode
-/// Kafka lists both. Standalone there is no other broker to talk to. `offered` leaves out
-/// the APIs the configuration turns off.
-pub fn supported_list(cluster: bool, offered: impl Fn(ApiKey) -> bool) -> Vec<ApiVersion> {
+/// Kafka lists both. Standalone there is no other broker to talk to.
+pub fn supported_list(broker: &Components) -> Vec<ApiVersion> {
+    let cluster = broker.store.is_zookeeper();
     let inter_broker = crate::protocol::inter_broker::INTER_BROKER_APIS.iter().copied().filter(|_| cluster);
     let mut all: Vec<(i16, i16, i16)> = SUPPORTED_APIS
         .iter()
-        .filter(|(key, _, _)| offered(*key))
-        .map(|&(key, min, max)| (key as i16, min, max))
+        .filter_map(|&(key, _, _)| served_versions(broker, key).map(|(min, max)| (key as i16, min, max)))
         .chain(inter_broker)
         .collect();
     all.sort_by_key(|(key, _, _)| *key);
@@ -49,11 +48,14 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
         r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
-    r.api_keys = supported_list(ctx.broker.store.is_zookeeper(), |k| super::offered(&ctx.broker, k));
+    if ctx.version() >= 3 {
+        ctx.client.set_software(&req.client_software_name, &req.client_software_version);
+    }
+    r.api_keys = supported_list(&ctx.components);
     // A ZooKeeper-mode Kafka supports and finalizes no features (see controller::features);
     // the epoch is that of `/feature`.
-    r.finalized_features_epoch = ctx.broker.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
-    if ctx.broker.groups.consumer_groups().config().enabled {
+    r.finalized_features_epoch = ctx.components.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
+    if ctx.components.groups.consumer_groups().config().enabled {
         group_version_feature(&mut r);
     }
     r
@@ -78,10 +80,10 @@ fn group_version_feature(r: &mut ApiVersionsResponse) {
 
 /// The answer to an ApiVersions version we don't know: error 35 and our list, in v0 layout,
 /// so the client can retry with a version we support (as Kafka does).
-pub fn unsupported_version_response(broker: &Broker) -> ApiVersionsResponse {
+pub fn unsupported_version_response(broker: &Components) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
     r.error_code = ErrorCode::UnsupportedVersion.code();
-    r.api_keys = supported_list(broker.store.is_zookeeper(), |k| super::offered(broker, k));
+    r.api_keys = supported_list(broker);
     r
 }
 

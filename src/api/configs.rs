@@ -1,5 +1,6 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and for the broker's
-//! dynamic configs (this broker's `/config/brokers/<id>`, or the cluster-wide `<default>`).
+//! dynamic configs (this broker's `/config/brokers/<id>`, or the cluster-wide `<default>`);
+//! client-metrics subscriptions are handed to `telemetry`.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
-use crate::broker::Broker;
+use crate::api::Components;
 use crate::config::{is_dynamic_broker_config, is_dynamic_in_kafka_only, is_per_broker_only, TOPIC_CONFIGS};
 use crate::dynamic_config::{DynamicValues, DEFAULT_ENTITY};
 use crate::protocol::{ApiError, ErrorCode};
@@ -20,6 +21,7 @@ use crate::security::authorizer::{Operation, ResourceType};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+use super::telemetry::RESOURCE_CLIENT_METRICS;
 /// DescribeConfigs config sources (Kafka's `ConfigSource`).
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = crate::dynamic_config::SOURCE_DYNAMIC_DEFAULT_BROKER;
@@ -41,7 +43,7 @@ pub struct ConfigEntry {
 /// Every topic-level key with its effective value and where that value comes from: the
 /// topic's override, else the broker key it defaults to, at that key's own source (dynamic,
 /// static or default), as Kafka reports them.
-pub fn topic_config_entries(broker: &Broker, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
+pub fn topic_config_entries(broker: &Components, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
     let effective = broker.effective_config();
     let dynamic = broker.dynamic.values();
     TOPIC_CONFIGS
@@ -143,7 +145,7 @@ fn with_synonyms(
 /// This broker's configs: each key's effective value at its source; only the dynamically
 /// updatable keys are writable (`broker.id` and the rest are read-only).
 fn broker_entries(
-    broker: &Broker,
+    broker: &Components,
     dynamic: &DynamicValues,
     include_synonyms: bool,
 ) -> Vec<DescribeConfigsResourceResult> {
@@ -170,7 +172,7 @@ fn config_access(ctx: &RequestContext, resource_type: i8, name: &str, op: Operat
         RESOURCE_TOPIC if !ctx.authorized(op, ResourceType::Topic, name) => {
             Err(ApiError::new(ErrorCode::TopicAuthorizationFailed, "Topic authorization failed."))
         }
-        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER if !ctx.authorized_cluster(op) => {
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS if !ctx.authorized_cluster(op) => {
             Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed."))
         }
         _ => Ok(()),
@@ -178,7 +180,7 @@ fn config_access(ctx: &RequestContext, resource_type: i8, name: &str, op: Operat
 }
 
 pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let mut r = DescribeConfigsResponse::default();
     for res in req.resources {
         let mut out = DescribeConfigsResult::default();
@@ -228,6 +230,15 @@ pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> De
                     .filter(|e| wanted(e.name.as_str()))
                     .collect();
             }
+            RESOURCE_CLIENT_METRICS => {
+                match super::telemetry::describe_client_metrics(ctx, res.resource_name.as_str(), wanted) {
+                    Ok(configs) => out.configs = configs,
+                    Err(e) => {
+                        out.error_code = e.code;
+                        out.error_message = Some(StrBytes::from_string(e.message));
+                    }
+                }
+            }
             _ => {
                 out.error_code = ErrorCode::InvalidRequest.code();
                 out.error_message = Some(StrBytes::from_static_str("Unsupported resource"));
@@ -244,7 +255,7 @@ fn alter_topic(
     ops: &[(String, i8, Option<String>)],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let topic = broker
         .cache
         .topic(name)
@@ -312,7 +323,13 @@ pub fn incremental_alter_configs(
         let result = allowed.and_then(|()| match res.resource_type {
             RESOURCE_TOPIC => alter_topic(ctx, res.resource_name.as_str(), &ops, req.validate_only),
             RESOURCE_BROKER => alter_broker(ctx, res.resource_name.as_str(), &ops, req.validate_only),
-            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
+            RESOURCE_CLIENT_METRICS => {
+                super::telemetry::alter_client_metrics(ctx, res.resource_name.as_str(), &ops, req.validate_only)
+            }
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "Only topic, broker and client-metrics configs can be altered",
+            )),
         });
         if let Err(e) = result {
             out.error_code = e.code;
@@ -325,7 +342,7 @@ pub fn incremental_alter_configs(
 
 /// The dynamic entity a BROKER resource names: "" is the cluster-wide `<default>`, otherwise
 /// it must be this broker's id (each broker stores its own, as Kafka's does).
-fn broker_entity(broker: &Broker, name: &str) -> Result<String, ApiError> {
+fn broker_entity(broker: &Components, name: &str) -> Result<String, ApiError> {
     if name.is_empty() {
         return Ok(DEFAULT_ENTITY.to_string());
     }
@@ -346,7 +363,7 @@ fn store_broker_entity(
     configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     // Kafka's broker-config refusals are ConfigExceptions, answered INVALID_REQUEST with the
     // resource named (ZkAdminManager).
     let what = if entity == DEFAULT_ENTITY {
@@ -424,7 +441,7 @@ fn thread_count_change(key: &str, now: usize, then: usize) -> Result<(), String>
 }
 
 fn current_broker_entity(ctx: &RequestContext, entity: &str) -> Result<BTreeMap<String, String>, ApiError> {
-    let data = ctx.broker.store.try_get(&crate::dynamic_config::entity_path(entity))?;
+    let data = ctx.components.store.try_get(&crate::dynamic_config::entity_path(entity))?;
     Ok(data.map(|d| crate::metadata::zk_data::parse_topic_config(&d)).unwrap_or_default())
 }
 
@@ -434,7 +451,7 @@ fn alter_broker(
     ops: &[(String, i8, Option<String>)],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let entity = broker_entity(&ctx.broker, name)?;
+    let entity = broker_entity(&ctx.components, name)?;
     let mut configs = current_broker_entity(ctx, &entity)?;
     for (key, op, value) in ops {
         match (*op, value) {
@@ -464,7 +481,7 @@ fn replace_topic_configs(
     entries: &[(String, Option<String>)],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     if broker.cache.topic(name).is_none() {
         return Err(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("Topic {name} does not exist")));
     }
@@ -495,11 +512,17 @@ pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterCon
         let allowed = config_access(ctx, res.resource_type, res.resource_name.as_str(), Operation::AlterConfigs);
         let result = allowed.and_then(|()| match res.resource_type {
             RESOURCE_TOPIC => replace_topic_configs(ctx, res.resource_name.as_str(), &entries, req.validate_only),
-            RESOURCE_BROKER => broker_entity(&ctx.broker, res.resource_name.as_str()).and_then(|entity| {
+            RESOURCE_BROKER => broker_entity(&ctx.components, res.resource_name.as_str()).and_then(|entity| {
                 let configs = entries.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
                 store_broker_entity(ctx, &entity, configs, req.validate_only)
             }),
-            _ => Err(ApiError::new(ErrorCode::InvalidRequest, "Only topic and broker configs can be altered")),
+            RESOURCE_CLIENT_METRICS => {
+                super::telemetry::replace_client_metrics(ctx, res.resource_name.as_str(), &entries, req.validate_only)
+            }
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "Only topic, broker and client-metrics configs can be altered",
+            )),
         });
         if let Err(e) = result {
             out.error_code = e.code;

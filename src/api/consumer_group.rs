@@ -34,7 +34,7 @@ pub fn consumer_group_heartbeat(
     let refused = if !ctx.authorized(Operation::Read, ResourceType::Group, &group) {
         Some(ErrorCode::GroupAuthorizationFailed.code())
     } else {
-        ctx.broker.groups.check_coordinator(&group).err()
+        ctx.components.groups.check_coordinator(&group).err()
     };
     if let Some(code) = refused {
         r.error_code = code;
@@ -47,7 +47,7 @@ pub fn consumer_group_heartbeat(
         }
         a
     });
-    let result = ctx.broker.groups.consumer_heartbeat(HeartbeatRequest {
+    let result = ctx.components.groups.consumer_heartbeat(HeartbeatRequest {
         version: ctx.version(),
         group_id: group,
         member_id: req.member_id.to_string(),
@@ -84,7 +84,7 @@ pub fn consumer_group_heartbeat(
 }
 
 fn described_assignment(ctx: &RequestContext, a: &consumer::Assignment) -> DescribedAssignment {
-    let snapshot = ctx.broker.cache.snapshot();
+    let snapshot = ctx.components.cache.snapshot();
     let mut out = DescribedAssignment::default();
     out.topic_partitions = a
         .iter()
@@ -142,7 +142,7 @@ pub fn consumer_group_describe(
         let refused = if !ctx.authorized(Operation::Describe, ResourceType::Group, &group) {
             Some(ErrorCode::GroupAuthorizationFailed.code())
         } else {
-            ctx.broker.groups.check_coordinator(&group).err()
+            ctx.components.groups.check_coordinator(&group).err()
         };
         let mut d = match refused {
             Some(code) => {
@@ -151,15 +151,15 @@ pub fn consumer_group_describe(
                 d
             }
             None => match ctx
-                .broker
+                .components
                 .groups
                 .is_consumer_group(&group)
-                .then(|| ctx.broker.groups.consumer_groups().with_group(&group, |g| describe_one(ctx, g)))
+                .then(|| ctx.components.groups.consumer_groups().with_group(&group, |g| describe_one(ctx, g)))
                 .flatten()
             {
                 Some(d) => d,
                 None => {
-                    let classic = ctx.broker.groups.with_group(&group, |_| ()).is_some();
+                    let classic = ctx.components.groups.with_group(&group, |_| ()).is_some();
                     let mut d = DescribedGroup::default();
                     d.error_code = ErrorCode::GroupIdNotFound.code();
                     d.error_message = Some(s(if classic {

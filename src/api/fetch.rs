@@ -58,7 +58,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let mut r = FetchResponse::default();
     // A follower names itself (v15+ in replica_state); consumers send -1.
     let replica = if version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
-    let snapshot = ctx.broker.cache.snapshot();
+    let snapshot = ctx.components.cache.snapshot();
     let topic_of = |name: &TopicName, id: Uuid| -> (String, Uuid) {
         if version >= 13 {
             match snapshot.topic_by_id(id) {
@@ -71,8 +71,71 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             (name, id)
         }
     };
-    let requested: Vec<Wanted> = req
-        .topics
+    let requested = requested(&req, version, &topic_of);
+    let mut s = match use_session(ctx, &req, replica, requested, &topic_of) {
+        Ok(s) => s,
+        Err(code) => {
+            r.error_code = code;
+            return r;
+        }
+    };
+    r.session_id = s.session_id;
+
+    // consumer_byte_rate: a consumer over its quota gets no data, after its throttle time.
+    let (user, client) = super::quotas::quota_identity(ctx);
+    let window = ctx.components.quotas.window();
+    if replica < 0 {
+        let throttle = ctx.components.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
+        if !throttle.is_zero() {
+            tokio::time::sleep(throttle).await;
+            r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+            r.responses = throttled_answer(&s.wanted);
+            // Nothing was read: the session's next fetch must still read what this one would
+            // have (every partition of a session this request opened).
+            if let Some((c, keys)) = &s.changes {
+                for (topic, index) in keys {
+                    c.mark(topic, *index);
+                }
+            }
+            return r;
+        }
+    }
+    let rack = if version >= 11 { req.rack_id.as_str() } else { "" };
+    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let deadline = Instant::now() + max_wait;
+    let min_bytes = req.min_bytes.max(0) as usize;
+    // isolation_level (v4+): 1 is read_committed, which followers never ask for.
+    let committed = version >= 4 && replica < 0 && req.isolation_level == 1;
+    let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    // Fetch v4+ only: older versions convert the records, which needs their bytes.
+    let sendfile = ctx.sendfile && version >= 4;
+    let params = Arc::new(ReadParams { max_bytes, version, replica, rack: rack.to_string(), committed, sendfile });
+    let until = Until { deadline, min_bytes };
+    let responses = read_until_ready(ctx, &params, s.wanted, &mut s.changes, s.session.as_ref(), until).await;
+    r.responses = match s.session {
+        Some(session) => {
+            let pending = s.changes.as_ref().map(|(c, _)| (&**c, committed));
+            only_news(&mut session.lock_unpoisoned(), responses, s.incremental, pending)
+        }
+        None => responses,
+    };
+    count_bytes_out(ctx, &r.responses, replica >= 0);
+    if replica < 0 {
+        let sent: usize =
+            r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum();
+        let throttle = ctx.components.quotas.record(CONSUMER_BYTE_RATE, user, &client, sent, window);
+        r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+    }
+    r
+}
+
+/// A topic's name and id as the request names it: by id from v13 (an empty name when the id
+/// is unknown), by name before (a nil id when the name is unknown).
+type TopicOf<'a> = &'a dyn Fn(&TopicName, Uuid) -> (String, Uuid);
+
+/// The partitions the request names, and where in them it reads.
+fn requested(req: &FetchRequest, version: i16, topic_of: TopicOf<'_>) -> Vec<Wanted> {
+    req.topics
         .iter()
         .map(|t| {
             let (name, id) = topic_of(&t.topic, t.topic_id);
@@ -89,67 +152,43 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 .collect();
             Wanted { name, id, partitions }
         })
-        .collect();
+        .collect()
+}
 
-    // Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
-    // epoch 0 opens a new one. Any other epoch continues the named session.
-    let sessions = &ctx.broker.replicas.fetch_sessions;
+/// What a fetch reads, and the fetch session (v7+) it reads through.
+struct SessionRead {
+    /// The request's partitions, or a continued session's.
+    wanted: Vec<Wanted>,
+    session: Option<Arc<Mutex<Session>>>,
+    /// The request continued a session: the answer holds only what changed.
+    incremental: bool,
+    /// A consumer's session: its change marks, and the partitions it reads.
+    changes: Option<(Arc<Changes>, PartitionKeys)>,
+    /// The session id the answer names (0: none).
+    session_id: i32,
+}
+
+/// Fetch sessions (v7+): epoch 0 or -1 is a full fetch, which closes the session it names;
+/// epoch 0 opens a new one. Any other epoch continues the named session. `Err` is the error
+/// code the whole request is answered with.
+fn use_session(
+    ctx: &RequestContext,
+    req: &FetchRequest,
+    replica: i32,
+    requested: Vec<Wanted>,
+    topic_of: TopicOf<'_>,
+) -> Result<SessionRead, i16> {
+    let sessions = &ctx.components.replicas.fetch_sessions;
     let now = Instant::now();
-    let mut session: Option<Arc<Mutex<Session>>> = None;
-    let mut incremental = false;
-    // A consumer's incremental fetch: the session's change marks, and the partitions it reads.
-    let mut changes: Option<(Arc<Changes>, PartitionKeys)> = None;
     let full = req.session_epoch == 0 || req.session_epoch == -1;
     if full && req.session_id != 0 {
         sessions.remove(req.session_id);
     }
-    let wanted = if !full {
-        let Some(s) = sessions.get(req.session_id, now) else {
-            r.error_code = ErrorCode::FetchSessionIdNotFound.code();
-            return r;
-        };
-        {
-            let mut g = s.lock_unpoisoned();
-            if req.session_epoch != g.epoch || g.replica != replica {
-                r.error_code = ErrorCode::InvalidFetchSessionEpoch.code();
-                return r;
-            }
-            g.epoch = if g.epoch == i32::MAX { 1 } else { g.epoch + 1 };
-            for w in &requested {
-                for p in &w.partitions {
-                    let sent = g
-                        .partitions
-                        .get(&(w.name.clone(), p.index))
-                        .map(|x| (x.sent_high_watermark, x.sent_log_start_offset, x.sent_last_stable_offset));
-                    g.partitions.insert((w.name.clone(), p.index), session_partition(w.id, p, sent));
-                }
-            }
-            for f in &req.forgotten_topics_data {
-                let (name, _) = topic_of(&f.topic, f.topic_id);
-                for index in &f.partitions {
-                    g.partitions.remove(&(name.clone(), *index));
-                }
-            }
-            let all = if replica < 0 {
-                // A consumer's: what it named, what changed since, what cannot be watched.
-                let mut keys = g.changes.take();
-                keys.extend(requested.iter().flat_map(|w| w.partitions.iter().map(|p| (w.name.clone(), p.index))));
-                keys.extend(g.unwatched.iter().cloned());
-                watch_session_partitions(ctx, &mut g, &keys);
-                changes = Some((g.changes.clone(), keys));
-                session_wanted(&g, changes.as_ref().map(|c| &c.1))
-            } else {
-                session_wanted(&g, None)
-            };
-            let size = g.partitions.len();
-            drop(g);
-            sessions.resize(req.session_id, size);
-            session = Some(s);
-            incremental = true;
-            r.session_id = req.session_id;
-            all
-        }
-    } else if req.session_epoch == 0 && version >= 7 {
+    if !full {
+        return continue_session(ctx, req, replica, &requested, topic_of, now);
+    }
+    let mut read = SessionRead { wanted: Vec::new(), session: None, incremental: false, changes: None, session_id: 0 };
+    if req.session_epoch == 0 && ctx.version() >= 7 {
         let partitions = requested
             .iter()
             .flat_map(|w| {
@@ -162,62 +201,100 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 let mut g = s.lock_unpoisoned();
                 let keys: PartitionKeys = g.partitions.keys().cloned().collect();
                 watch_session_partitions(ctx, &mut g, &keys);
-                changes = Some((g.changes.clone(), keys));
+                read.changes = Some((g.changes.clone(), keys));
             }
-            session = Some(s);
-            r.session_id = id;
-        }
-        requested
-    } else {
-        requested
-    };
-
-    // consumer_byte_rate: a consumer over its quota gets no data, after its throttle time.
-    let (user, client) = super::quotas::quota_identity(ctx);
-    let window = ctx.broker.quotas.window();
-    if replica < 0 {
-        let throttle = ctx.broker.quotas.throttle_time(CONSUMER_BYTE_RATE, user, &client, window);
-        if !throttle.is_zero() {
-            tokio::time::sleep(throttle).await;
-            r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
-            r.responses = throttled_answer(&wanted);
-            // Nothing was read: the session's next fetch must still read what this one would
-            // have (every partition of a session this request opened).
-            if let Some((c, keys)) = &changes {
-                for (topic, index) in keys {
-                    c.mark(topic, *index);
-                }
-            }
-            return r;
+            read.session = Some(s);
+            read.session_id = id;
         }
     }
-    let rack = if version >= 11 { req.rack_id.as_str() } else { "" };
-    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
-    let deadline = Instant::now() + max_wait;
-    let min_bytes = req.min_bytes.max(0) as usize;
-    // isolation_level (v4+): 1 is read_committed, which followers never ask for.
-    let committed = version >= 4 && replica < 0 && req.isolation_level == 1;
-    let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    read.wanted = requested;
+    Ok(read)
+}
+
+/// An incremental fetch: the named session at the expected epoch takes the request's
+/// partitions and forgets those it lists, and the fetch reads the session's partitions.
+fn continue_session(
+    ctx: &RequestContext,
+    req: &FetchRequest,
+    replica: i32,
+    requested: &[Wanted],
+    topic_of: TopicOf<'_>,
+    now: Instant,
+) -> Result<SessionRead, i16> {
+    let sessions = &ctx.components.replicas.fetch_sessions;
+    let s = sessions.get(req.session_id, now).ok_or(ErrorCode::FetchSessionIdNotFound.code())?;
+    let mut g = s.lock_unpoisoned();
+    if req.session_epoch != g.epoch || g.replica != replica {
+        return Err(ErrorCode::InvalidFetchSessionEpoch.code());
+    }
+    g.epoch = if g.epoch == i32::MAX { 1 } else { g.epoch + 1 };
+    for w in requested {
+        for p in &w.partitions {
+            let sent = g
+                .partitions
+                .get(&(w.name.clone(), p.index))
+                .map(|x| (x.sent_high_watermark, x.sent_log_start_offset, x.sent_last_stable_offset));
+            g.partitions.insert((w.name.clone(), p.index), session_partition(w.id, p, sent));
+        }
+    }
+    for f in &req.forgotten_topics_data {
+        let (name, _) = topic_of(&f.topic, f.topic_id);
+        for index in &f.partitions {
+            g.partitions.remove(&(name.clone(), *index));
+        }
+    }
+    let mut changes = None;
+    let wanted = if replica < 0 {
+        // A consumer's: what it named, what changed since, what cannot be watched.
+        let mut keys = g.changes.take();
+        keys.extend(requested.iter().flat_map(|w| w.partitions.iter().map(|p| (w.name.clone(), p.index))));
+        keys.extend(g.unwatched.iter().cloned());
+        watch_session_partitions(ctx, &mut g, &keys);
+        changes = Some((g.changes.clone(), keys));
+        session_wanted(&g, changes.as_ref().map(|c| &c.1))
+    } else {
+        session_wanted(&g, None)
+    };
+    let size = g.partitions.len();
+    drop(g);
+    sessions.resize(req.session_id, size);
+    Ok(SessionRead { wanted, session: Some(s), incremental: true, changes, session_id: req.session_id })
+}
+
+/// When a fetch may answer: once it has `min_bytes`, or at `deadline` with what there is.
+struct Until {
+    deadline: Instant,
+    min_bytes: usize,
+}
+
+/// Reads until the fetch may answer (or a partition answers with an error), waiting in
+/// between for the partitions' appends with the request's slot given back. Leaves the file
+/// ranges behind the answer's placeholders for the response writer.
+async fn read_until_ready(
+    ctx: &RequestContext,
+    params: &Arc<ReadParams>,
+    wanted: Vec<Wanted>,
+    changes: &mut Option<(Arc<Changes>, PartitionKeys)>,
+    session: Option<&Arc<Mutex<Session>>>,
+    Until { deadline, min_bytes }: Until,
+) -> Vec<FetchableTopicResponse> {
     let mut parked = None;
     // Woken only by the partitions this fetch reads: each read with `watch` registers it.
     let waiter = Arc::new(Notify::new());
     let mut watch = None;
-    // Fetch v4+ only: older versions convert the records, which needs their bytes.
-    let sendfile = ctx.sendfile && version >= 4;
-    let params = Arc::new(ReadParams { max_bytes, version, replica, rack: rack.to_string(), committed, sendfile });
     let mut wanted = Arc::new(wanted);
     let (responses, files) = loop {
-        let ((responses, total, any_error), files) = read(ctx, &wanted, &params, watch).await;
+        let ((responses, total, any_error), files) = read(ctx, &wanted, params, watch).await;
         let now = Instant::now();
         if total >= min_bytes || any_error || now >= deadline || total > 0 && min_bytes == 0 {
             break (responses, files);
         }
-        if let (Some((c, keys)), Some(s)) = (changes.as_mut(), &session) {
+        if let (Some((c, keys)), Some(s)) = (changes.as_mut(), session) {
             // A consumer's session is told of its partitions' changes: wait for one, then read
             // what changed as well. A change since the marks were taken has left a permit.
             parked.get_or_insert_with(|| {
                 ctx.park();
-                ctx.broker.metrics.park_fetch()
+                ctx.components.metrics.park_fetch()
             });
             let woken = tokio::time::timeout(deadline - now, c.notify.notified()).await.is_ok();
             let marked = c.take();
@@ -229,7 +306,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                 wanted = Arc::new(session_wanted(&g, Some(keys)));
             }
             if !woken {
-                let ((responses, _, _), files) = read(ctx, &wanted, &params, None).await;
+                let ((responses, _, _), files) = read(ctx, &wanted, params, None).await;
                 break (responses, files);
             }
             continue;
@@ -243,31 +320,17 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         }
         parked.get_or_insert_with(|| {
             ctx.park();
-            ctx.broker.metrics.park_fetch()
+            ctx.components.metrics.park_fetch()
         });
         if tokio::time::timeout(deadline - now, waiter.notified()).await.is_err() {
             // Timed out: one last read so data that arrived at the very end is not missed.
-            let ((responses, _, _), files) = read(ctx, &wanted, &params, None).await;
+            let ((responses, _, _), files) = read(ctx, &wanted, params, None).await;
             break (responses, files);
         }
     };
     *ctx.file_ranges.lock_unpoisoned() = files;
     drop(parked);
-    r.responses = match session {
-        Some(s) => {
-            let pending = changes.as_ref().map(|(c, _)| (&**c, committed));
-            only_news(&mut s.lock_unpoisoned(), responses, incremental, pending)
-        }
-        None => responses,
-    };
-    count_bytes_out(ctx, &r.responses, replica >= 0);
-    if replica < 0 {
-        let sent: usize =
-            r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum();
-        let throttle = ctx.broker.quotas.record(CONSUMER_BYTE_RATE, user, &client, sent, window);
-        r.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
-    }
-    r
+    responses
 }
 
 /// What a throttled consumer is told: every partition it asked for, without data (offsets
@@ -304,7 +367,9 @@ fn count_bytes_out(ctx: &RequestContext, responses: &[FetchableTopicResponse], t
         let sent = |p: &PartitionData| p.records.as_ref().map_or(0, |r| r.len());
         let bytes: usize = t.partitions.iter().map(sent).sum();
         let Some(with_records) = t.partitions.iter().find(|p| sent(p) > 0) else { continue };
-        let Some(p) = ctx.broker.replicas.hosted(t.topic.0.as_str(), with_records.partition_index) else { continue };
+        let Some(p) = ctx.components.replicas.hosted(t.topic.0.as_str(), with_records.partition_index) else {
+            continue;
+        };
         if to_follower {
             p.metrics().record_follower_fetch(bytes as u64);
         } else {
@@ -356,7 +421,7 @@ fn watch_session_partitions(ctx: &RequestContext, g: &mut Session, keys: &Partit
             g.unwatched.remove(key);
             continue;
         }
-        match ctx.broker.replicas.hosted(&key.0, key.1) {
+        match ctx.components.replicas.hosted(&key.0, key.1) {
             Some(p) => {
                 p.watch_changes(&g.changes);
                 g.unwatched.remove(key);
@@ -466,10 +531,10 @@ async fn read(
     if !reads_cold {
         return zero_copy::collect(params.sendfile, || read_all(ctx, wanted, &partitions, params, watch));
     }
-    let dirs = ctx.broker.replicas.log_dirs_of(partitions.iter().flatten().map(|p| &**p));
+    let dirs = ctx.components.replicas.log_dirs_of(partitions.iter().flatten().map(|p| &**p));
     let (c, w, p, watch) = (ctx.clone(), wanted.clone(), params.clone(), watch.cloned());
     let job = move || zero_copy::collect(p.sendfile, || read_all(&c, &w, &partitions, &p, watch.as_ref()));
-    match ctx.broker.io.run_on(dirs, job).await {
+    match ctx.components.io.run_on(dirs, job).await {
         Ok(outcome) => outcome,
         Err(e) => {
             tracing::error!(error = %e, "fetch read failed");
@@ -484,7 +549,7 @@ async fn read(
 
 /// The replica each wanted partition is read from, in order (None: not here, or no topic).
 fn resolve(ctx: &RequestContext, wanted: &[Wanted], params: &ReadParams) -> Vec<Option<Arc<Partition>>> {
-    let replicas = &ctx.broker.replicas;
+    let replicas = &ctx.components.replicas;
     // A consumer with Fetch v11+ may read from a follower (KIP-392).
     let any_replica = params.replica < 0 && params.version >= 11;
     wanted
@@ -509,7 +574,7 @@ fn read_all(
     let (max_bytes, version, replica, committed) = (params.max_bytes, params.version, params.replica, params.committed);
     let rack = params.rack.as_str();
     let mut partitions = partitions.iter();
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
@@ -675,7 +740,7 @@ fn read_all(
 /// most caught-up in-sync follower in the consumer's rack that holds the offset; None: read
 /// here.
 fn preferred_read_replica(
-    broker: &crate::broker::Broker,
+    broker: &crate::api::Components,
     p: &crate::replication::Partition,
     rack: &str,
     offset: i64,
@@ -694,7 +759,7 @@ fn preferred_read_replica(
 
 /// `message.downconversion.enable` of the topic, else the broker's
 /// `log.message.downconversion.enable`.
-fn down_conversion_enabled(broker: &crate::broker::Broker, topic: &str) -> bool {
+fn down_conversion_enabled(broker: &crate::api::Components, topic: &str) -> bool {
     broker
         .cache
         .topic(topic)
@@ -707,13 +772,19 @@ fn down_conversion_enabled(broker: &crate::broker::Broker, topic: &str) -> bool 
 /// partition may return, beyond the first batch.
 fn down_convert(ctx: &RequestContext, stored: &[u8], version: i16, offset: i64, limit: usize) -> Result<Bytes, i16> {
     let magic = if version <= 1 { 0 } else { 1 };
-    crate::log::legacy::to_message_set_counted(stored, magic, offset, limit, ctx.broker.config.socket_request_max_bytes)
-        .map(|(set, records)| {
-            ctx.broker.metrics.conversions.fetch.inc_by(records);
-            Bytes::from(set)
-        })
-        .map_err(|e| {
-            tracing::debug!(error = %e, "cannot down-convert for an old fetch");
-            e.kafka_code()
-        })
+    crate::log::legacy::to_message_set_counted(
+        stored,
+        magic,
+        offset,
+        limit,
+        ctx.components.config.socket_request_max_bytes,
+    )
+    .map(|(set, records)| {
+        ctx.components.metrics.conversions.fetch.inc_by(records);
+        Bytes::from(set)
+    })
+    .map_err(|e| {
+        tracing::debug!(error = %e, "cannot down-convert for an old fetch");
+        e.kafka_code()
+    })
 }

@@ -23,7 +23,7 @@ use kafka_protocol::protocol::StrBytes;
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::RequestContext;
+use super::{Components, RequestContext};
 use crate::group::coordinator::{subscribed_topics, CommittedOffset, JoinRequest};
 use crate::group::OFFSETS_TOPIC;
 use crate::protocol::ErrorCode;
@@ -39,7 +39,7 @@ fn check_group(ctx: &RequestContext, op: Operation, group: &str) -> Result<(), i
     if !ctx.authorized(op, ResourceType::Group, group) {
         return Err(ErrorCode::GroupAuthorizationFailed.code());
     }
-    ctx.broker.groups.check_coordinator(group)
+    ctx.components.groups.check_coordinator(group)
 }
 
 pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
@@ -62,7 +62,7 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
             c.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
             c.error_message = Some(s("Transactional Id authorization failed."));
         } else if req.key_type == 1 {
-            match ctx.broker.txn.txn_coordinator_for(&key, &ctx.listener) {
+            match ctx.components.txn.txn_coordinator_for(&key, &ctx.listener) {
                 Ok((id, host, port)) => {
                     c.node_id = BrokerId(id);
                     c.host = s(host);
@@ -77,7 +77,7 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
             c.error_code = ErrorCode::InvalidRequest.code();
             c.error_message = Some(s(format!("Invalid coordinator type {}", req.key_type)));
         } else {
-            match ctx.broker.group_coordinator_for(&key, &ctx.listener) {
+            match group_coordinator_for(&ctx.components, &key, &ctx.listener) {
                 Ok((id, host, port)) => {
                     c.node_id = BrokerId(id);
                     c.host = s(host);
@@ -103,8 +103,47 @@ pub fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> Fi
     r
 }
 
+/// FindCoordinator for a group: the leader of its `__consumer_offsets` partition, creating the
+/// topic on first use as Kafka does.
+fn group_coordinator_for(broker: &Components, group: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+    broker.groups.ensure_offsets_topic()?;
+    coordinator_in(broker, OFFSETS_TOPIC, group, listener)
+}
+
+/// The leader of `key`'s partition of the internal topic `topic`, with its address on
+/// `listener`.
+fn coordinator_in(broker: &Components, topic: &str, key: &str, listener: &str) -> Result<(i32, String, u16), i16> {
+    let topic = broker.cache.topic(topic).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+    let p = crate::group::partition_for(key, topic.partitions.len() as i32);
+    let leader = topic
+        .partitions
+        .iter()
+        .find(|x| x.index == p)
+        .map(|x| x.leader)
+        .ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+    if leader < 0 {
+        return Err(ErrorCode::CoordinatorNotAvailable.code());
+    }
+    if leader == broker.config.broker_id {
+        // Named leader but the partition not yet open or its groups still loading: a
+        // client sent here now would get COORDINATOR_LOAD_IN_PROGRESS from its first commit,
+        // which librdkafka's synchronous commit hands to the application. Not available
+        // keeps it asking FindCoordinator, which it retries by itself.
+        let loading = topic.name == OFFSETS_TOPIC && broker.groups.is_loading(p);
+        if loading || broker.replicas.partition(&topic.name, p).is_none() {
+            return Err(ErrorCode::CoordinatorNotAvailable.code());
+        }
+        let ep = broker.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+        return Ok((leader, ep.host.clone(), ep.port));
+    }
+    let snapshot = broker.cache.snapshot();
+    let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+    let (host, port) = b.endpoint_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+    Ok((b.id, host.to_string(), port))
+}
+
 pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGroupResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     if let Err(code) = check_group(ctx, Operation::Read, req.group_id.0.as_str()) {
         let mut r = JoinGroupResponse::default();
         r.error_code = code;
@@ -158,7 +197,7 @@ pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGrou
 }
 
 pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGroupResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let group_id = req.group_id.0.to_string();
     let mut r = SyncGroupResponse::default();
     if let Err(code) = check_group(ctx, Operation::Read, &group_id) {
@@ -199,7 +238,7 @@ pub fn heartbeat(ctx: &RequestContext, req: HeartbeatRequest) -> HeartbeatRespon
         r.error_code = code;
         return r;
     }
-    r.error_code = ctx.broker.groups.heartbeat(
+    r.error_code = ctx.components.groups.heartbeat(
         req.group_id.0.as_str(),
         req.generation_id,
         req.member_id.as_str(),
@@ -223,7 +262,7 @@ pub fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupRe
         r.error_code = code;
         return r;
     }
-    match ctx.broker.groups.leave(req.group_id.0.as_str(), &members) {
+    match ctx.components.groups.leave(req.group_id.0.as_str(), &members) {
         Ok(codes) if ctx.version() >= 3 => {
             r.members = members
                 .into_iter()
@@ -261,7 +300,7 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
         // Nothing left to commit once the unreadable topics are out: the coordinator is not
         // asked (it could create the group), as in Kafka.
         Ok(()) if wanted.is_empty() => Vec::new(),
-        Ok(()) => ctx.broker.groups.commit_offsets(
+        Ok(()) => ctx.components.groups.commit_offsets(
             req.group_id.0.as_str(),
             req.generation_id_or_member_epoch,
             req.member_id.as_str(),
@@ -314,13 +353,16 @@ fn unreadable_topics<'a>(
 /// Waits until the high watermark of `group`'s offsets partition covers everything appended
 /// to it so far.
 async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
-    let Some(p) =
-        ctx.broker.groups.offsets_partition(group).and_then(|p| ctx.broker.replicas.partition(OFFSETS_TOPIC, p))
+    let Some(p) = ctx
+        .components
+        .groups
+        .offsets_partition(group)
+        .and_then(|p| ctx.components.replicas.partition(OFFSETS_TOPIC, p))
     else {
         return false;
     };
     let target = p.log_end_offset();
-    let deadline = Instant::now() + ctx.broker.config.offsets_commit_timeout;
+    let deadline = Instant::now() + ctx.components.config.offsets_commit_timeout;
     let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
     loop {
         p.watch(&waiter);
@@ -335,7 +377,7 @@ async fn committed_everywhere(ctx: &RequestContext, group: &str) -> bool {
 }
 
 fn partition_exists(ctx: &RequestContext, topic: &str, partition: i32) -> bool {
-    ctx.broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
+    ctx.components.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
 }
 
 /// OffsetCommit v0: any broker writes the offsets straight to the znode store, no group
@@ -360,14 +402,14 @@ pub fn offset_commit_v0(ctx: &RequestContext, req: OffsetCommitRequest) -> Offse
             } else if p
                 .committed_metadata
                 .as_ref()
-                .is_some_and(|m| m.len() > ctx.broker.config.offset_metadata_max_bytes)
+                .is_some_and(|m| m.len() > ctx.components.config.offset_metadata_max_bytes)
             {
                 ErrorCode::OffsetMetadataTooLarge.code()
             } else if !is_znode_name(&group) {
                 ErrorCode::InvalidGroupId.code()
             } else {
                 let path = zk_offset_path(&group, &name, p.partition_index);
-                match ctx.broker.store.set(&path, &p.committed_offset.to_string()) {
+                match ctx.components.store.set(&path, &p.committed_offset.to_string()) {
                     Ok(()) => ErrorCode::None.code(),
                     Err(e) => {
                         tracing::warn!(%path, error = %e, "cannot store a v0 offset commit");
@@ -404,7 +446,7 @@ pub fn offset_fetch_v0(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetF
             } else if !topic_allowed {
                 pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
             } else if partition_exists(ctx, &name, p) && is_znode_name(&group) {
-                match ctx.broker.store.try_get(&zk_offset_path(&group, &name, p)) {
+                match ctx.components.store.try_get(&zk_offset_path(&group, &name, p)) {
                     Ok(None) => {}
                     Ok(Some(v)) => match v.trim().parse::<i64>() {
                         Ok(o) => pr.committed_offset = o,
@@ -450,8 +492,8 @@ fn group_offsets(
         wanted
     });
     let everything = wanted.is_none();
-    let mut fetched = ctx.broker.groups.fetch_offsets(group, wanted);
-    if everything && ctx.broker.security.authorizer.is_some() {
+    let mut fetched = ctx.components.groups.fetch_offsets(group, wanted);
+    if everything && ctx.components.security.authorizer.is_some() {
         fetched.retain(|((t, _), _)| may_describe(t));
     }
     (fetched, refused)
@@ -480,7 +522,7 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
             // v9 names the member and its epoch, checked for consumer-protocol groups.
             let member_check = || {
                 let member = g.member_id.as_ref().map(|m| m.as_str());
-                ctx.broker.groups.validate_offset_fetch(g.group_id.0.as_str(), member, g.member_epoch)
+                ctx.components.groups.validate_offset_fetch(g.group_id.0.as_str(), member, g.member_epoch)
             };
             if let Err(code) =
                 check_group(ctx, Operation::Describe, g.group_id.0.as_str()).and_then(|()| member_check())
@@ -629,7 +671,7 @@ fn unstable_partitions(ctx: &RequestContext, require_stable: bool, group: &str) 
     if !require_stable || ctx.version() < 7 {
         return HashSet::new();
     }
-    ctx.broker.groups.pending_txn_partitions(group)
+    ctx.components.groups.pending_txn_partitions(group)
 }
 
 pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
@@ -646,8 +688,8 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
         // A consumer-protocol group is not described here (Kafka 4.x: GROUP_ID_NOT_FOUND, "not
         // a classic group"); ConsumerGroupDescribe does. Its offsets keep a classic record
         // that must not show as an Empty classic group.
-        let consumer = ctx.broker.groups.is_consumer_group(id.0.as_str());
-        let described = ctx.broker.groups.with_group(id.0.as_str(), |g| {
+        let consumer = ctx.components.groups.is_consumer_group(id.0.as_str());
+        let described = ctx.components.groups.with_group(id.0.as_str(), |g| {
             let mut d = DescribedGroup::default();
             d.group_state = s(g.state.name());
             d.protocol_type = s(g.protocol_type.clone().unwrap_or_default());
@@ -701,17 +743,17 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
     // DESCRIBE on the cluster lists every group; otherwise those the principal may describe.
     let all_visible = ctx.authorized_cluster(Operation::Describe);
     let consumer: Vec<(String, String, String, &str)> = ctx
-        .broker
+        .components
         .groups
         .consumer_groups()
         .list()
         .into_iter()
-        .filter(|(id, _)| ctx.broker.groups.is_consumer_group(id))
+        .filter(|(id, _)| ctx.components.groups.is_consumer_group(id))
         .map(|(id, state)| (id, GROUP_TYPE_CONSUMER.to_string(), state.name().to_string(), GROUP_TYPE_CONSUMER))
         .collect();
     let consumer_ids: HashSet<String> = consumer.iter().map(|(id, ..)| id.clone()).collect();
     let classic = ctx
-        .broker
+        .components
         .groups
         .list()
         .into_iter()
@@ -724,7 +766,7 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
             continue;
         }
         // Each coordinator lists the groups it coordinates, as Kafka's do.
-        if ctx.broker.groups.check_coordinator(&id).is_err() {
+        if ctx.components.groups.check_coordinator(&id).is_err() {
             continue;
         }
         if !all_visible && !ctx.authorized(Operation::Describe, ResourceType::Group, &id) {
@@ -748,7 +790,7 @@ pub fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> DeleteGr
     for id in req.groups_names {
         let mut d = DeletableGroupResult::default();
         d.error_code = match check_group(ctx, Operation::Delete, id.0.as_str()) {
-            Ok(()) => ctx.broker.groups.delete_group(id.0.as_str()),
+            Ok(()) => ctx.components.groups.delete_group(id.0.as_str()),
             Err(code) => code,
         };
         d.group_id = id;
@@ -770,7 +812,7 @@ pub fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDe
         g.members.values().any(|m| subscribed_topics(m, g.protocol_name.as_deref()).iter().any(|t| t == topic))
     };
     let deleted = check_group(ctx, Operation::Delete, req.group_id.0.as_str())
-        .and_then(|_| ctx.broker.groups.delete_offsets(req.group_id.0.as_str(), tps, subscribed));
+        .and_then(|_| ctx.components.groups.delete_offsets(req.group_id.0.as_str(), tps, subscribed));
     match deleted {
         Err(code) => r.error_code = code,
         Ok(results) => {

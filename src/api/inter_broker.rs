@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::broker::Broker;
+use super::Components;
 use crate::protocol::inter_broker::{
     self, AlterPartitionRequest, AlterPartitionResponse, ControlledShutdownRequest, ControlledShutdownResponse,
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, Message, StopReplicaPartitionError,
@@ -45,7 +45,7 @@ pub fn refuse(api_key: i16, version: i16) -> Result<BytesMut, String> {
     Ok(out)
 }
 
-pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: Bytes) -> Result<BytesMut, String> {
+pub async fn handle(broker: &Arc<Components>, api_key: i16, version: i16, mut body: Bytes) -> Result<BytesMut, String> {
     let mut out = BytesMut::new();
     let malformed =
         |e: inter_broker::CodecError| format!("malformed inter-broker request (key {api_key} v{version}): {e}");
@@ -84,12 +84,18 @@ pub async fn handle(broker: &Arc<Broker>, api_key: i16, version: i16, mut body: 
     Ok(out)
 }
 
+/// Fencing of a controller request, as Kafka checks it: an older controller epoch than one
+/// already seen, or a broker epoch from before this broker's current registration.
+fn check_controller_request(broker: &Components, controller_epoch: i32, broker_epoch: i64) -> Result<(), ErrorCode> {
+    broker.replicas.check_controller_request(controller_epoch, broker_epoch, broker.broker_epoch())
+}
+
 /// Controller requests change logs and znodes: off the async workers, as admin requests are.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ErrorCode> {
     tokio::task::spawn_blocking(f).await.map_err(|_| ErrorCode::UnknownServerError)
 }
 
-async fn leader_and_isr(broker: &Arc<Broker>, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse {
+async fn leader_and_isr(broker: &Arc<Components>, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse {
     let refuse = |code: ErrorCode, req: &LeaderAndIsrRequest| LeaderAndIsrResponse {
         error_code: code.code(),
         partition_errors: req
@@ -105,7 +111,7 @@ async fn leader_and_isr(broker: &Arc<Broker>, req: LeaderAndIsrRequest) -> Leade
             })
             .collect(),
     };
-    if let Err(code) = broker.check_controller_request(req.controller_epoch, req.broker_epoch) {
+    if let Err(code) = check_controller_request(broker, req.controller_epoch, req.broker_epoch) {
         tracing::warn!(controller = req.controller_id, epoch = req.controller_epoch, ?code, "LeaderAndIsr fenced");
         return refuse(code, &req);
     }
@@ -117,8 +123,8 @@ async fn leader_and_isr(broker: &Arc<Broker>, req: LeaderAndIsrRequest) -> Leade
     }
 }
 
-async fn update_metadata(broker: &Arc<Broker>, req: UpdateMetadataRequest) -> UpdateMetadataResponse {
-    if let Err(code) = broker.check_controller_request(req.controller_epoch, req.broker_epoch) {
+async fn update_metadata(broker: &Arc<Components>, req: UpdateMetadataRequest) -> UpdateMetadataResponse {
+    if let Err(code) = check_controller_request(broker, req.controller_epoch, req.broker_epoch) {
         tracing::warn!(controller = req.controller_id, epoch = req.controller_epoch, ?code, "UpdateMetadata fenced");
         return UpdateMetadataResponse { error_code: code.code() };
     }
@@ -141,7 +147,7 @@ async fn update_metadata(broker: &Arc<Broker>, req: UpdateMetadataRequest) -> Up
         .unwrap_or_else(|code| UpdateMetadataResponse { error_code: code.code() })
 }
 
-async fn stop_replica(broker: &Arc<Broker>, req: StopReplicaRequest) -> StopReplicaResponse {
+async fn stop_replica(broker: &Arc<Components>, req: StopReplicaRequest) -> StopReplicaResponse {
     let refuse = |code: ErrorCode, req: &StopReplicaRequest| StopReplicaResponse {
         error_code: code.code(),
         partition_errors: req
@@ -156,7 +162,7 @@ async fn stop_replica(broker: &Arc<Broker>, req: StopReplicaRequest) -> StopRepl
             })
             .collect(),
     };
-    if let Err(code) = broker.check_controller_request(req.controller_epoch, req.broker_epoch) {
+    if let Err(code) = check_controller_request(broker, req.controller_epoch, req.broker_epoch) {
         tracing::warn!(controller = req.controller_id, epoch = req.controller_epoch, ?code, "StopReplica fenced");
         return refuse(code, &req);
     }

@@ -28,13 +28,13 @@ const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 /// The brokers as this client must reach them: each at its advertised address for the
 /// listener the client came in on; brokers without that listener are left out, as in Kafka.
 fn brokers_for(ctx: &RequestContext) -> Vec<BrokerInfo> {
-    let snapshot = ctx.broker.cache.snapshot();
-    let me = ctx.broker.config.broker_id;
+    let snapshot = ctx.components.cache.snapshot();
+    let me = ctx.components.config.broker_id;
     snapshot
         .brokers
         .iter()
         .filter_map(|b| {
-            let (host, port) = match ctx.broker.config.advertised_for(&ctx.listener) {
+            let (host, port) = match ctx.components.config.advertised_for(&ctx.listener) {
                 Some(ep) if b.id == me => (ep.host.as_str(), ep.port),
                 _ => b.endpoint_for(&ctx.listener)?,
             };
@@ -91,16 +91,16 @@ fn error_topic_code(name: Option<String>, id: Uuid, code: i16) -> MetadataRespon
 /// while a large topic was deleted left no worker to answer anyone for seconds).
 pub fn may_create_topics(ctx: &RequestContext, req: &MetadataRequest) -> bool {
     let allow_auto_create = ctx.version() < 4 || req.allow_auto_topic_creation;
-    if !(allow_auto_create && ctx.broker.config.auto_create_topics_enable) {
+    if !(allow_auto_create && ctx.components.config.auto_create_topics_enable) {
         return false;
     }
     let Some(topics) = &req.topics else { return false };
-    topics.iter().any(|t| t.name.as_ref().is_some_and(|n| ctx.broker.cache.topic(n).is_none()))
+    topics.iter().any(|t| t.name.as_ref().is_some_and(|n| ctx.components.cache.topic(n).is_none()))
 }
 
 pub fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataResponse {
     let version = ctx.version();
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let requested = match req.topics {
         None => None,
@@ -218,7 +218,7 @@ fn cluster_operations(ctx: &RequestContext) -> i32 {
 }
 
 pub fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> DescribeClusterResponse {
-    let snapshot = ctx.broker.cache.snapshot();
+    let snapshot = ctx.components.cache.snapshot();
     let mut r = DescribeClusterResponse::default();
     r.endpoint_type = 1;
     if req.endpoint_type != 1 {
@@ -274,7 +274,7 @@ pub fn describe_topic_partitions(
     req: DescribeTopicPartitionsRequest,
 ) -> DescribeTopicPartitionsResponse {
     let mut r = DescribeTopicPartitionsResponse::default();
-    let snapshot = ctx.broker.cache.snapshot();
+    let snapshot = ctx.components.cache.snapshot();
     let cursor = req.cursor.as_ref().map(|c| (c.topic_name.0.to_string(), c.partition_index));
     let from = cursor.as_ref().map(|c| c.0.clone()).unwrap_or_default();
     let fetch_all = req.topics.is_empty();
@@ -290,7 +290,7 @@ pub fn describe_topic_partitions(
         return r;
     }
     let live: std::collections::HashSet<i32> = brokers_for(ctx).iter().map(|b| b.id).collect();
-    let limit = ctx.broker.config.max_request_partition_size_limit.min(req.response_partition_limit);
+    let limit = ctx.components.config.max_request_partition_size_limit.min(req.response_partition_limit);
     let mut remaining = i64::from(limit);
     let names: Box<dyn Iterator<Item = &String>> = if fetch_all {
         Box::new(snapshot.topics.range(from.clone()..).map(|(k, _)| k))

@@ -4,6 +4,7 @@
 mod acls;
 mod admin;
 mod api_versions;
+mod components;
 mod configs;
 mod consumer_group;
 mod fetch;
@@ -15,6 +16,7 @@ mod produce;
 mod producer_id;
 mod quotas;
 mod scram_credentials;
+mod telemetry;
 mod topics;
 mod txn;
 
@@ -22,7 +24,6 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 
-use crate::broker::Broker;
 use crate::protocol::{ApiError, ErrorCode};
 use crate::security::authorizer::{Operation, ResourceType, Session, CLUSTER_NAME};
 use crate::sync::MutexExt;
@@ -68,7 +69,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     // The consumer group protocol (KIP-848) at Kafka 4.x's versions; offered only while
-    // `group.coordinator.rebalance.protocols` names `consumer` (see `offered`).
+    // `group.coordinator.rebalance.protocols` names `consumer` (see `served_versions`).
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
@@ -89,31 +90,74 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    // Client telemetry (KIP-714), as Kafka 4.x serves it; 71 and 72 only with
+    // `gregor.client.telemetry.enable` (see `served_versions`). 74 is Kafka 4.1's
+    // ListConfigResources, ListClientMetricsResources before it (v0).
+    (ApiKey::GetTelemetrySubscriptions, 0, 0),
+    (ApiKey::PushTelemetry, 0, 0),
+    (ApiKey::ListConfigResources, 0, 1),
 ];
 
+/// The APIs Kafka serves only when a telemetry receiver is configured.
+const TELEMETRY_APIS: &[ApiKey] = &[ApiKey::GetTelemetrySubscriptions, ApiKey::PushTelemetry];
+
 pub use api_versions::unsupported_version_response as api_versions_unsupported;
+pub use components::Components;
 
 /// The error for a partition this broker does not lead: NOT_LEADER_OR_FOLLOWER if the
 /// partition exists (the client refreshes metadata and finds the leader), else
 /// UNKNOWN_TOPIC_OR_PARTITION.
-pub fn not_led_error(broker: &Broker, topic: &str, partition: i32) -> i16 {
-    broker.replicas.not_led_error(topic, partition)
-}
-
-/// Whether this broker offers `key` at all with its configuration: the consumer protocol's
-/// APIs can be turned off, and then are as unknown to clients as to Kafka 3.x.
-pub fn offered(broker: &Broker, key: ApiKey) -> bool {
-    !consumer_group::KEYS.contains(&key) || broker.groups.consumer_groups().config().enabled
+pub fn not_led_error(components: &Components, topic: &str, partition: i32) -> i16 {
+    components.replicas.not_led_error(topic, partition)
 }
 
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max))
 }
 
+/// The versions of `key` this broker serves as configured: [`SUPPORTED_APIS`] less the
+/// telemetry APIs when client telemetry is off and the consumer group protocol's when it is
+/// (then they are neither listed nor answered).
+pub fn served_versions(broker: &Components, key: ApiKey) -> Option<(i16, i16)> {
+    if TELEMETRY_APIS.contains(&key) && !broker.client_metrics.enabled() {
+        return None;
+    }
+    // The consumer group protocol's APIs, as unknown to clients as to Kafka 3.x when
+    // `group.coordinator.rebalance.protocols` leaves out `consumer`.
+    if consumer_group::KEYS.contains(&key) && !broker.groups.consumer_groups().config().enabled {
+        return None;
+    }
+    supported_versions(key)
+}
+
+/// What a connection's client said about itself (ApiVersions v3+) and where it connects from:
+/// what KIP-714's subscriptions match clients on. Shared by the connection's requests.
+#[derive(Debug, Default)]
+pub struct ClientInformation {
+    pub source_port: Option<u16>,
+    software: std::sync::Mutex<Option<(String, String)>>,
+}
+
+impl ClientInformation {
+    pub fn new(source_port: Option<u16>) -> ClientInformation {
+        ClientInformation { source_port, software: Default::default() }
+    }
+
+    /// The client's software name and version, once it has sent ApiVersions v3+.
+    pub fn software(&self) -> Option<(String, String)> {
+        self.software.lock_unpoisoned().clone()
+    }
+
+    fn set_software(&self, name: &str, version: &str) {
+        *self.software.lock_unpoisoned() = Some((name.to_string(), version.to_string()));
+    }
+}
+
 /// What the connection knows about one request.
 #[derive(Clone)]
 pub struct RequestContext {
-    pub broker: Arc<Broker>,
+    /// The broker's components, shared by every request.
+    pub components: Arc<Components>,
     /// The listener the client connected on: Metadata answers with its advertised address.
     pub listener: Arc<str>,
     pub header: RequestHeader,
@@ -130,6 +174,8 @@ pub struct RequestContext {
     pub sendfile: bool,
     /// The file ranges behind a Fetch response's placeholders, for the response writer.
     pub file_ranges: Arc<std::sync::Mutex<crate::log::zero_copy::FileRanges>>,
+    /// The client's software and source port, for client telemetry.
+    pub client: Arc<ClientInformation>,
 }
 
 /// A `queued.max.requests` permit, and the request's place in the count of those handled.
@@ -154,7 +200,7 @@ impl RequestContext {
     /// Whether this request's principal may do `op` on the resource: always without an
     /// authorizer, as in Kafka. Reads the ACL snapshot only.
     pub fn authorized(&self, op: Operation, resource_type: ResourceType, name: &str) -> bool {
-        let Some(authorizer) = &self.broker.security.authorizer else { return true };
+        let Some(authorizer) = &self.components.security.authorizer else { return true };
         let session = Session { principal: &self.principal, host: self.client_ip() };
         let allowed = authorizer.authorize(&session, op, resource_type, name);
         if !allowed {
@@ -177,14 +223,14 @@ impl RequestContext {
 
     /// `op` on at least one resource of the type (InitProducerId's WRITE on any topic).
     pub fn authorized_any(&self, op: Operation, resource_type: ResourceType) -> bool {
-        let Some(authorizer) = &self.broker.security.authorizer else { return true };
+        let Some(authorizer) = &self.components.security.authorizer else { return true };
         authorizer.authorize_any(&Session { principal: &self.principal, host: self.client_ip() }, op, resource_type)
     }
 
     /// The bit field of allowed operations that Metadata, DescribeCluster and DescribeGroups
     /// report: every operation of the type without an authorizer, as Kafka reports.
     pub fn authorized_operations(&self, resource_type: ResourceType, name: &str) -> i32 {
-        match &self.broker.security.authorizer {
+        match &self.components.security.authorizer {
             Some(a) => a.authorized_operations(
                 &Session { principal: &self.principal, host: self.client_ip() },
                 resource_type,
@@ -287,6 +333,13 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         }
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(off_runtime(ctx, move |c| acls::delete_acls(c, r)).await?)
+        }
+        RequestKind::GetTelemetrySubscriptions(r) => {
+            ResponseKind::GetTelemetrySubscriptions(telemetry::get_telemetry_subscriptions(ctx, r))
+        }
+        RequestKind::PushTelemetry(r) => ResponseKind::PushTelemetry(telemetry::push_telemetry(ctx, r)),
+        RequestKind::ListConfigResources(r) => {
+            ResponseKind::ListConfigResources(telemetry::list_config_resources(ctx, r))
         }
         RequestKind::DescribeUserScramCredentials(r) => {
             ResponseKind::DescribeUserScramCredentials(scram_credentials::describe(ctx, r))

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -36,150 +37,24 @@ struct Pending {
 }
 
 pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<ProduceResponse> {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let acks = req.acks;
-    let valid_acks = matches!(acks, -1..=1);
     let transactional = req.transactional_id.is_some();
     let txn_id: String = req.transactional_id.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
     let remote = if transactional { verify_remote(ctx, &txn_id, &req).await } else { HashMap::new() };
-    let mut pending = Vec::new();
-    // Partitions whose batches passed validation, appended together after the loop: where each
-    // answer goes, and the append itself.
-    let mut appends = Vec::new();
-    let mut writes: Vec<(Arc<Partition>, Bytes, u32, Option<u64>)> = Vec::new();
-    let mut may_block = false;
-    let mut responses = Vec::with_capacity(req.topic_data.len());
-    let effective = broker.effective_config();
     let produced: usize = req
         .topic_data
         .iter()
         .flat_map(|t| t.partition_data.iter())
         .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
         .sum();
-    for (ti, topic) in req.topic_data.into_iter().enumerate() {
-        let name = topic.name.0.to_string();
-        // Kafka answers a topic the principal may not write to before looking it up, so
-        // whether it exists is not revealed.
-        let may_write = ctx.authorized(Operation::Write, ResourceType::Topic, &name);
-        let info = broker.cache.topic(&name);
-        let config = |key: &str| info.as_ref().and_then(|t| t.configs.get(key).cloned());
-        let max_bytes =
-            config("max.message.bytes").and_then(|v| v.parse::<u32>().ok()).unwrap_or(effective.log.max_message_bytes);
-        let compacted = match config("cleanup.policy") {
-            Some(p) => p.split(',').any(|x| x.trim() == "compact"),
-            None => effective.log.compact,
-        };
-        let min_isr = config("min.insync.replicas")
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(effective.min_insync_replicas.max(1) as usize);
-        let mut partitions = Vec::with_capacity(topic.partition_data.len());
-        for pd in topic.partition_data {
-            let mut out = PartitionProduceResponse::default();
-            out.index = pd.index;
-            out.base_offset = -1;
-            out.log_append_time_ms = -1;
-            out.log_start_offset = -1;
-            let code = if !valid_acks {
-                ErrorCode::InvalidRequiredAcks.code()
-            } else if !may_write {
-                ErrorCode::TopicAuthorizationFailed.code()
-            } else if transactional && !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &txn_id) {
-                ErrorCode::TransactionalIdAuthorizationFailed.code()
-            } else {
-                match (broker.replicas.partition(&name, pd.index), pd.records) {
-                    (None, _) => {
-                        if broker.replicas.logs().is_offline_partition(&name, pd.index) {
-                            ErrorCode::KafkaStorageError.code()
-                        } else if info.as_ref().is_some_and(|t| t.partitions.iter().any(|p| p.index == pd.index)) {
-                            ErrorCode::NotLeaderOrFollower.code()
-                        } else {
-                            ErrorCode::UnknownTopicOrPartition.code()
-                        }
-                    }
-                    (Some(_), None) => ErrorCode::CorruptMessage.code(),
-                    // Below min.insync.replicas an acks=all write is refused before it is written.
-                    (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => ErrorCode::NotEnoughReplicas.code(),
-                    (Some(p), Some(records)) => match up_convert(ctx, records).and_then(|r| {
-                        let verified = if transactional {
-                            txn_verified(ctx, &txn_id, &p, (&name, pd.index), &r, &remote)?
-                        } else {
-                            None
-                        };
-                        Ok((r, verified))
-                    }) {
-                        Err(code) => code,
-                        Ok((records, _))
-                            if compacted && refuse_keyless(ctx, &name, pd.index, &records, max_bytes, &mut out) =>
-                        {
-                            out.error_code
-                        }
-                        Ok((records, verified_at)) => {
-                            appends.push(Append { topic: ti, slot: partitions.len(), min_isr });
-                            may_block = may_block || p.append_may_block(&records);
-                            writes.push((p, records, max_bytes, verified_at));
-                            0
-                        }
-                    },
-                }
-            };
-            out.error_code = code;
-            partitions.push(out);
-        }
-        let mut tr = TopicProduceResponse::default();
-        tr.name = topic.name;
-        tr.partition_responses = partitions;
-        responses.push(tr);
-    }
-    if !writes.is_empty() {
-        let dirs = if may_block { broker.replicas.log_dirs_of(writes.iter().map(|w| &*w.0)) } else { Vec::new() };
-        let append_all = move || {
-            writes
-                .into_iter()
-                .map(|(p, records, max_bytes, verified_at)| (p.append_verified(records, max_bytes, verified_at), p))
-                .collect::<Vec<_>>()
-        };
-        // When one of them may roll a segment or fsync, all of the request's appends go to the
-        // I/O pool in one hop, so no network worker waits on the disk. Otherwise they are
-        // page-cache writes, done here: a hop costs two thread switches, several times the
-        // write of a small request.
-        let results = if !may_block {
-            append_all()
-        } else {
-            match broker.io.run_on(dirs, append_all).await {
-                Ok(results) => results,
-                Err(e) => {
-                    tracing::error!(error = %e, "produce appends failed");
-                    Vec::new()
-                }
-            }
-        };
-        let mut results: std::vec::IntoIter<(ProduceResult, Arc<Partition>)> = results.into_iter();
-        for a in appends {
-            // Taken first, so that results and answers stay paired whatever is skipped.
-            let result = results.next();
-            let Some(out) = responses.get_mut(a.topic).and_then(|t| t.partition_responses.get_mut(a.slot)) else {
-                continue;
-            };
-            let Some((result, p)) = result else {
-                // The job died: whether its writes happened is unknown, so none is acknowledged.
-                out.error_code = ErrorCode::UnknownServerError.code();
-                continue;
-            };
-            out.base_offset = result.base_offset;
-            out.log_start_offset = result.log_start_offset;
-            out.log_append_time_ms = result.log_append_time;
-            out.error_code = result.error_code;
-            if result.error_code == 0 && acks == -1 && p.high_watermark() <= result.last_offset {
-                pending.push(Pending {
-                    topic: a.topic,
-                    slot: a.slot,
-                    partition: p,
-                    last_offset: result.last_offset,
-                    min_isr: a.min_isr,
-                });
-            }
-        }
-    }
+    let txn = Txn { transactional, id: &txn_id, remote: &remote };
+    let Validated { mut responses, appends, writes, may_block } = validate(ctx, req.topic_data, acks, &txn);
+    let pending = if writes.is_empty() {
+        Vec::new()
+    } else {
+        append_all(ctx, &mut responses, appends, writes, may_block, acks).await
+    };
     if !pending.is_empty() {
         ctx.park();
         let _parked = broker.metrics.park_produce();
@@ -208,6 +83,180 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> Option<Produce
     Some(r)
 }
 
+/// A transactional produce's id and what the remote coordinators said of its partitions
+/// (empty and unused for a produce that is not transactional).
+struct Txn<'a> {
+    transactional: bool,
+    id: &'a str,
+    remote: &'a HashMap<(String, i32), i16>,
+}
+
+/// An append that passed validation: the partition, the records, the size limit, and the
+/// transaction's marker count it was verified at.
+type Write = (Arc<Partition>, Bytes, u32, Option<u64>);
+
+/// What validation made of a request: the answer with the refusals in it, and the appends.
+struct Validated {
+    responses: Vec<TopicProduceResponse>,
+    /// Where each append's answer goes, in the order of `writes`.
+    appends: Vec<Append>,
+    writes: Vec<Write>,
+    /// Some append may roll a segment or fsync.
+    may_block: bool,
+}
+
+/// Checks each partition's batches (acks, authorization, leadership, min.insync.replicas, the
+/// batch, its transaction) and answers those refused; the others are appended together later.
+fn validate(ctx: &RequestContext, topic_data: Vec<TopicProduceData>, acks: i16, txn: &Txn<'_>) -> Validated {
+    let broker = &ctx.components;
+    let valid_acks = matches!(acks, -1..=1);
+    let effective = broker.effective_config();
+    let mut v = Validated {
+        responses: Vec::with_capacity(topic_data.len()),
+        appends: Vec::new(),
+        writes: Vec::new(),
+        may_block: false,
+    };
+    for (ti, topic) in topic_data.into_iter().enumerate() {
+        let name = topic.name.0.to_string();
+        // Kafka answers a topic the principal may not write to before looking it up, so
+        // whether it exists is not revealed.
+        let may_write = ctx.authorized(Operation::Write, ResourceType::Topic, &name);
+        let info = broker.cache.topic(&name);
+        let config = |key: &str| info.as_ref().and_then(|t| t.configs.get(key).cloned());
+        let max_bytes =
+            config("max.message.bytes").and_then(|v| v.parse::<u32>().ok()).unwrap_or(effective.log.max_message_bytes);
+        let compacted = match config("cleanup.policy") {
+            Some(p) => p.split(',').any(|x| x.trim() == "compact"),
+            None => effective.log.compact,
+        };
+        let min_isr = config("min.insync.replicas")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(effective.min_insync_replicas.max(1) as usize);
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for pd in topic.partition_data {
+            let mut out = PartitionProduceResponse::default();
+            out.index = pd.index;
+            out.base_offset = -1;
+            out.log_append_time_ms = -1;
+            out.log_start_offset = -1;
+            let code = if !valid_acks {
+                ErrorCode::InvalidRequiredAcks.code()
+            } else if !may_write {
+                ErrorCode::TopicAuthorizationFailed.code()
+            } else if txn.transactional && !ctx.authorized(Operation::Write, ResourceType::TransactionalId, txn.id) {
+                ErrorCode::TransactionalIdAuthorizationFailed.code()
+            } else {
+                match (broker.replicas.partition(&name, pd.index), pd.records) {
+                    (None, _) => {
+                        if broker.replicas.logs().is_offline_partition(&name, pd.index) {
+                            ErrorCode::KafkaStorageError.code()
+                        } else if info.as_ref().is_some_and(|t| t.partitions.iter().any(|p| p.index == pd.index)) {
+                            ErrorCode::NotLeaderOrFollower.code()
+                        } else {
+                            ErrorCode::UnknownTopicOrPartition.code()
+                        }
+                    }
+                    (Some(_), None) => ErrorCode::CorruptMessage.code(),
+                    // Below min.insync.replicas an acks=all write is refused before it is written.
+                    (Some(p), Some(_)) if acks == -1 && p.isr().len() < min_isr => ErrorCode::NotEnoughReplicas.code(),
+                    (Some(p), Some(records)) => match up_convert(ctx, records).and_then(|r| {
+                        let verified = if txn.transactional {
+                            txn_verified(ctx, txn.id, &p, (&name, pd.index), &r, txn.remote)?
+                        } else {
+                            None
+                        };
+                        Ok((r, verified))
+                    }) {
+                        Err(code) => code,
+                        Ok((records, _))
+                            if compacted && refuse_keyless(ctx, &name, pd.index, &records, max_bytes, &mut out) =>
+                        {
+                            out.error_code
+                        }
+                        Ok((records, verified_at)) => {
+                            v.appends.push(Append { topic: ti, slot: partitions.len(), min_isr });
+                            v.may_block = v.may_block || p.append_may_block(&records);
+                            v.writes.push((p, records, max_bytes, verified_at));
+                            0
+                        }
+                    },
+                }
+            };
+            out.error_code = code;
+            partitions.push(out);
+        }
+        let mut tr = TopicProduceResponse::default();
+        tr.name = topic.name;
+        tr.partition_responses = partitions;
+        v.responses.push(tr);
+    }
+    v
+}
+
+/// Appends what passed validation and puts each result in its answer. The writes acks=all
+/// must wait for, those the high watermark has not passed yet, are returned.
+async fn append_all(
+    ctx: &RequestContext,
+    responses: &mut [TopicProduceResponse],
+    appends: Vec<Append>,
+    writes: Vec<Write>,
+    may_block: bool,
+    acks: i16,
+) -> Vec<Pending> {
+    let broker = &ctx.components;
+    let dirs = if may_block { broker.replicas.log_dirs_of(writes.iter().map(|w| &*w.0)) } else { Vec::new() };
+    let append_all = move || {
+        writes
+            .into_iter()
+            .map(|(p, records, max_bytes, verified_at)| (p.append_verified(records, max_bytes, verified_at), p))
+            .collect::<Vec<_>>()
+    };
+    // When one of them may roll a segment or fsync, all of the request's appends go to the
+    // I/O pool in one hop, so no network worker waits on the disk. Otherwise they are
+    // page-cache writes, done here: a hop costs two thread switches, several times the
+    // write of a small request.
+    let results = if !may_block {
+        append_all()
+    } else {
+        match broker.io.run_on(dirs, append_all).await {
+            Ok(results) => results,
+            Err(e) => {
+                tracing::error!(error = %e, "produce appends failed");
+                Vec::new()
+            }
+        }
+    };
+    let mut results: std::vec::IntoIter<(ProduceResult, Arc<Partition>)> = results.into_iter();
+    let mut pending = Vec::new();
+    for a in appends {
+        // Taken first, so that results and answers stay paired whatever is skipped.
+        let result = results.next();
+        let Some(out) = responses.get_mut(a.topic).and_then(|t| t.partition_responses.get_mut(a.slot)) else {
+            continue;
+        };
+        let Some((result, p)) = result else {
+            // The job died: whether its writes happened is unknown, so none is acknowledged.
+            out.error_code = ErrorCode::UnknownServerError.code();
+            continue;
+        };
+        out.base_offset = result.base_offset;
+        out.log_start_offset = result.log_start_offset;
+        out.log_append_time_ms = result.log_append_time;
+        out.error_code = result.error_code;
+        if result.error_code == 0 && acks == -1 && p.high_watermark() <= result.last_offset {
+            pending.push(Pending {
+                topic: a.topic,
+                slot: a.slot,
+                partition: p,
+                last_offset: result.last_offset,
+                min_isr: a.min_isr,
+            });
+        }
+    }
+    pending
+}
+
 /// A transactional produce must belong to an ongoing transaction that added the partition.
 /// Ok: the producer's marker count on the partition before the check, for the append to
 /// hold the write to (None for a write that is not transactional).
@@ -225,7 +274,7 @@ fn txn_verified(
     }
     let markers = partition.txn_markers_of(h.producer_id);
     let tp = (topic.to_string(), index);
-    ctx.broker.txn.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote)?;
+    ctx.components.txn.verify_txn_produce(txn_id, h.producer_id, h.producer_epoch, &tp, remote)?;
     Ok(Some(markers))
 }
 
@@ -238,7 +287,7 @@ async fn verify_remote(ctx: &RequestContext, txn_id: &str, req: &ProduceRequest)
     for t in &req.topic_data {
         for pd in &t.partition_data {
             let Some(h) = pd.records.as_deref().and_then(crate::log::BatchHeader::parse) else { continue };
-            if !h.is_transactional() || ctx.broker.replicas.partition(&t.name.0, pd.index).is_none() {
+            if !h.is_transactional() || ctx.components.replicas.partition(&t.name.0, pd.index).is_none() {
                 continue;
             }
             producer.get_or_insert((h.producer_id, h.producer_epoch));
@@ -246,11 +295,11 @@ async fn verify_remote(ctx: &RequestContext, txn_id: &str, req: &ProduceRequest)
         }
     }
     let Some((pid, epoch)) = producer else { return HashMap::new() };
-    ctx.broker.txn.needs_remote_verification(txn_id, pid, epoch, &mut tps);
+    ctx.components.txn.needs_remote_verification(txn_id, pid, epoch, &mut tps);
     if tps.is_empty() {
         return HashMap::new();
     }
-    ctx.broker.txn.verify_with_coordinator(txn_id, pid, epoch, &tps).await
+    ctx.components.txn.verify_with_coordinator(txn_id, pid, epoch, &tps).await
 }
 
 /// Kafka's rule for compacted topics: every record needs a key, since compaction keeps the
@@ -269,7 +318,7 @@ fn refuse_keyless(
         return false;
     };
     let keyless =
-        match crate::log::batch::keyless_records(records, &headers, ctx.broker.config.socket_request_max_bytes) {
+        match crate::log::batch::keyless_records(records, &headers, ctx.components.config.socket_request_max_bytes) {
             Ok(k) => k,
             Err(e) => {
                 tracing::info!(topic, partition, error = %e, "rejected produce to a compacted topic");
@@ -311,10 +360,10 @@ fn up_convert(ctx: &RequestContext, records: bytes::Bytes) -> Result<bytes::Byte
     if ctx.version() >= 3 || crate::log::legacy::first_magic(&records).is_none_or(|m| m >= 2) {
         return Ok(records);
     }
-    crate::log::legacy::to_record_batch(&records, ctx.broker.config.socket_request_max_bytes)
+    crate::log::legacy::to_record_batch(&records, ctx.components.config.socket_request_max_bytes)
         .map(|batch| {
             let records = crate::log::batch::BatchHeader::parse(&batch).map_or(0, |h| h.records_count.max(0));
-            ctx.broker.metrics.conversions.produce.inc_by(records as u64);
+            ctx.components.metrics.conversions.produce.inc_by(records as u64);
             bytes::Bytes::from(batch)
         })
         .map_err(|e| {

@@ -26,7 +26,7 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
         r.error_code = ErrorCode::InvalidRequest.code();
         return r;
     }
-    match ctx.broker.txn.next_producer_id().await {
+    match ctx.components.txn.next_producer_id().await {
         Ok(id) => {
             r.producer_id = ProducerId(id);
             r.producer_epoch = 0;

@@ -90,7 +90,7 @@ pub fn describe_client_quotas(ctx: &RequestContext, req: DescribeClientQuotasReq
         fail(&mut r, "Invalid entity filter component combination, IP filter component should not be used with user or clientId filter component.".into());
         return r;
     }
-    let table = match ctx.broker.quotas.read_client_quotas() {
+    let table = match ctx.components.quotas.read_client_quotas() {
         Ok(t) => t,
         Err(e) => {
             r.error_code = ErrorCode::UnknownServerError.code();
@@ -188,7 +188,7 @@ pub fn alter_client_quotas(ctx: &RequestContext, req: AlterClientQuotasRequest) 
             }
             Ok(_) if req.validate_only => {}
             Ok((entity, ops)) => {
-                if let Err(e) = ctx.broker.quotas.alter_client_quota(&entity, &ops) {
+                if let Err(e) = ctx.components.quotas.alter_client_quota(&entity, &ops) {
                     out.error_code = ErrorCode::UnknownServerError.code();
                     out.error_message = Some(StrBytes::from_string(e.to_string()));
                 } else {

@@ -23,7 +23,7 @@ pub fn describe(
     ctx: &RequestContext,
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
-    let cache = &ctx.broker.security.scram;
+    let cache = &ctx.components.security.scram;
     if !ctx.authorized_cluster(Operation::Describe) {
         return DescribeUserScramCredentialsResponse::default()
             .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
@@ -150,7 +150,7 @@ pub fn alter(ctx: &RequestContext, req: AlterUserScramCredentialsRequest) -> Alt
 
 /// Writes one user's new credentials and announces the change. Runs on the blocking pool.
 fn apply(ctx: &RequestContext, user: &str, changes: Vec<Change>) -> Result<(), (ErrorCode, String)> {
-    let store = &ctx.broker.store;
+    let store = &ctx.components.store;
     let path = scram::user_path(&scram::sanitize(user));
     let stored = |e: crate::metadata::StoreError| (ErrorCode::UnknownServerError, e.to_string());
     let mut config = store.try_get(&path).map_err(stored)?.map(|d| scram::parse_user_config(&d)).unwrap_or_default();
@@ -174,6 +174,6 @@ fn apply(ctx: &RequestContext, user: &str, changes: Vec<Change>) -> Result<(), (
     store
         .create_sequential(&format!("{}/config_change_", zk_data::CONFIG_CHANGES), &notice.to_string())
         .map_err(stored)?;
-    ctx.broker.security.scram.reload(store, &scram::sanitize(user)).map_err(stored)?;
+    ctx.components.security.scram.reload(store, &scram::sanitize(user)).map_err(stored)?;
     Ok(())
 }

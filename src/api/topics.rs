@@ -28,7 +28,7 @@ fn refused(what: &str) -> ApiError {
 type Created = (i32, i16, BTreeMap<String, String>, Option<uuid::Uuid>);
 
 pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let mut r = CreateTopicsResponse::default();
     let mut seen = std::collections::HashSet::new();
     // Each topic's answer: decided while planning (an error, or validate_only), or by the
@@ -144,12 +144,12 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
 pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> Result<DeleteTopicsResponse, String> {
     let timeout_ms = req.timeout_ms;
     let mut r = super::off_runtime(ctx, move |c| delete_topics_now(c, req)).await?;
-    wait_for_deletions(&ctx.broker, &mut r, timeout_ms).await;
+    wait_for_deletions(&ctx.components, &mut r, timeout_ms).await;
     Ok(r)
 }
 
 fn delete_topics_now(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     // v0-5 name topics in `topic_names`; v6 in `topics`, by name or by id.
     let mut targets: Vec<(Option<String>, uuid::Uuid)> =
         req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
@@ -197,7 +197,7 @@ fn delete_topics_now(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTo
     r
 }
 
-async fn wait_for_deletions(broker: &crate::broker::Broker, r: &mut DeleteTopicsResponse, timeout_ms: i32) {
+async fn wait_for_deletions(broker: &crate::api::Components, r: &mut DeleteTopicsResponse, timeout_ms: i32) {
     // In ZooKeeper mode the controller deletes on its next pass; answer once this broker's
     // image no longer has the topic (or at the request's timeout, with REQUEST_TIMED_OUT, as
     // Kafka does). The image, not the replicas: a broker holding none of the topic's replicas
@@ -249,7 +249,7 @@ impl PartitionBudget {
 pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let mut r = CreatePartitionsResponse::default();
     // Counted by the total asked for, an upper bound of what each topic adds.
-    let mut budget = PartitionBudget::new(&ctx.broker.config);
+    let mut budget = PartitionBudget::new(&ctx.components.config);
     for t in req.topics {
         let mut out = CreatePartitionsTopicResult::default();
         let name = t.name.0.to_string();
@@ -260,13 +260,12 @@ pub fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> 
             false => Err(refused("ALTER on the topic")),
         };
         let result = allowed
-            .and_then(|_| ctx.broker.controller.check_partition_bound(t.count))
+            .and_then(|_| ctx.components.controller.check_partition_bound(t.count))
             .and_then(|_| budget.claim(t.count))
             .and_then(|_| {
-                ctx.broker
-                    .controller
-                    .check_controller()
-                    .and_then(|_| ctx.broker.controller.create_partitions(&name, t.count, manual, req.validate_only))
+                ctx.components.controller.check_controller().and_then(|_| {
+                    ctx.components.controller.create_partitions(&name, t.count, manual, req.validate_only)
+                })
             });
         if let Err(e) = result {
             out.error_code = e.code;
@@ -293,8 +292,8 @@ pub fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> Delete
                 tr.partitions.push(pr);
                 continue;
             }
-            match ctx.broker.replicas.partition(&name, p.partition_index) {
-                None => pr.error_code = super::not_led_error(&ctx.broker, &name, p.partition_index),
+            match ctx.components.replicas.partition(&name, p.partition_index) {
+                None => pr.error_code = super::not_led_error(&ctx.components, &name, p.partition_index),
                 Some(part) => {
                     let hw = part.high_watermark();
                     // -1 means "up to the high watermark", as Kafka defines it.

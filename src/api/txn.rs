@@ -66,7 +66,7 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
         (pid, epoch) => Some((pid, epoch)),
     };
     let (code, pid, epoch) =
-        ctx.broker.txn.init_transactional_producer(&id, req.transaction_timeout_ms, expected).await;
+        ctx.components.txn.init_transactional_producer(&id, req.transaction_timeout_ms, expected).await;
     // PRODUCER_FENCED came with v4 (KIP-588); older clients know the fencing as this.
     r.error_code = if code == ErrorCode::ProducerFenced.code() && ctx.version() < 4 {
         ErrorCode::InvalidProducerEpoch.code()
@@ -112,7 +112,7 @@ pub async fn add_partitions_to_txn(ctx: &RequestContext, req: AddPartitionsToTxn
             .collect();
         if refused.is_empty() {
             let code = match ctx
-                .broker
+                .components
                 .txn
                 .add_partitions_to_txn(&id, req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch, &wanted)
                 .await
@@ -154,11 +154,11 @@ async fn add_partitions_for_brokers(
         let (pid, epoch) = (txn.producer_id.0, txn.producer_epoch);
         let tps: Vec<(String, i32)> =
             txn.topics.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p))).collect();
-        let per: Vec<((String, i32), i16)> = match ctx.broker.txn.check_txn_coordinator(&id) {
+        let per: Vec<((String, i32), i16)> = match ctx.components.txn.check_txn_coordinator(&id) {
             Err(code) => tps.into_iter().map(|tp| (tp, code)).collect(),
-            Ok(_) if txn.verify_only => ctx.broker.txn.coordinator().verify_only(&id, pid, epoch, &tps),
+            Ok(_) if txn.verify_only => ctx.components.txn.coordinator().verify_only(&id, pid, epoch, &tps),
             Ok(_) => {
-                let code = match ctx.broker.txn.add_partitions_to_txn(&id, pid, epoch, &tps).await {
+                let code = match ctx.components.txn.add_partitions_to_txn(&id, pid, epoch, &tps).await {
                     Ok(()) => 0,
                     Err(code) => code,
                 };
@@ -193,7 +193,7 @@ fn topic_results(per: Vec<((String, i32), i16)>) -> Vec<AddPartitionsToTxnTopicR
 }
 
 fn partition_exists(ctx: &RequestContext, topic: &str, partition: i32) -> bool {
-    ctx.broker.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
+    ctx.components.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
 }
 
 /// AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction.
@@ -214,15 +214,16 @@ pub async fn add_offsets_to_txn(ctx: &RequestContext, req: AddOffsetsToTxnReques
     // offsets.topic.num.partitions here too). Refusing would leave a Java producer, which asks
     // for the group's coordinator only after this answer, retrying forever.
     let p = ctx
-        .broker
+        .components
         .groups
         .offsets_partition(&group)
-        .unwrap_or_else(|| crate::group::partition_for(&group, ctx.broker.config.offsets_topic.num_partitions));
+        .unwrap_or_else(|| crate::group::partition_for(&group, ctx.components.config.offsets_topic.num_partitions));
     let tps = [(OFFSETS_TOPIC.to_string(), p)];
-    r.error_code = match ctx.broker.txn.add_partitions_to_txn(&id, req.producer_id.0, req.producer_epoch, &tps).await {
-        Ok(()) => 0,
-        Err(code) => fenced_for(ctx.version(), code),
-    };
+    r.error_code =
+        match ctx.components.txn.add_partitions_to_txn(&id, req.producer_id.0, req.producer_epoch, &tps).await {
+            Ok(()) => 0,
+            Err(code) => fenced_for(ctx.version(), code),
+        };
     r
 }
 
@@ -235,7 +236,7 @@ pub async fn end_txn(ctx: &RequestContext, req: EndTxnRequest) -> EndTxnResponse
         r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         return r;
     }
-    let code = ctx.broker.txn.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await;
+    let code = ctx.components.txn.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await;
     r.error_code = fenced_for(ctx.version(), code);
     r
 }
@@ -246,7 +247,7 @@ pub async fn end_txn(ctx: &RequestContext, req: EndTxnRequest) -> EndTxnResponse
 pub async fn txn_offset_commit(ctx: &RequestContext, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let common = if !ctx.authorized(Operation::Write, ResourceType::TransactionalId, &id) {
         Some(ErrorCode::TransactionalIdAuthorizationFailed.code())
     } else if !ctx.authorized(Operation::Read, ResourceType::Group, &group) {
@@ -320,7 +321,7 @@ async fn write_txn_offsets(
     epoch: i16,
     offsets: Vec<PendingTxnOffset>,
 ) -> i16 {
-    let broker = &ctx.broker;
+    let broker = &ctx.components;
     let Some(p) = broker.groups.offsets_partition(group) else { return ErrorCode::NotCoordinator.code() };
     let Some(partition) = broker.replicas.partition(OFFSETS_TOPIC, p) else { return ErrorCode::NotCoordinator.code() };
     let records: Vec<(Bytes, Bytes)> = offsets
@@ -383,7 +384,7 @@ pub async fn write_txn_markers(ctx: &RequestContext, req: WriteTxnMarkersRequest
         let tps: Vec<(String, i32)> =
             m.topics.iter().flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.0.to_string(), *p))).collect();
         let results = if allowed {
-            ctx.broker
+            ctx.components
                 .txn
                 .write_markers(m.producer_id.0, m.producer_epoch, m.transaction_result, m.coordinator_epoch, tps)
                 .await
@@ -427,10 +428,10 @@ pub fn list_transactions(ctx: &RequestContext, req: ListTransactionsRequest) -> 
     ];
     r.unknown_state_filters = states.iter().filter(|s| !known.contains(&s.as_str())).map(|x| s(x.clone())).collect();
     let now = crate::log::now_ms();
-    let mut all = ctx.broker.txn.coordinator().all();
+    let mut all = ctx.components.txn.coordinator().all();
     all.sort_by(|a, b| a.0.cmp(&b.0));
     for (id, m) in all {
-        if m.epoch < 0 || ctx.broker.txn.check_txn_coordinator(&id).is_err() {
+        if m.epoch < 0 || ctx.components.txn.check_txn_coordinator(&id).is_err() {
             continue;
         }
         if !states.is_empty() && !states.iter().any(|s| s == m.state.name()) {
@@ -466,10 +467,10 @@ pub fn describe_transactions(ctx: &RequestContext, req: DescribeTransactionsRequ
         t.transaction_state = s("");
         if !ctx.authorized(Operation::Describe, ResourceType::TransactionalId, &name) {
             t.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
-        } else if let Err(code) = ctx.broker.txn.check_txn_coordinator(&name) {
+        } else if let Err(code) = ctx.components.txn.check_txn_coordinator(&name) {
             t.error_code = code;
         } else {
-            match ctx.broker.txn.coordinator().get(&name).filter(|m| m.epoch >= 0) {
+            match ctx.components.txn.coordinator().get(&name).filter(|m| m.epoch >= 0) {
                 None => t.error_code = ErrorCode::TransactionalIdNotFound.code(),
                 Some(m) => {
                     t.transaction_state = s(m.state.name());

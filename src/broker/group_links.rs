@@ -1,39 +1,38 @@
 //! The group coordinator's narrow handles over the broker's other components: the offsets
-//! partitions (metadata image and replica manager), the controller's topic creation, the store.
+//! partitions (the replica manager, with its metadata image), the controller's topic creation,
+//! the store.
 
 use std::sync::Arc;
 
 use crate::controller::Controller;
 use crate::group::service::{GroupZnodes, OffsetsPartitions, OffsetsTopicCreator};
 use crate::group::OFFSETS_TOPIC;
-use crate::metadata::{MetadataCache, ZnodeStore};
+use crate::metadata::ZnodeStore;
 use crate::protocol::ErrorCode;
 use crate::replication::ReplicaManager;
 
-/// `__consumer_offsets` for the group coordinator: the metadata image and the replica manager.
-pub(crate) struct OffsetsLink {
-    pub(crate) me: i32,
-    pub(crate) cache: Arc<MetadataCache>,
-    pub(crate) replicas: Arc<ReplicaManager>,
-}
-
-impl OffsetsPartitions for OffsetsLink {
+/// `__consumer_offsets` for the group coordinator: the replica manager's partitions, and the
+/// metadata image and broker id it was built with. A trait impl rather than a link struct, so
+/// that the group coordinator's tests wire it as the broker does without naming `broker`.
+impl OffsetsPartitions for ReplicaManager {
     fn partition_count(&self) -> Option<i32> {
-        Some(self.cache.topic(OFFSETS_TOPIC)?.partitions.len() as i32)
+        Some(self.handles().cache.topic(OFFSETS_TOPIC)?.partitions.len() as i32)
     }
 
     fn leads_in_image(&self, p: i32) -> bool {
-        self.cache
+        let me = self.handles().config.broker_id;
+        self.handles()
+            .cache
             .topic(OFFSETS_TOPIC)
-            .is_some_and(|t| t.partitions.iter().any(|x| x.index == p && x.leader == self.me))
+            .is_some_and(|t| t.partitions.iter().any(|x| x.index == p && x.leader == me))
     }
 
     fn is_local_leader(&self, p: i32) -> bool {
-        self.replicas.partition(OFFSETS_TOPIC, p).is_some()
+        self.partition(OFFSETS_TOPIC, p).is_some()
     }
 
     fn append(&self, p: i32, batch: bytes::Bytes) -> Result<(), i16> {
-        let partition = self.replicas.partition(OFFSETS_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
+        let partition = self.partition(OFFSETS_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
         match partition.append(batch, u32::MAX).error_code {
             0 => Ok(()),
             code => Err(code),
@@ -41,12 +40,12 @@ impl OffsetsPartitions for OffsetsLink {
     }
 
     fn log_range(&self, p: i32) -> Option<(i64, i64)> {
-        let partition = self.replicas.partition(OFFSETS_TOPIC, p)?;
+        let partition = self.partition(OFFSETS_TOPIC, p)?;
         Some((partition.log_start_offset(), partition.log_end_offset()))
     }
 
     fn read(&self, p: i32, offset: i64, max_bytes: usize) -> Result<bytes::Bytes, i16> {
-        let partition = self.replicas.partition(OFFSETS_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
+        let partition = self.partition(OFFSETS_TOPIC, p).ok_or(ErrorCode::NotCoordinator.code())?;
         let read = partition.read_to_log_end(offset, max_bytes);
         match read.error_code {
             0 => Ok(read.records),
@@ -55,7 +54,7 @@ impl OffsetsPartitions for OffsetsLink {
     }
 
     fn topic_partition_exists(&self, topic: &str, partition: i32) -> bool {
-        self.cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
+        self.handles().cache.topic(topic).is_some_and(|t| t.partitions.iter().any(|p| p.index == partition))
     }
 }
 
@@ -68,41 +67,39 @@ impl OffsetsTopicCreator for OffsetsTopicLink {
     }
 }
 
-/// The znode store as the group coordinator's mirrors write it.
-pub(crate) struct StoreLink(pub(crate) Arc<ZnodeStore>);
-
-impl GroupZnodes for StoreLink {
+/// The znode store as the group coordinator's mirrors write it. (The store's own methods of
+/// the same names are called by path: a bare `self.x()` would still pick them, but the reader
+/// should not have to know that.)
+impl GroupZnodes for ZnodeStore {
     fn is_zookeeper(&self) -> bool {
-        self.0.is_zookeeper()
+        ZnodeStore::is_zookeeper(self)
     }
 
     fn upsert_many(&self, writes: &[(String, String)]) -> Result<(), String> {
-        self.0.upsert_many(writes).map_err(|e| e.to_string())
+        ZnodeStore::upsert_many(self, writes).map_err(|e| e.to_string())
     }
 
     fn delete_recursive(&self, path: &str) -> Result<(), String> {
-        self.0.delete_recursive(path).map_err(|e| e.to_string())
+        ZnodeStore::delete_recursive(self, path).map_err(|e| e.to_string())
     }
 
     fn put_ephemeral(&self, path: &str, data: &str) -> Result<(), String> {
-        self.0.put_ephemeral(path, data).map_err(|e| e.to_string())
+        ZnodeStore::put_ephemeral(self, path, data).map_err(|e| e.to_string())
     }
 
     fn delete_own_ephemerals(&self, path: &str) -> Result<(), String> {
-        self.0.delete_own_ephemerals(path).map_err(|e| e.to_string())
+        ZnodeStore::delete_own_ephemerals(self, path).map_err(|e| e.to_string())
     }
 }
 
 /// The topics the consumer protocol's subscriptions name, from the metadata image.
-pub(crate) struct TopicsLink(pub(crate) Arc<MetadataCache>);
-
-impl crate::group::consumer::TopicsView for TopicsLink {
+impl crate::group::consumer::TopicsView for crate::metadata::MetadataCache {
     fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
-        let t = self.0.topic(name)?;
+        let t = crate::metadata::MetadataCache::topic(self, name)?;
         Some((t.id, t.partitions.len() as i32))
     }
 
     fn name(&self, id: uuid::Uuid) -> Option<String> {
-        self.0.snapshot().topic_by_id(id).map(|t| t.name.clone())
+        self.snapshot().topic_by_id(id).map(|t| t.name.clone())
     }
 }

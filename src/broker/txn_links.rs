@@ -20,7 +20,7 @@ impl MarkerListener for MarkerLink {
             return;
         }
         if let Some(b) = self.0.get().and_then(Weak::upgrade) {
-            b.groups.complete_txn_offsets(producer_id, partition, commit);
+            b.components.groups.complete_txn_offsets(producer_id, partition, commit);
         }
     }
 }

@@ -118,6 +118,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("socket.receive.buffer.bytes", "102400"),
     ("replica.fetch.max.bytes", "1048576"),
     ("replica.fetch.wait.max.ms", "500"),
+    ("replica.socket.timeout.ms", "30000"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("replica.fetch.response.max.bytes", "10485760"),
     ("leader.replication.throttled.rate", "9223372036854775807"),
@@ -130,6 +131,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("offset.metadata.max.bytes", "4096"),
     ("offsets.commit.timeout.ms", "5000"),
     ("request.timeout.ms", "30000"),
+    ("controller.socket.timeout.ms", "30000"),
     ("auto.leader.rebalance.enable", "true"),
     ("leader.imbalance.check.interval.seconds", "300"),
     ("broker.id.generation.enable", "true"),
@@ -141,6 +143,12 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("gregor.offsets.zookeeper.mirror.max.writes", "5000"),
     // Kafka's ZkNodeChangeNotificationListener's changeExpirationMs, fixed there at 15 minutes.
     ("gregor.config.change.expiration.ms", "900000"),
+    // Client telemetry (KIP-714): off by default, as Kafka without a receiver plugin.
+    ("gregor.client.telemetry.enable", "false"),
+    ("telemetry.max.bytes", "1048576"),
+    ("gregor.client.telemetry.max.clients", "16384"),
+    ("gregor.client.telemetry.max.series", "10000"),
+    ("gregor.client.telemetry.max.series.per.client", "500"),
     ("offsets.retention.check.interval.ms", "600000"),
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::log::LogConfig;
 
+pub mod client_telemetry;
 mod coordinators;
 mod keys;
 mod limits;
@@ -152,6 +153,8 @@ pub struct BrokerConfig {
     /// `gregor.config.change.expiration.ms`: how old a `/config/changes` notification must be
     /// before a broker deletes it (Kafka: 15 minutes, not configurable).
     pub config_change_expiration_ms: i64,
+    /// Client telemetry (KIP-714): served or not, and its bounds.
+    pub client_telemetry: client_telemetry::ClientTelemetryConfig,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
     /// `offset.metadata.max.bytes`: the longest metadata string an offset commit may carry.
@@ -169,6 +172,12 @@ pub struct BrokerConfig {
     /// `request.timeout.ms`: how long a request to another broker may wait for its answer
     /// (the inter-broker client takes it from here).
     pub request_timeout: std::time::Duration,
+    /// `controller.socket.timeout.ms`: how long the controller's channel to a broker may take
+    /// to connect (within `socket.connection.setup.timeout.ms`, which bounds every connect).
+    pub controller_socket_timeout: std::time::Duration,
+    /// `replica.socket.timeout.ms`: a follower's fetch unanswered this long is sent again on a
+    /// new connection.
+    pub replica_socket_timeout: std::time::Duration,
     /// The topic-level defaults derived from the `log.*` keys.
     pub log: LogConfig,
     /// The `log.cleaner.*` settings.
@@ -303,6 +312,7 @@ impl BrokerConfig {
                 "gregor.config.change.expiration.ms",
                 get("gregor.config.change.expiration.ms"),
             )?,
+            client_telemetry: client_telemetry::ClientTelemetryConfig::parse(&values)?,
             transaction_state_log: coord.transaction_state_log,
             offset_metadata_max_bytes: coord.offset_metadata_max_bytes,
             offsets_commit_timeout: coord.offsets_commit_timeout,
@@ -310,6 +320,8 @@ impl BrokerConfig {
             controlled_shutdown_max_retries: repl.controlled_shutdown_max_retries,
             controlled_shutdown_retry_backoff: repl.controlled_shutdown_retry_backoff,
             request_timeout: repl.request_timeout,
+            controller_socket_timeout: repl.controller_socket_timeout,
+            replica_socket_timeout: repl.replica_socket_timeout,
             log,
             cleaner,
             values: values.clone(),

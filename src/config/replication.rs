@@ -28,6 +28,9 @@ pub(super) struct Replication {
     pub controlled_shutdown_max_retries: u32,
     pub controlled_shutdown_retry_backoff: Duration,
     pub request_timeout: Duration,
+    pub controller_socket_timeout: Duration,
+    /// How long a follower waits for its leader's answer to a fetch before reconnecting.
+    pub replica_socket_timeout: Duration,
 }
 
 impl Replication {
@@ -40,6 +43,16 @@ impl Replication {
         } else {
             positive::<u64>("zookeeper.connection.timeout.ms", get("zookeeper.connection.timeout.ms"))?
         };
+        let replica_fetch_wait_max_ms = num::<u64>("replica.fetch.wait.max.ms", get("replica.fetch.wait.max.ms"))?;
+        let replica_socket_timeout_ms = positive::<u64>("replica.socket.timeout.ms", get("replica.socket.timeout.ms"))?;
+        if replica_socket_timeout_ms < replica_fetch_wait_max_ms {
+            // As Kafka refuses it: every long poll would end in a timeout and a reconnection.
+            return Err(invalid(
+                "replica.socket.timeout.ms",
+                get("replica.socket.timeout.ms"),
+                "must be at least replica.fetch.wait.max.ms",
+            ));
+        }
         Ok(Replication {
             zookeeper_connect: Some(zk).filter(|s| !s.is_empty()),
             zookeeper_session_timeout_ms: session_ms,
@@ -52,7 +65,8 @@ impl Replication {
             )?,
             min_insync_replicas: positive::<i32>("min.insync.replicas", get("min.insync.replicas"))?,
             replica_lag_time_max_ms: positive::<u64>("replica.lag.time.max.ms", get("replica.lag.time.max.ms"))?,
-            replica_fetch_wait_max_ms: num::<u64>("replica.fetch.wait.max.ms", get("replica.fetch.wait.max.ms"))?,
+            replica_fetch_wait_max_ms,
+            replica_socket_timeout: Duration::from_millis(replica_socket_timeout_ms),
             max_incremental_fetch_session_cache_slots: num::<usize>(
                 "max.incremental.fetch.session.cache.slots",
                 get("max.incremental.fetch.session.cache.slots"),
@@ -87,6 +101,10 @@ impl Replication {
                 get("controlled.shutdown.retry.backoff.ms"),
             )?),
             request_timeout: Duration::from_millis(positive::<u64>("request.timeout.ms", get("request.timeout.ms"))?),
+            controller_socket_timeout: Duration::from_millis(positive::<u64>(
+                "controller.socket.timeout.ms",
+                get("controller.socket.timeout.ms"),
+            )?),
         })
     }
 }

@@ -63,6 +63,8 @@ fn limits_default_to_kafkas_and_bad_values_are_refused() {
     assert_eq!(c.controlled_shutdown_max_retries, 3);
     assert_eq!(c.controlled_shutdown_retry_backoff, Duration::from_millis(5000));
     assert_eq!(c.request_timeout, Duration::from_millis(30000));
+    assert_eq!(c.controller_socket_timeout, Duration::from_millis(30000));
+    assert_eq!(c.replica_socket_timeout, Duration::from_millis(30000));
     let c = load(&[
         ("offset.metadata.max.bytes", "0"),
         ("offsets.commit.timeout.ms", "1"),
@@ -70,13 +72,17 @@ fn limits_default_to_kafkas_and_bad_values_are_refused() {
         ("controlled.shutdown.max.retries", "0"),
         ("controlled.shutdown.retry.backoff.ms", "0"),
         ("request.timeout.ms", "250"),
+        ("controller.socket.timeout.ms", "100"),
+        ("replica.socket.timeout.ms", "500"),
     ])
     .unwrap();
+    assert_eq!(c.replica_socket_timeout, Duration::from_millis(500));
     assert_eq!((c.offset_metadata_max_bytes, c.controlled_shutdown_max_retries), (0, 0));
     assert_eq!(c.offsets_commit_timeout, Duration::from_millis(1));
     assert_eq!(c.replica_fetch_backoff, Duration::ZERO);
     assert_eq!(c.controlled_shutdown_retry_backoff, Duration::ZERO);
     assert_eq!(c.request_timeout, Duration::from_millis(250));
+    assert_eq!(c.controller_socket_timeout, Duration::from_millis(100));
     let bad: &[(&str, &[&str])] = &[
         ("offset.metadata.max.bytes", &["-1", "4k"]),
         ("offsets.commit.timeout.ms", &["0", "-5", "soon"]),
@@ -84,6 +90,9 @@ fn limits_default_to_kafkas_and_bad_values_are_refused() {
         ("controlled.shutdown.max.retries", &["-1", "three"]),
         ("controlled.shutdown.retry.backoff.ms", &["-1", ""]),
         ("request.timeout.ms", &["0", "30s"]),
+        ("controller.socket.timeout.ms", &["0", "-1", "30s"]),
+        // Below replica.fetch.wait.max.ms (500) every long poll would time out.
+        ("replica.socket.timeout.ms", &["0", "499", "30s"]),
     ];
     for (key, values) in bad {
         for value in *values {

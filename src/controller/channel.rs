@@ -29,8 +29,13 @@ pub const STOP_REPLICA_VERSION: i16 = 3;
 /// Requests waiting for one broker before the controller gives up on increments and sends
 /// that broker the whole state once it catches up.
 const QUEUE_CAPACITY: usize = 64;
+/// The pause after a failed request, and the step of the pause between failed connection
+/// attempts. Kafka has no key for it: its RequestSendThread sleeps a fixed 100 ms, and its
+/// controller channels connect with no reconnect backoff. A little longer here spares a
+/// broker that is restarting a reconnect storm from every controller channel.
 const RETRY_BACKOFF: Duration = Duration::from_millis(300);
-/// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`).
+/// The longest pause between failed connection attempts. No Kafka key either (see above); a
+/// broker that comes back is reached within it.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
@@ -212,7 +217,15 @@ async fn connect(broker: &Controller, target: i32) -> Option<BrokerConnection> {
     let snapshot = broker.cache.snapshot();
     let b = snapshot.brokers.iter().find(|b| b.id == target)?;
     let client_id = format!("gregor-controller-{}", broker.config.broker_id);
-    match broker.inter_broker.connect(&b.host, b.port, &client_id).await {
+    // Kafka's RequestSendThread waits `controller.socket.timeout.ms` for the broker to be
+    // ready; the inter-broker client's own set-up timeout applies within it.
+    let within = broker.config.controller_socket_timeout;
+    let connected = tokio::time::timeout(within, broker.inter_broker.connect(&b.host, b.port, &client_id)).await;
+    let Ok(connected) = connected else {
+        tracing::debug!(broker = target, "cannot connect to broker within controller.socket.timeout.ms");
+        return None;
+    };
+    match connected {
         Ok(c) => Some(c),
         Err(e) if e.is_authentication() => {
             tracing::warn!(broker = target, listener = broker.inter_broker.listener(), error = %e, "cannot authenticate to broker");

@@ -20,7 +20,11 @@ use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
 
 /// How long a ControlledShutdown waits for the moved leaderships to be read back before it
-/// answers with what remains (the broker then asks again).
+/// answers with what remains (the broker then asks again). Kafka has no key for it: its
+/// controller answers as soon as its own context holds the moves, which ours holds only once
+/// the watch events are read back. It stays well under `request.timeout.ms`, which the
+/// stopping broker gives the request, and equal to the default of
+/// `controlled.shutdown.retry.backoff.ms`, its pause before asking again.
 const SHUTDOWN_SETTLE: Duration = Duration::from_secs(5);
 
 /// An accepted ISR change: (its slot in the response, topic, partition, new state, the
@@ -134,6 +138,11 @@ impl Controller {
                 } else if p.leader_epoch != cur.leader_epoch {
                     ErrorCode::FencedLeaderEpoch
                 } else if p.partition_epoch != cur.partition_epoch {
+                    // Either side may be behind: the image is re-read from the znode, and the
+                    // leader adopts the state this answer carries.
+                    if let Some(topic) = topic {
+                        self.store.mark_dirty(&zk_data::partition_state_path(&topic.name, p.partition_index));
+                    }
                     ErrorCode::InvalidUpdateVersion
                 } else if new_isr.iter().any(|b| !cur.isr.contains(b) && !eligible.contains(b))
                     || !new_isr.contains(&cur.leader)
@@ -196,7 +205,13 @@ impl Controller {
                         r.partition_epoch = version + 1;
                         applied.entry(topic).or_default().push((partition, state.isr, version + 1));
                     }
-                    Err(StoreError::BadVersion(_)) => r.error_code = ErrorCode::InvalidUpdateVersion.code(),
+                    Err(StoreError::BadVersion(_)) => {
+                        // The image is behind the znode (a write whose watch event has not been
+                        // handled yet): until the next pass re-reads it, every proposal would
+                        // be refused, and an ISR that cannot shrink holds acks=all produce.
+                        self.store.mark_dirty(&zk_data::partition_state_path(&topic, partition));
+                        r.error_code = ErrorCode::InvalidUpdateVersion.code()
+                    }
                     Err(e) => {
                         tracing::warn!(%topic, partition, error = %e, "AlterPartition: write failed");
                         r.error_code = ErrorCode::UnknownServerError.code()

@@ -249,6 +249,12 @@ fn standalone_topics_are_created_and_deleted_through_the_local_broker() {
     let info = c.create_topic(planned).unwrap();
     assert_eq!(info.partitions.iter().map(|p| (p.index, p.leader)).collect::<Vec<_>>(), vec![(0, 1), (1, 1), (2, 1)]);
     assert!(c.store.get(&zk_data::topic_path("orders")).is_some());
+    for p in 0..3 {
+        let state =
+            c.store.get(&zk_data::partition_state_path("orders", p)).map(|d| zk_data::parse_partition_state(&d));
+        let state = state.flatten().map(|s| (s.leader, s.leader_epoch, s.isr));
+        assert_eq!(state, Some((1, 0, vec![1])), "orders-{p}: its first state is written");
+    }
     assert!(c.cache.topic("orders").is_some());
     let led: Vec<(String, i32)> = (0..3).map(|p| ("orders".to_string(), p)).collect();
     assert_eq!(f.local.seen().led, led);
@@ -266,4 +272,82 @@ fn standalone_topics_are_created_and_deleted_through_the_local_broker() {
     assert!(c.store.get(&zk_data::topic_path("orders")).is_none());
     assert_eq!(f.local.seen().removed, led);
     assert_eq!(f.local.seen().deleted, led, "the group coordinator hears of the deletion");
+}
+
+/// Puts the topic znode of `t` (one partition on `replicas`) in the store, as topic creation
+/// writes it; a reassignment starts from it.
+fn topic_znode(c: &Controller, id: Uuid, replicas: &[i32]) {
+    let assignment = BTreeMap::from([(0, replicas.to_vec())]);
+    c.store.set(&zk_data::topic_path("t"), &zk_data::topic_json_moving(&assignment, id, &BTreeMap::new())).unwrap();
+}
+
+/// The topic znode of `t`: partition 0's replicas, and who is joining and leaving.
+fn stored_assignment(c: &Controller) -> (Vec<i32>, Option<zk_data::Moving>) {
+    let data = c.store.get(&zk_data::topic_path("t")).unwrap();
+    let (assignment, _, moving) = zk_data::parse_topic_json_moving(&data).unwrap();
+    (assignment[&0].clone(), moving.get(&0).cloned())
+}
+
+#[test]
+fn a_reassignment_adds_the_new_replica_then_finishes_once_it_is_in_the_isr() {
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = &f.controller;
+    let id = one_partition(c, &[1, 2], 1, 4, &[1, 2]);
+    topic_znode(c, id, &[1, 2]);
+    let results = c.alter_reassignments(&[("t".to_string(), 0, Some(vec![2, 3]))]);
+    assert!(results.iter().all(Result::is_ok));
+    // Started: the target first, then the leaving replica; the leader stays until the end.
+    let (replicas, moving) = stored_assignment(c);
+    assert_eq!(replicas, vec![2, 3, 1]);
+    assert_eq!(moving, Some(zk_data::Moving { adding: vec![3], removing: vec![1] }));
+    let s = stored_state(c);
+    assert_eq!((s.leader, s.leader_epoch, s.isr), (1, 5, vec![1, 2]), "the epoch goes up so replicas hear of it");
+    assert_eq!(c.list_reassignments(None).len(), 1);
+    // Nothing to finish while the new replica has not caught up.
+    c.reassignment_duties(&BTreeSet::from([1, 2, 3]), None).unwrap();
+    assert_eq!(stored_assignment(c).0, vec![2, 3, 1]);
+    // The leader reports it caught up; the next pass finishes the move.
+    let joined = c.handle_alter_partition(&propose(1, 10, id, 5, cached(c).partition_epoch, &[1, 2, 3]));
+    assert_eq!(joined.topics[0].partitions[0].error_code, 0);
+    c.reassignment_duties(&BTreeSet::from([1, 2, 3]), None).unwrap();
+    assert_eq!(stored_assignment(c), (vec![2, 3], None));
+    let s = stored_state(c);
+    assert_eq!((s.leader, s.leader_epoch, s.isr), (2, 6, vec![2, 3]), "the leaving leader hands over");
+    assert!(c.list_reassignments(None).is_empty());
+}
+
+#[test]
+fn controlled_shutdown_moves_leadership_away_and_takes_the_broker_out_of_the_isr() {
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = f.controller.clone();
+    one_partition(&c, &[2, 1, 3], 2, 4, &[2, 1, 3]);
+    // The controller answers once the moves are in its image, which ZkSync brings there from
+    // the watch events; standing in for it, copy the stored state into the image.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sync = {
+        let (c, stop) = (c.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let s = stored_state(&c);
+                c.cache.update(|snap| {
+                    let mut t = (**snap.topics.get("t").unwrap()).clone();
+                    let p = &mut t.partitions[0];
+                    (p.leader, p.leader_epoch, p.isr) = (s.leader, s.leader_epoch, s.isr.clone());
+                    snap.topics.insert("t".into(), Arc::new(t));
+                });
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })
+    };
+    let stale = c.handle_controlled_shutdown(2, 19);
+    assert_eq!(stale.error_code, ErrorCode::StaleBrokerEpoch.code());
+    let resp = c.handle_controlled_shutdown(2, 20);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sync.join().unwrap();
+    assert_eq!(resp.error_code, 0);
+    assert!(resp.remaining_partitions.is_empty(), "{:?}", resp.remaining_partitions);
+    let s = stored_state(&c);
+    assert_eq!((s.leader, s.leader_epoch, s.isr), (1, 5, vec![1, 3]));
+    // Until it registers again, the departing broker may not rejoin.
+    assert!(!c.eligible_brokers(&c.cache.snapshot()).contains(&2));
 }

@@ -30,8 +30,15 @@ fn corrupt(codec: &str, e: impl std::fmt::Display) -> LogError {
     LogError::CorruptMessage(format!("{codec} data cannot be decompressed: {e}"))
 }
 
+const TOO_LARGE: &str = "decompressed data exceeds";
+
 fn too_large(limit: usize) -> LogError {
-    LogError::CorruptMessage(format!("decompressed data exceeds {limit} bytes"))
+    LogError::CorruptMessage(format!("{TOO_LARGE} {limit} bytes"))
+}
+
+/// Whether `decompress` failed on its limit rather than on the data.
+pub fn is_too_large(e: &LogError) -> bool {
+    matches!(e, LogError::CorruptMessage(m) if m.starts_with(TOO_LARGE))
 }
 
 /// Reads `r` to its end, failing past `limit` bytes.

@@ -26,6 +26,12 @@ pub trait MetadataListener: Send + Sync {
         Ok(())
     }
 
+    /// `/config/client-metrics` changed or a notification arrived: client-metrics
+    /// subscriptions (KIP-714).
+    fn on_client_metrics_changed(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// `/feature` changed: the finalized features are read again.
     fn on_features_changed(&self) -> Result<(), StoreError> {
         Ok(())
@@ -98,6 +104,10 @@ impl MetadataListener for Subscribers {
 
     fn on_client_quotas_changed(&self) -> Result<(), StoreError> {
         self.0.iter().try_for_each(|s| s.on_client_quotas_changed())
+    }
+
+    fn on_client_metrics_changed(&self) -> Result<(), StoreError> {
+        self.0.iter().try_for_each(|s| s.on_client_metrics_changed())
     }
 
     fn on_features_changed(&self) -> Result<(), StoreError> {

@@ -63,6 +63,8 @@ pub struct Changes {
     pub users: BTreeSet<String>,
     /// ACL change notifications: the pattern each names is read again.
     pub acl_changes: BTreeSet<String>,
+    /// `/config/client-metrics` or a change notification: client-metrics subscriptions again.
+    pub client_metrics: bool,
     /// A change notification: expired ones are purged.
     pub config_changes: bool,
     /// `/feature`: the finalized features are read again.
@@ -94,6 +96,7 @@ impl Changes {
                 ["config", "changes", ..] => {
                     c.broker_configs = true;
                     c.quotas = true;
+                    c.client_metrics = true;
                     c.config_changes = true;
                 }
                 ["config", "users", u] => {
@@ -101,6 +104,7 @@ impl Changes {
                     c.quotas = true;
                 }
                 ["config", "users" | "clients", ..] => c.quotas = true,
+                ["config", "client-metrics", ..] => c.client_metrics = true,
                 ["kafka-acl-changes" | "kafka-acl-extended-changes", _] => {
                     c.acl_changes.insert(path.clone());
                 }
@@ -600,6 +604,9 @@ fn tell_what_changed(subscribers: &Subscribers, changes: Option<&Changes>) -> Re
     if changes.is_none_or(|c| c.quotas) {
         subscribers.on_client_quotas_changed()?;
     }
+    if changes.is_none_or(|c| c.client_metrics) {
+        subscribers.on_client_metrics_changed()?;
+    }
     if changes.is_none_or(|c| c.feature) {
         subscribers.on_features_changed()?;
     }
@@ -666,5 +673,7 @@ mod tests {
         let only_controller = Changes::from_paths(&["/controller".to_string()]);
         assert!(only_controller.controller && !only_controller.brokers && only_controller.topics.is_empty());
         assert!(!c.feature && Changes::from_paths(&["/feature".to_string()]).feature);
+        assert!(c.client_metrics, "a change notification may name a client-metrics subscription");
+        assert!(Changes::from_paths(&["/config/client-metrics/s".to_string()]).client_metrics);
     }
 }

@@ -79,7 +79,7 @@ impl RequestPath {
         let Some(settings) = &self.security.sasl else {
             return Err("SASL token on a listener without SASL".into());
         };
-        let security = &self.broker.security;
+        let security = &self.components.security;
         let (outcome, mechanism) = {
             let mut auth = self.auth();
             let mechanism = auth.mechanism.clone().unwrap_or_default();

@@ -35,8 +35,8 @@ pub use quotas::ConnectionQuotas;
 use response::{encode_response, encode_response_with_files, write_pieces, ResponseSink};
 pub use response::{Piece, ResponseFrame};
 
+use crate::api::Components;
 use crate::api::{self, RequestContext};
-use crate::broker::Broker;
 use crate::log::zero_copy::FileRanges;
 use crate::log::FileRange;
 use crate::metrics::GaugeGuard;
@@ -72,14 +72,14 @@ pub enum FrameError {
 }
 
 pub async fn serve_listener(
-    broker: Arc<Broker>,
+    components: Arc<Components>,
     listener: TcpListener,
     listener_name: Arc<str>,
     quotas: Arc<ConnectionQuotas>,
     mut shutdown: watch::Receiver<bool>,
     tracker: TaskTracker,
 ) {
-    let metrics = broker.metrics.listener(&listener_name);
+    let metrics = components.metrics.listener(&listener_name);
     // One descriptor held back for the moment the process has none left (see the EMFILE arm).
     let mut reserve = std::fs::File::open("/dev/null").ok();
     loop {
@@ -120,7 +120,8 @@ pub async fn serve_listener(
                 let _ = stream.set_nodelay(true);
                 let span = tracing::info_span!("connection", %peer, listener = %listener_name);
                 let conn = Connection {
-                    path: RequestPath::new(broker.clone(), listener_name.clone(), format!("/{}", peer.ip())),
+                    path: RequestPath::new(components.clone(), listener_name.clone(), format!("/{}", peer.ip()))
+                        .with_source_port(peer.port()),
                     _counted: metrics.connection(),
                     admitted,
                 };
@@ -182,7 +183,7 @@ impl Connection {
             return self.serve(rd, wr, shutdown).await;
         };
         // A client that never finishes its handshake holds its slot no longer than an idle one.
-        let idle = self.path.broker.config.connections_max_idle;
+        let idle = self.path.components.config.connections_max_idle;
         let tls = match tokio::time::timeout(idle, acceptor.accept(stream)).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
@@ -236,8 +237,8 @@ impl Connection {
             }
             .in_current_span(),
         );
-        let max = self.path.broker.config.socket_request_max_bytes;
-        let idle = self.path.broker.config.connections_max_idle;
+        let max = self.path.components.config.socket_request_max_bytes;
+        let idle = self.path.components.config.connections_max_idle;
         let pool = self.admitted.quotas.memory.clone();
         let mut stopping = false;
         loop {
@@ -306,13 +307,15 @@ impl Connection {
     }
 }
 
-/// What a connection's requests are handled with: the broker, and who is asking on which
-/// listener. Apart from the socket, so that the whole request path (decode, handle, encode)
-/// can be driven in-process, as the fuzz targets do.
+/// What a connection's requests are handled with: the broker's components, and who is asking
+/// on which listener. Apart from the socket, so that the whole request path (decode, handle,
+/// encode) can be driven in-process, as the fuzz targets do.
 pub struct RequestPath {
-    broker: Arc<Broker>,
+    components: Arc<Components>,
     listener: Arc<str>,
     peer: String,
+    /// What the client said about itself, and its port.
+    client: Arc<api::ClientInformation>,
     /// Set for a plaintext socket: Fetch responses may carry file ranges for sendfile.
     sendfile: bool,
     security: Arc<ListenerSecurity>,
@@ -336,8 +339,8 @@ struct ConnectionAuth {
 }
 
 impl RequestPath {
-    pub fn new(broker: Arc<Broker>, listener: Arc<str>, peer: String) -> RequestPath {
-        let security = broker.security.listener(&listener);
+    pub fn new(components: Arc<Components>, listener: Arc<str>, peer: String) -> RequestPath {
+        let security = components.security.listener(&listener);
         let state = if security.sasl.is_some() { AuthState::Handshake } else { AuthState::NotSasl };
         let auth = ConnectionAuth {
             principal: Arc::new(KafkaPrincipal::anonymous()),
@@ -347,7 +350,14 @@ impl RequestPath {
             close_after_response: None,
             authenticated_once: false,
         };
-        RequestPath { broker, listener, peer, sendfile: false, security, auth: Mutex::new(auth) }
+        let client = Arc::new(api::ClientInformation::new(None));
+        RequestPath { components, listener, peer, client, sendfile: false, security, auth: Mutex::new(auth) }
+    }
+
+    /// The client's port, which client-metrics subscriptions may match on.
+    pub fn with_source_port(mut self, port: u16) -> RequestPath {
+        self.client = Arc::new(api::ClientInformation::new(Some(port)));
+        self
     }
 
     fn auth(&self) -> std::sync::MutexGuard<'_, ConnectionAuth> {
@@ -401,25 +411,25 @@ impl RequestPath {
         let version = i16::from_be_bytes([frame[2], frame[3]]);
         let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
         self.check_authentication(raw_key)?;
-        if api::inter_broker::is_inter_broker(raw_key) && self.broker.store.is_zookeeper() {
+        if api::inter_broker::is_inter_broker(raw_key) && self.components.store.is_zookeeper() {
             let response = self.process_inter_broker(raw_key, version, frame).await?;
-            self.broker.metrics.requests.record(raw_key, version, false, received.elapsed());
+            self.components.metrics.requests.record(raw_key, version, false, received.elapsed());
             return Ok(Some(response.into()));
         }
         let key = ApiKey::try_from(raw_key).map_err(|_| FrameError::UnknownApi(raw_key))?;
         // The controller's requests above skip the bound: they must get through however busy
         // the clients keep this broker (Kafka gives them a control-plane listener for that).
-        let slot = match self.broker.request_slots.clone().acquire_owned().await {
-            Ok(permit) => Some((permit, self.broker.metrics.handling())),
+        let slot = match self.components.request_slots.clone().acquire_owned().await {
+            Ok(permit) => Some((permit, self.components.metrics.handling())),
             Err(_) => None,
         };
-        let supported = api::supported_versions(key).is_some_and(|(min, max)| (min..=max).contains(&version))
-            && api::offered(&self.broker, key);
+        let supported =
+            api::served_versions(&self.components, key).is_some_and(|(min, max)| (min..=max).contains(&version));
         if !supported {
             if key == ApiKey::ApiVersions {
                 // Kafka answers an ApiVersions version it doesn't know in v0 form, with its
                 // own list, so the client can downgrade.
-                let body = ResponseKind::ApiVersions(api::api_versions_unsupported(&self.broker));
+                let body = ResponseKind::ApiVersions(api::api_versions_unsupported(&self.components));
                 return encode_response(key, 0, correlation_id, &body).map(Some);
             }
             return Err(FrameError::UnsupportedVersion(key, version));
@@ -427,11 +437,12 @@ impl RequestPath {
         if api::legacy::serves(key, version) {
             return Ok(self.process_legacy(key, version, correlation_id, frame, slot).await?.map(Into::into));
         }
-        let (header, request) = decode_guarded(key, version, self.broker.config.max_decoded_bytes_per_request, || {
-            let header = RequestHeader::decode(&mut frame, key.request_header_version(version))?;
-            let request = RequestKind::decode(key, &mut frame, version)?;
-            Ok::<_, anyhow::Error>((header, request))
-        })?;
+        let (header, request) =
+            decode_guarded(key, version, self.components.config.max_decoded_bytes_per_request, || {
+                let header = RequestHeader::decode(&mut frame, key.request_header_version(version))?;
+                let request = RequestKind::decode(key, &mut frame, version)?;
+                Ok::<_, anyhow::Error>((header, request))
+            })?;
         let ctx = self.context(header, slot);
         let from_follower = match &request {
             RequestKind::Fetch(f) => (if version >= 15 { f.replica_state.replica_id.0 } else { f.replica_id.0 }) >= 0,
@@ -457,7 +468,7 @@ impl RequestPath {
             Ok(None) => None,
             Err(e) => return Err(FrameError::Malformed(key, version, e)),
         };
-        self.broker.metrics.requests.record(raw_key, version, from_follower, received.elapsed());
+        self.components.metrics.requests.record(raw_key, version, from_follower, received.elapsed());
         Ok(response)
     }
 }
@@ -465,7 +476,7 @@ impl RequestPath {
 impl RequestPath {
     fn context(&self, header: RequestHeader, slot: Option<api::RequestSlot>) -> RequestContext {
         RequestContext {
-            broker: self.broker.clone(),
+            components: self.components.clone(),
             listener: self.listener.clone(),
             header,
             peer: self.peer.clone(),
@@ -473,6 +484,7 @@ impl RequestPath {
             principal: self.principal(),
             sendfile: self.sendfile,
             file_ranges: Default::default(),
+            client: self.client.clone(),
         }
     }
 
@@ -487,12 +499,13 @@ impl RequestPath {
         slot: Option<api::RequestSlot>,
     ) -> Result<Option<Bytes>, FrameError> {
         let malformed = |e: String| FrameError::Malformed(key, version, e);
-        let (header, request) = decode_guarded(key, version, self.broker.config.max_decoded_bytes_per_request, || {
-            let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
-                .map_err(|e| format!("header: {e}"))?;
-            let request = api::legacy::decode(key, version, frame)?;
-            Ok::<_, String>((header, request))
-        })?;
+        let (header, request) =
+            decode_guarded(key, version, self.components.config.max_decoded_bytes_per_request, || {
+                let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
+                    .map_err(|e| format!("header: {e}"))?;
+                let request = api::legacy::decode(key, version, frame)?;
+                Ok::<_, String>((header, request))
+            })?;
         let ctx = self.context(header, slot);
         let span = tracing::debug_span!("request", api = ?key, version, correlation_id);
         let Some(body) = api::legacy::handle(&ctx, request).instrument(span).await.map_err(malformed)? else {
@@ -517,7 +530,7 @@ impl RequestPath {
             .map_err(|e| FrameError::InterBroker(format!("malformed header: {e}")))?;
         let span = tracing::debug_span!("request", api = key, version, correlation_id = header.correlation_id);
         // Only a principal with CLUSTER_ACTION on the cluster (the brokers) may send these.
-        let allowed = self.broker.security.authorizer.as_ref().is_none_or(|a| {
+        let allowed = self.components.security.authorizer.as_ref().is_none_or(|a| {
             let principal = self.principal();
             let host = self.peer.trim_start_matches('/').parse().ok();
             let session = crate::security::authorizer::Session { principal: &principal, host };
@@ -529,7 +542,7 @@ impl RequestPath {
             )
         });
         let body = if allowed {
-            api::inter_broker::handle(&self.broker, key, version, frame).instrument(span).await
+            api::inter_broker::handle(&self.components, key, version, frame).instrument(span).await
         } else {
             tracing::info!(principal = %self.principal(), api = key, "inter-broker request refused: no CLUSTER_ACTION");
             api::inter_broker::refuse(key, version)

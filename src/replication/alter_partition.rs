@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::{Partition, ReplicaManager, Role, TopicPartition};
 use crate::protocol::inter_broker::{AlterPartitionRequest, AlterPartitionResponse};
+use crate::protocol::ErrorCode;
 use crate::security::client::BrokerConnection;
 use crate::sync::MutexExt;
 
@@ -98,7 +99,7 @@ impl ReplicaManager {
         });
     }
 
-    async fn send_alter_partition(
+    pub(super) async fn send_alter_partition(
         self: &Arc<Self>,
         controller: &Arc<dyn ControllerGateway>,
         batch: Vec<IsrChange>,
@@ -174,6 +175,19 @@ impl ReplicaManager {
         for t in resp.topics {
             for p in t.partitions {
                 let Some((partition, epoch)) = sent.get(&(t.topic_id, p.partition_index)) else { continue };
+                if p.error_code == ErrorCode::InvalidUpdateVersion.code()
+                    && partition.role() == (Role::Leader, *epoch)
+                    && p.leader_epoch == *epoch
+                    && p.partition_epoch > partition.partition_epoch()
+                {
+                    // This leader missed a state the controller committed for its epoch: the
+                    // answer carries it, as a LeaderAndIsr would. Adopted, the next proposal
+                    // is made against it instead of being refused again and again.
+                    tracing::info!(topic = %partition.topic, partition = p.partition_index, partition_epoch = p.partition_epoch, isr = ?p.isr, "ISR change refused as stale; adopting the controller's state");
+                    partition.set_partition_epoch(p.partition_epoch);
+                    partition.set_isr(p.isr);
+                    continue;
+                }
                 if p.error_code != 0 {
                     tracing::info!(topic = %partition.topic, partition = p.partition_index, error = p.error_code, "ISR change refused by the controller");
                     continue;

@@ -438,4 +438,66 @@ mod tests {
         assert!(f.replicas.hosted(TOPIC, 1).is_none());
         assert!(f.replicas.logs().get(TOPIC, 1).is_none());
     }
+
+    /// A controller that refuses every proposal as stale and answers with its own state.
+    struct StaleRefusal(crate::protocol::inter_broker::AlterPartitionPartitionResult);
+
+    impl crate::replication::alter_partition::ControllerGateway for StaleRefusal {
+        fn broker_epoch(&self) -> i64 {
+            -1
+        }
+        fn is_controller(&self) -> bool {
+            true
+        }
+        fn handle_alter_partition(
+            &self,
+            req: &crate::protocol::inter_broker::AlterPartitionRequest,
+        ) -> crate::protocol::inter_broker::AlterPartitionResponse {
+            let t = &req.topics[0];
+            crate::protocol::inter_broker::AlterPartitionResponse {
+                throttle_time_ms: 0,
+                error_code: 0,
+                topics: vec![crate::protocol::inter_broker::AlterPartitionTopicResult {
+                    topic_name: t.topic_name.clone(),
+                    topic_id: t.topic_id,
+                    partitions: vec![self.0.clone()],
+                }],
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_refused_as_stale_adopts_the_controllers_newer_state() {
+        let f = fixture();
+        f.replicas.become_leader_or_follower(&leader_and_isr(INCREMENTAL_STATE, ME, 3));
+        let p = f.replicas.partition(TOPIC, 0).unwrap();
+        f.replicas.handles.cache.update(|c| {
+            let info = crate::metadata::TopicInfo {
+                name: TOPIC.into(),
+                id: Uuid::from_u128(7),
+                partitions: Vec::new(),
+                configs: BTreeMap::new(),
+            };
+            c.topics.insert(TOPIC.into(), Arc::new(info));
+        });
+        let answer = |partition_epoch| crate::protocol::inter_broker::AlterPartitionPartitionResult {
+            partition_index: 0,
+            error_code: ErrorCode::InvalidUpdateVersion.code(),
+            leader_id: ME,
+            leader_epoch: 3,
+            isr: vec![ME],
+            partition_epoch,
+            ..Default::default()
+        };
+        // An answer no newer than what the leader holds changes nothing.
+        let gateway: Arc<dyn crate::replication::alter_partition::ControllerGateway> =
+            Arc::new(StaleRefusal(answer(3)));
+        f.replicas.send_alter_partition(&gateway, vec![(p.clone(), vec![ME])], &mut None, 1).await.unwrap();
+        assert_eq!((p.partition_epoch(), p.isr()), (3, vec![ME, OTHER]));
+        // A newer one is the state the leader missed: its next proposal is made against it.
+        let gateway: Arc<dyn crate::replication::alter_partition::ControllerGateway> =
+            Arc::new(StaleRefusal(answer(5)));
+        f.replicas.send_alter_partition(&gateway, vec![(p.clone(), vec![ME])], &mut None, 2).await.unwrap();
+        assert_eq!((p.partition_epoch(), p.isr()), (5, vec![ME]));
+    }
 }

@@ -26,8 +26,12 @@ use crate::sync::MutexExt;
 /// The Fetch version followers send: the first with `last_fetched_epoch` and
 /// `diverging_epoch`, and still naming topics rather than ids.
 const FETCH_VERSION: i16 = 12;
-/// The longest pause between failed connection attempts (Kafka's `reconnect.backoff.max.ms`):
-/// a leader that refuses this broker's credentials is not asked five times a second.
+/// The longest pause between failed connection attempts, whose step is
+/// `replica.fetch.backoff.ms`. Kafka has no key for it: its fetcher's client has no
+/// reconnect backoff and pauses `replica.fetch.backoff.ms` after any failure. The cap keeps a
+/// large `replica.fetch.backoff.ms` from growing five-fold while a leader restarts, and a
+/// small one still keeps a leader that refuses this broker's credentials from being asked in
+/// a tight loop.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 /// Spare room for the first read of a response: the size prefix and a small answer (an
 /// empty long poll, a few records) arrive in one read.
@@ -169,7 +173,10 @@ async fn run(
         };
         let request = &built.request;
         correlation_id = correlation_id.wrapping_add(1);
-        let wait = Duration::from_millis(broker.handles.config.replica_fetch_wait_max_ms) + Duration::from_secs(30);
+        // A leader that stopped answering (a dropped connection, or an answer lost with TCP
+        // retransmitting at ever longer intervals after a network cut) is asked again on a new
+        // connection after replica.socket.timeout.ms, as Kafka's fetcher does.
+        let wait = broker.handles.config.replica_socket_timeout;
         let answer = tokio::select! {
             a = tokio::time::timeout(wait, exchange(stream, &broker, correlation_id, request, &mut rx)) => a,
             _ = restart.notified() => {

@@ -15,7 +15,9 @@ use super::ReplicaManager;
 use crate::metadata::zk_data;
 use crate::sync::MutexExt;
 
-/// Between attempts to write the notification while ZooKeeper is unreachable.
+/// Between attempts to write the notification while ZooKeeper is unreachable. Kafka has no
+/// key for it: its ZooKeeper client blocks the write until the session is back, where ours
+/// returns the error and this loop asks again.
 const NOTIFY_RETRY: Duration = Duration::from_millis(500);
 
 impl ReplicaManager {

@@ -37,10 +37,12 @@ use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::protocol::ErrorCode;
 use crate::security::client::InterBrokerClient;
 
-/// How long a state write waits for the ISR of its `__transaction_state` partition.
-const STATE_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The WriteTxnMarkers version sent to other brokers (the only one Kafka 4 still knows).
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// The longest pause between rounds of markers, and before a failed completion write is
+/// tried again. Kafka has no key for it: its marker sender retries on its next pass, with
+/// the reconnect backoff of its client fixed at 50 ms; doubling from 20 ms up to this keeps
+/// a leaderless partition from being asked in a tight loop.
 const MARKER_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// One partition's answer to a marker: (topic, partition) and the error code.
@@ -386,7 +388,9 @@ impl TransactionService {
                 return Err(ErrorCode::CoordinatorNotAvailable.code());
             }
         }
-        let deadline = Instant::now() + STATE_WRITE_TIMEOUT;
+        // Kafka's TransactionStateManager gives the append `request.timeout.ms` to reach the
+        // ISR of the `__transaction_state` partition.
+        let deadline = Instant::now() + self.config.request_timeout;
         // Woken by this partition's high-watermark moves and role changes; registered before
         // each check, so a move in between leaves a permit.
         let waiter = std::sync::Arc::new(tokio::sync::Notify::new());

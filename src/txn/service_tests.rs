@@ -67,9 +67,14 @@ fn topic(name: &str) -> Arc<TopicInfo> {
 /// A broker's transaction service over `dir` (kept across "restarts"), leading one-partition
 /// `__transaction_state` and `data`, and loaded as a standalone broker loads at startup.
 fn start(dir: &Path, abort_check_interval_ms: u64) -> Fixture {
+    start_with(dir, abort_check_interval_ms, &[])
+}
+
+/// As [`start`], with these broker configs besides.
+fn start_with(dir: &Path, abort_check_interval_ms: u64, configs: &[(&str, &str)]) -> Fixture {
     let logs_dir = dir.join("logs");
     std::fs::create_dir_all(&logs_dir).unwrap();
-    let mut given = BTreeMap::new();
+    let mut given: BTreeMap<String, String> = configs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     given.insert("broker.id".to_string(), ME.to_string());
     given.insert("log.dirs".to_string(), logs_dir.display().to_string());
     let config = BrokerConfig::from_map(given).unwrap();
@@ -205,6 +210,20 @@ async fn a_restarted_coordinator_aborts_an_ongoing_transaction_that_timed_out() 
     let states = state_log(&f, "x");
     assert_eq!(&states[states.len() - 2..], &[TxnState::PrepareAbort, TxnState::CompleteAbort]);
     assert_eq!(*f.markers.0.lock().unwrap(), vec![(DATA.to_string(), 0, pid, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_state_write_waits_request_timeout_for_its_isr() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = start_with(dir.path(), 10_000, &[("request.timeout.ms", "12345")]);
+    // A follower that never fetches: the state partition's high watermark cannot move.
+    let state = f.replicas.partition(TRANSACTION_STATE_TOPIC, 0).unwrap();
+    state.become_leader(1, &[ME, 9], &[ME, 9]);
+    let began = tokio::time::Instant::now();
+    let (code, _, _) = f.service.init_transactional_producer("w", 60_000, None).await;
+    assert_eq!(code, crate::protocol::ErrorCode::CoordinatorNotAvailable.code());
+    let waited = began.elapsed();
+    assert!(waited >= Duration::from_millis(12_345) && waited < Duration::from_millis(13_000), "waited {waited:?}");
 }
 
 #[tokio::test(start_paused = true)]

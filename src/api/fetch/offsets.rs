@@ -22,10 +22,10 @@ pub fn list_offsets(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                 tr.partitions.push(pr);
                 continue;
             }
-            let led = ctx.broker.replicas.partition(&name, p.partition_index);
+            let led = ctx.components.replicas.partition(&name, p.partition_index);
             let fenced = led.as_ref().and_then(|part| part.check_epoch(p.current_leader_epoch).err());
             match (led, fenced) {
-                (None, _) => pr.error_code = crate::api::not_led_error(&ctx.broker, &name, p.partition_index),
+                (None, _) => pr.error_code = crate::api::not_led_error(&ctx.components, &name, p.partition_index),
                 (Some(_), Some(code)) => pr.error_code = code,
                 (Some(part), None) => match p.timestamp {
                     LATEST_TIMESTAMP => {
@@ -87,10 +87,10 @@ pub fn list_offsets_v0(ctx: &RequestContext, req: ListOffsetsRequest, max_counts
                 parts.push((p.partition_index, ErrorCode::TopicAuthorizationFailed.code(), Vec::new()));
                 continue;
             }
-            match ctx.broker.replicas.partition(&name, p.partition_index) {
+            match ctx.components.replicas.partition(&name, p.partition_index) {
                 None => parts.push((
                     p.partition_index,
-                    crate::api::not_led_error(&ctx.broker, &name, p.partition_index),
+                    crate::api::not_led_error(&ctx.components, &name, p.partition_index),
                     Vec::new(),
                 )),
                 Some(part) => {
@@ -124,8 +124,8 @@ pub fn offset_for_leader_epoch(ctx: &RequestContext, req: OffsetForLeaderEpochRe
                 tr.partitions.push(e);
                 continue;
             }
-            match ctx.broker.replicas.partition(&name, p.partition) {
-                None => e.error_code = crate::api::not_led_error(&ctx.broker, &name, p.partition),
+            match ctx.components.replicas.partition(&name, p.partition) {
+                None => e.error_code = crate::api::not_led_error(&ctx.components, &name, p.partition),
                 Some(part) => match part.check_epoch(p.current_leader_epoch) {
                     Err(code) => e.error_code = code,
                     Ok(()) => {

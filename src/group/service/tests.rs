@@ -2,7 +2,6 @@
 //! log dir, the wiring `broker.rs` uses. A "restart" is a new service over the same dir.
 
 use super::*;
-use crate::broker::{OffsetsLink, StoreLink, TopicsLink};
 use crate::metadata::{EmbeddedStore, MetadataCache, PartitionInfo, TopicInfo, ZnodeStore};
 use crate::replication::{ReplicaHandles, ReplicaManager};
 use std::collections::BTreeMap;
@@ -83,14 +82,14 @@ impl Node {
                 offsets_retention_check_interval_ms: 600_000,
                 offset_metadata_max_bytes: 4096,
             },
-            partitions: Arc::new(OffsetsLink { me: ME, cache: cache.clone(), replicas: replicas.clone() }),
+            partitions: replicas.clone(),
             creator: Arc::new(NoCreator),
-            znodes: Arc::new(StoreLink(store)),
+            znodes: store,
             io: Arc::new(IoPool::new(1, 1, metrics.io_jobs.clone(), metrics.io_threads.clone())),
             offsets_zk_mirror_interval: None,
             offsets_zk_mirror_max_writes: 1,
             consumer: Default::default(),
-            topics: Arc::new(TopicsLink(cache)),
+            topics: cache,
         }));
         service.load_groups(None);
         Node { service, replicas }
@@ -143,6 +142,9 @@ async fn join_sync_and_commit_are_in_the_log_after_a_restart() {
     let r = node.service.commit_offsets("g", generation, &member, vec![(("t".into(), 1), 42, 3, Some("m".into()))]);
     assert_eq!(r, vec![(("t".to_string(), 1), ErrorCode::None.code())]);
     assert_eq!(node.log_end(), before + 1, "one batch for the commit");
+    // Visible at once to OffsetFetch, once it is in the log.
+    let fetched = node.service.fetch_offsets("g", Some(vec![("t".into(), 1)]));
+    assert_eq!(fetched[0].1.as_ref().map(|o| o.offset), Some(42));
     // Not a known partition: refused, and nothing written.
     let r = node.service.commit_offsets("g", generation, &member, vec![(("t".into(), 7), 1, -1, None)]);
     assert_eq!(r[0].1, ErrorCode::UnknownTopicOrPartition.code());
