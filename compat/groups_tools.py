@@ -62,6 +62,10 @@ def _run_confluent(cfg: dict, flags: dict) -> None:
     if cfg.get("strategy"):
         conf["partition.assignment.strategy"] = cfg["strategy"]
     conf.update(cfg.get("extra", {}))
+    if conf.get("group.protocol") == "consumer":
+        # KIP-848: the broker sets the session and heartbeat, and assigns; librdkafka refuses these.
+        for k in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            conf.pop(k, None)
 
     def on_error(err):
         _emit({"ev": "error", "err": str(err), "code": err.code(), "fatal": err.fatal()})

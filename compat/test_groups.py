@@ -897,11 +897,21 @@ def test_admin_lists_and_describes_groups(cluster, workers):
 
 
 # ---------------------------------------------------------------------------
-# KIP-848 is not offered: a group.protocol=consumer client must not silently join
+# KIP-848 turned off (group.coordinator.rebalance.protocols=classic): a group.protocol=consumer
+# client must not silently join (compat/test_consumer_group_protocol.py tests it turned on)
 # ---------------------------------------------------------------------------
 
-def test_consumer_group_protocol_is_refused(cluster):
-    c = cluster
+@pytest.fixture
+def classic_only_cluster(request, zookeeper):
+    overrides = dict(OVERRIDES, **{"group.coordinator.rebalance.protocols": "classic"})
+    c = Cluster(zookeeper, 3, overrides=overrides, on_new_broker=lambda b: _register(request, b))
+    c.start()
+    yield c
+    c.cleanup(keep=_failed(request))
+
+
+def test_consumer_group_protocol_is_refused(classic_only_cluster):
+    c = classic_only_cluster
     topic = uniq("k848")
     create_topic(c, topic)
     for b in c.brokers.values():

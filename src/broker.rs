@@ -156,6 +156,8 @@ impl Broker {
             io: io.clone(),
             offsets_zk_mirror_interval: config.offsets_zk_mirror_interval,
             offsets_zk_mirror_max_writes: config.offsets_zk_mirror_max_writes,
+            consumer: crate::config::consumer_group_config(&config)?,
+            topics: cache.clone(),
         }));
         // The group coordinator is not built yet: markers reach it through the broker.
         let markers = Arc::new(MarkerLink(std::sync::OnceLock::new()));

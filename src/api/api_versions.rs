@@ -1,7 +1,8 @@
 //! ApiVersions: the first request every client sends.
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 
 use super::Components;
 use super::{served_versions, RequestContext, SUPPORTED_APIS};
@@ -54,7 +55,27 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
     // A ZooKeeper-mode Kafka supports and finalizes no features (see controller::features);
     // the epoch is that of `/feature`.
     r.finalized_features_epoch = ctx.components.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
+    if ctx.components.groups.consumer_groups().config().enabled {
+        group_version_feature(&mut r);
+    }
     r
+}
+
+/// `group.version` as Kafka 4.x lists it where the consumer protocol is on: supported 0-1,
+/// finalized at 1. This broker's own setting decides, as there is no KRaft quorum to
+/// finalize it cluster-wide.
+fn group_version_feature(r: &mut ApiVersionsResponse) {
+    let name = StrBytes::from_static_str("group.version");
+    let mut supported = SupportedFeatureKey::default();
+    supported.name = name.clone();
+    supported.min_version = 0;
+    supported.max_version = 1;
+    r.supported_features.push(supported);
+    let mut finalized = FinalizedFeatureKey::default();
+    finalized.name = name;
+    finalized.min_version_level = 1;
+    finalized.max_version_level = 1;
+    r.finalized_features.push(finalized);
 }
 
 /// The answer to an ApiVersions version we don't know: error 35 and our list, in v0 layout,

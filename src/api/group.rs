@@ -519,7 +519,14 @@ pub fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetc
             let topics =
                 g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
             let mut gr = OffsetFetchResponseGroup::default();
-            if let Err(code) = check_group(ctx, Operation::Describe, g.group_id.0.as_str()) {
+            // v9 names the member and its epoch, checked for consumer-protocol groups.
+            let member_check = || {
+                let member = g.member_id.as_ref().map(|m| m.as_str());
+                ctx.components.groups.validate_offset_fetch(g.group_id.0.as_str(), member, g.member_epoch)
+            };
+            if let Err(code) =
+                check_group(ctx, Operation::Describe, g.group_id.0.as_str()).and_then(|()| member_check())
+            {
                 gr.error_code = code;
                 gr.group_id = g.group_id;
                 r.groups.push(gr);
@@ -678,6 +685,10 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
             r.groups.push(d);
             continue;
         }
+        // A consumer-protocol group is not described here (Kafka 4.x: GROUP_ID_NOT_FOUND, "not
+        // a classic group"); ConsumerGroupDescribe does. Its offsets keep a classic record
+        // that must not show as an Empty classic group.
+        let consumer = ctx.components.groups.is_consumer_group(id.0.as_str());
         let described = ctx.components.groups.with_group(id.0.as_str(), |g| {
             let mut d = DescribedGroup::default();
             d.group_state = s(g.state.name());
@@ -701,11 +712,14 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
                 .collect();
             d
         });
-        let mut d = described.unwrap_or_else(|| {
+        let mut d = described.filter(|_| !consumer).unwrap_or_else(|| {
             let mut d = DescribedGroup::default();
             d.group_state = s("Dead");
             if ctx.version() >= 6 {
                 d.error_code = ErrorCode::GroupIdNotFound.code();
+                if consumer {
+                    d.error_message = Some(s(format!("Group {} is not a classic group.", id.0.as_str())));
+                }
             }
             d
         });
@@ -720,18 +734,37 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
 }
 
 const GROUP_TYPE_CLASSIC: &str = "classic";
+const GROUP_TYPE_CONSUMER: &str = "consumer";
 
 pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let types: Vec<String> = req.types_filter.iter().map(|t| t.to_lowercase()).collect();
     let mut r = ListGroupsResponse::default();
-    // Every group here is a classic one (KIP-848 groups are not offered): a type filter
-    // (v5) that leaves out "classic" matches none, as with Kafka's ZooKeeper-mode coordinator.
-    if !req.types_filter.is_empty() && !req.types_filter.iter().any(|t| t.eq_ignore_ascii_case(GROUP_TYPE_CLASSIC)) {
-        return r;
-    }
     // DESCRIBE on the cluster lists every group; otherwise those the principal may describe.
     let all_visible = ctx.authorized_cluster(Operation::Describe);
-    for (id, protocol_type, state) in ctx.components.groups.list() {
+    let consumer: Vec<(String, String, String, &str)> = ctx
+        .components
+        .groups
+        .consumer_groups()
+        .list()
+        .into_iter()
+        .filter(|(id, _)| ctx.components.groups.is_consumer_group(id))
+        .map(|(id, state)| (id, GROUP_TYPE_CONSUMER.to_string(), state.name().to_string(), GROUP_TYPE_CONSUMER))
+        .collect();
+    let consumer_ids: HashSet<String> = consumer.iter().map(|(id, ..)| id.clone()).collect();
+    let classic = ctx
+        .components
+        .groups
+        .list()
+        .into_iter()
+        // A consumer-protocol group's offsets sit in a classic record of its id: one group.
+        .filter(|(id, ..)| !consumer_ids.contains(id))
+        .map(|(id, protocol_type, state)| (id, protocol_type, state.name().to_string(), GROUP_TYPE_CLASSIC));
+    for (id, protocol_type, state, group_type) in classic.chain(consumer) {
+        // A type filter (v5) keeps the groups of the types it names.
+        if !types.is_empty() && !types.iter().any(|t| t == group_type) {
+            continue;
+        }
         // Each coordinator lists the groups it coordinates, as Kafka's do.
         if ctx.components.groups.check_coordinator(&id).is_err() {
             continue;
@@ -739,14 +772,14 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
         if !all_visible && !ctx.authorized(Operation::Describe, ResourceType::Group, &id) {
             continue;
         }
-        if !states.is_empty() && !states.contains(&state.name().to_lowercase()) {
+        if !states.is_empty() && !states.contains(&state.to_lowercase()) {
             continue;
         }
         let mut g = ListedGroup::default();
         g.group_id = GroupId(s(id));
         g.protocol_type = s(protocol_type);
-        g.group_state = s(state.name());
-        g.group_type = s(GROUP_TYPE_CLASSIC);
+        g.group_state = s(state);
+        g.group_type = s(group_type);
         r.groups.push(g);
     }
     r

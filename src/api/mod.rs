@@ -6,6 +6,7 @@ mod admin;
 mod api_versions;
 mod components;
 mod configs;
+mod consumer_group;
 mod fetch;
 mod group;
 pub mod inter_broker;
@@ -67,6 +68,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // The consumer group protocol (KIP-848) at Kafka 4.x's versions; offered only while
+    // `group.coordinator.rebalance.protocols` names `consumer` (see `served_versions`).
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
     // Answered on the connection itself (network): they change who the connection is.
     (ApiKey::SaslHandshake, 0, 1),
@@ -111,9 +116,15 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
 }
 
 /// The versions of `key` this broker serves as configured: [`SUPPORTED_APIS`] less the
-/// telemetry APIs when client telemetry is off (then they are neither listed nor answered).
+/// telemetry APIs when client telemetry is off and the consumer group protocol's when it is
+/// (then they are neither listed nor answered).
 pub fn served_versions(broker: &Components, key: ApiKey) -> Option<(i16, i16)> {
     if TELEMETRY_APIS.contains(&key) && !broker.client_metrics.enabled() {
+        return None;
+    }
+    // The consumer group protocol's APIs, as unknown to clients as to Kafka 3.x when
+    // `group.coordinator.rebalance.protocols` leaves out `consumer`.
+    if consumer_group::KEYS.contains(&key) && !broker.groups.consumer_groups().config().enabled {
         return None;
     }
     supported_versions(key)
@@ -310,6 +321,12 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(group::list_groups(ctx, r)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(group::delete_groups(ctx, r)),
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(group::offset_delete(ctx, r)),
+        RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
+            off_runtime(ctx, move |c| consumer_group::consumer_group_heartbeat(c, r)).await?,
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(consumer_group::consumer_group_describe(ctx, r))
+        }
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe_acls(ctx, r)),
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(off_runtime(ctx, move |c| acls::create_acls(c, r)).await?)

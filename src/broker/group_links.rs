@@ -91,3 +91,15 @@ impl GroupZnodes for ZnodeStore {
         ZnodeStore::delete_own_ephemerals(self, path).map_err(|e| e.to_string())
     }
 }
+
+/// The topics the consumer protocol's subscriptions name, from the metadata image.
+impl crate::group::consumer::TopicsView for crate::metadata::MetadataCache {
+    fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        let t = crate::metadata::MetadataCache::topic(self, name)?;
+        Some((t.id, t.partitions.len() as i32))
+    }
+
+    fn name(&self, id: uuid::Uuid) -> Option<String> {
+        self.snapshot().topic_by_id(id).map(|t| t.name.clone())
+    }
+}

@@ -114,6 +114,116 @@ pub fn coordinator_config(config: &BrokerConfig) -> anyhow::Result<CoordinatorCo
     })
 }
 
+/// The new consumer group protocol's settings (KIP-848), Kafka 4.x's names and defaults.
+#[derive(Debug, Clone)]
+pub struct ConsumerGroupConfig {
+    /// Whether `group.coordinator.rebalance.protocols` names `consumer`: without it the
+    /// ConsumerGroupHeartbeat and ConsumerGroupDescribe APIs are not offered.
+    pub enabled: bool,
+    /// `group.consumer.session.timeout.ms`
+    pub session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`
+    pub heartbeat_interval_ms: i32,
+    /// `group.consumer.max.size`
+    pub max_size: usize,
+    /// `group.consumer.assignors`, short names; the first is the default.
+    pub assignors: Vec<String>,
+}
+
+impl Default for ConsumerGroupConfig {
+    fn default() -> Self {
+        ConsumerGroupConfig {
+            enabled: true,
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: i32::MAX as usize,
+            assignors: vec!["uniform".into(), "range".into()],
+        }
+    }
+}
+
+/// The `group.consumer.*` keys and `group.coordinator.rebalance.protocols`, checked against
+/// their bounds as Kafka checks them at startup.
+pub fn consumer_group_config(config: &BrokerConfig) -> anyhow::Result<ConsumerGroupConfig> {
+    let get = |k: &str, default: i64| -> anyhow::Result<i64> {
+        match config.values.get(k) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) if n > 0 && n <= i32::MAX as i64 => Ok(n),
+                _ => Err(anyhow::anyhow!("invalid value {v:?} for configuration {k}: must be a positive int")),
+            },
+        }
+    };
+    let session = get("group.consumer.session.timeout.ms", 45_000)?;
+    let (min_session, max_session) =
+        (get("group.consumer.min.session.timeout.ms", 45_000)?, get("group.consumer.max.session.timeout.ms", 60_000)?);
+    let heartbeat = get("group.consumer.heartbeat.interval.ms", 5_000)?;
+    let (min_heartbeat, max_heartbeat) = (
+        get("group.consumer.min.heartbeat.interval.ms", 5_000)?,
+        get("group.consumer.max.heartbeat.interval.ms", 15_000)?,
+    );
+    if !(min_session..=max_session).contains(&session) {
+        anyhow::bail!(
+            "group.consumer.session.timeout.ms {session} must be within group.consumer.min.session.timeout.ms \
+             {min_session} and group.consumer.max.session.timeout.ms {max_session}"
+        );
+    }
+    if !(min_heartbeat..=max_heartbeat).contains(&heartbeat) {
+        anyhow::bail!(
+            "group.consumer.heartbeat.interval.ms {heartbeat} must be within group.consumer.min.heartbeat.interval.ms \
+             {min_heartbeat} and group.consumer.max.heartbeat.interval.ms {max_heartbeat}"
+        );
+    }
+    if heartbeat >= session {
+        anyhow::bail!("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms");
+    }
+    let protocols = config.values.get("group.coordinator.rebalance.protocols").map(String::as_str);
+    let protocols: Vec<String> = protocols
+        .unwrap_or("classic,consumer")
+        .split(',')
+        .map(|p| p.trim().to_lowercase())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if let Some(bad) = protocols.iter().find(|p| !["classic", "consumer", "streams", "share"].contains(&p.as_str())) {
+        anyhow::bail!("invalid value {bad:?} in group.coordinator.rebalance.protocols");
+    }
+    if !protocols.iter().any(|p| p == "classic") {
+        anyhow::bail!("group.coordinator.rebalance.protocols must contain classic");
+    }
+    let assignors = config.values.get("group.consumer.assignors").map(String::as_str).unwrap_or("uniform,range");
+    let mut names = Vec::new();
+    for a in assignors.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        // Kafka accepts its classes' names as well as the short ones.
+        let name = match a {
+            "uniform" | "org.apache.kafka.coordinator.group.assignor.UniformAssignor" => "uniform",
+            "range" | "org.apache.kafka.coordinator.group.assignor.RangeAssignor" => "range",
+            other => {
+                anyhow::bail!("invalid value {other:?} for configuration group.consumer.assignors: unknown assignor")
+            }
+        };
+        names.push(name.to_string());
+    }
+    if names.is_empty() {
+        anyhow::bail!("group.consumer.assignors must name at least one assignor");
+    }
+    let max_size = match config.values.get("group.consumer.max.size") {
+        None => i32::MAX as usize,
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| anyhow::anyhow!("invalid value {v:?} for configuration group.consumer.max.size"))?,
+    };
+    Ok(ConsumerGroupConfig {
+        enabled: protocols.iter().any(|p| p == "consumer"),
+        session_timeout_ms: session as i32,
+        heartbeat_interval_ms: heartbeat as i32,
+        max_size,
+        assignors: names,
+    })
+}
+
 /// `transaction.max.timeout.ms` and `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
 /// Kafka's names and defaults.
 pub fn txn_config(config: &BrokerConfig) -> anyhow::Result<TxnConfig> {

@@ -25,7 +25,10 @@ mod replication;
 #[cfg(test)]
 mod tests;
 
-pub use coordinators::{coordinator_config, txn_config, CoordinatorConfig, InternalTopicConfig, TxnConfig};
+pub use coordinators::{
+    consumer_group_config, coordinator_config, txn_config, ConsumerGroupConfig, CoordinatorConfig, InternalTopicConfig,
+    TxnConfig,
+};
 pub use keys::{
     is_dynamic_broker_config, is_dynamic_in_kafka_only, is_per_broker_only, DEFAULTS, PER_BROKER_SASL_KEYS,
 };

@@ -1,9 +1,12 @@
 //! The group coordinator (Kafka's classic protocol): membership, rebalances, committed offsets.
+//! `consumer` holds the groups of the new consumer protocol (KIP-848), whose committed offsets
+//! are kept with the classic groups' here.
 //!
 //! Offsets and group metadata are persisted as records in `__consumer_offsets` (see
 //! `offsets_log`) and reloaded at startup; membership is mirrored into the znode tree under
 //! `/consumers/<group>/ids` and `/consumers/<group>/owners`, as the seed document describes.
 
+pub mod consumer;
 pub mod coordinator;
 pub mod offsets_log;
 pub mod service;

@@ -14,6 +14,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::consumer::records::ConsumerRecord;
+use super::consumer::{
+    ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerStore, HeartbeatRequest, HeartbeatResult, TopicsView,
+};
 use super::coordinator::{
     CommittedOffset, CoordinatorConfig, Group, GroupCoordinator, GroupRecord, GroupState, GroupStore, JoinRequest,
     JoinResult, MemberRegistration, OffsetToCommit, PendingTxnOffset, SyncResult, TopicPartition,
@@ -71,11 +75,17 @@ pub struct GroupServiceHandles {
     /// `offsets.zookeeper.mirror.interval.ms` (None: off) and its writes per pass.
     pub offsets_zk_mirror_interval: Option<Duration>,
     pub offsets_zk_mirror_max_writes: usize,
+    /// The consumer protocol's settings and the topics its subscriptions name.
+    pub consumer: ConsumerGroupConfig,
+    pub topics: Arc<dyn TopicsView>,
 }
 
 pub struct GroupCoordinatorService {
     broker_id: i32,
     coordinator: GroupCoordinator,
+    /// Groups of the consumer protocol (KIP-848); their committed offsets live with the
+    /// classic groups' in `coordinator`.
+    consumer: ConsumerGroupCoordinator,
     partitions: Arc<dyn OffsetsPartitions>,
     creator: Arc<dyn OffsetsTopicCreator>,
     znodes: Arc<dyn GroupZnodes>,
@@ -96,6 +106,7 @@ impl GroupCoordinatorService {
         GroupCoordinatorService {
             broker_id: h.broker_id,
             coordinator: GroupCoordinator::new(h.coordinator),
+            consumer: ConsumerGroupCoordinator::new(h.consumer, h.topics),
             partitions: h.partitions,
             creator: h.creator,
             znodes: h.znodes,
@@ -113,10 +124,49 @@ impl GroupCoordinatorService {
         &self.coordinator
     }
 
+    /// The consumer protocol's groups, for reads (ConsumerGroupDescribe, ListGroups).
+    pub fn consumer_groups(&self) -> &ConsumerGroupCoordinator {
+        &self.consumer
+    }
+
     // ---- request handlers' steps: each performs its effects before it returns ----
 
     pub async fn join(&self, req: JoinRequest) -> JoinResult {
+        // One group id, one protocol: converting a live group between them is not done yet.
+        if self.consumer.has_members(&req.group_id) {
+            return JoinResult {
+                error_code: ErrorCode::InconsistentGroupProtocol.code(),
+                generation_id: -1,
+                member_id: req.member_id,
+                ..Default::default()
+            };
+        }
         self.coordinator.join(self, req).await
+    }
+
+    /// ConsumerGroupHeartbeat. Appends to `__consumer_offsets`: call it off the async workers.
+    pub fn consumer_heartbeat(&self, req: HeartbeatRequest) -> HeartbeatResult {
+        if self.coordinator.with_group(&req.group_id, |g| !g.members.is_empty()) == Some(true) {
+            return HeartbeatResult {
+                error_code: ErrorCode::GroupIdNotFound.code(),
+                error_message: Some(format!("Group {} is not a consumer group.", req.group_id)),
+                ..Default::default()
+            };
+        }
+        self.consumer.heartbeat(self, req)
+    }
+
+    /// Whether `group_id` names a group of the consumer protocol here: one exists, and no
+    /// classic group of that id has members (a classic group may start in an empty consumer
+    /// group's id; the group with members is the one clients see).
+    pub fn is_consumer_group(&self, group_id: &str) -> bool {
+        self.consumer.contains(group_id)
+            && self.coordinator.with_group(group_id, |g| g.members.is_empty()) != Some(false)
+    }
+
+    /// OffsetFetch v9+'s member check for groups of the consumer protocol.
+    pub fn validate_offset_fetch(&self, group_id: &str, member_id: Option<&str>, member_epoch: i32) -> Result<(), i16> {
+        self.consumer.validate_fetch(group_id, member_id, member_epoch)
     }
 
     pub async fn sync(
@@ -145,7 +195,13 @@ impl GroupCoordinatorService {
         member_id: &str,
         offsets: Vec<OffsetToCommit>,
     ) -> Vec<(TopicPartition, i16)> {
-        self.coordinator.commit_offsets(self, group_id, generation, member_id, offsets)
+        // A consumer-protocol group checks the member and its epoch itself; its offsets are
+        // then stored as a commit from outside any classic generation.
+        match self.consumer.validate_commit(group_id, member_id, generation) {
+            Some(Err(code)) => offsets.into_iter().map(|(tp, ..)| (tp, code)).collect(),
+            Some(Ok(())) => self.coordinator.commit_offsets(self, group_id, -1, "", offsets),
+            None => self.coordinator.commit_offsets(self, group_id, generation, member_id, offsets),
+        }
     }
 
     pub fn fetch_offsets(
@@ -162,11 +218,36 @@ impl GroupCoordinatorService {
         tps: Vec<TopicPartition>,
         subscribed: impl Fn(&Group, &str) -> bool,
     ) -> Result<Vec<(TopicPartition, i16)>, i16> {
-        self.coordinator.delete_offsets(self, group_id, tps, subscribed)
+        // A consumer-protocol group's members keep the offsets of the topics they subscribe to.
+        let in_use = self
+            .consumer
+            .with_group(group_id, |g| {
+                g.members.values().flat_map(|m| m.subscribed_topic_names.iter().cloned()).collect::<HashSet<String>>()
+            })
+            .unwrap_or_default();
+        if in_use.is_empty() {
+            return self.coordinator.delete_offsets(self, group_id, tps, subscribed);
+        }
+        let (kept, free): (Vec<TopicPartition>, Vec<TopicPartition>) =
+            tps.into_iter().partition(|(topic, _)| in_use.contains(topic));
+        let mut results = match free.is_empty() {
+            true => Vec::new(),
+            false => self.coordinator.delete_offsets(self, group_id, free, subscribed)?,
+        };
+        results.extend(kept.into_iter().map(|tp| (tp, ErrorCode::GroupSubscribedToTopic.code())));
+        Ok(results)
     }
 
     pub fn delete_group(&self, group_id: &str) -> i16 {
-        self.coordinator.delete_group(self, group_id)
+        match self.consumer.delete_group(self, group_id) {
+            Some(code) if code != ErrorCode::None.code() => code,
+            // Its offsets, kept with the classic groups', go with it.
+            Some(_) => match self.coordinator.delete_group(self, group_id) {
+                code if code == ErrorCode::GroupIdNotFound.code() => ErrorCode::None.code(),
+                code => code,
+            },
+            None => self.coordinator.delete_group(self, group_id),
+        }
     }
 
     pub fn with_group<R>(&self, group_id: &str, f: impl FnOnce(&Group) -> R) -> Option<R> {
@@ -273,6 +354,7 @@ impl GroupCoordinatorService {
         if let Some(p) = only {
             // What an earlier term as coordinator left in memory is not the log's state.
             self.coordinator.unload_groups(self, |g| partition_for(g, count) == p);
+            self.consumer.unload(self, |g| partition_for(g, count) == p);
         }
         let now = crate::log::now_ms();
         let mut loaded = 0usize;
@@ -339,6 +421,7 @@ impl GroupCoordinatorService {
         }
         let ids: Vec<String> = restore_empty.into_iter().filter(|(_, again)| *again).map(|(g, _)| g).collect();
         self.coordinator.store_loaded_as_empty(self, &ids);
+        self.consumer.finish_load(self, |g| only.is_none_or(|p| partition_for(g, count) == p));
     }
 
     /// Applies one record; for a group metadata record, returns the group and whether it must
@@ -355,7 +438,12 @@ impl GroupCoordinatorService {
                 let again = self.coordinator.load_group(&group, header, now);
                 Some((group, again))
             }
-            None => None,
+            None => {
+                if let Some(record) = ConsumerRecord::decode(&kv.key, kv.value.as_deref()) {
+                    self.consumer.replay(record);
+                }
+                None
+            }
         }
     }
 
@@ -363,7 +451,8 @@ impl GroupCoordinatorService {
     /// leading it.
     pub fn unload_groups(&self, p: i32) {
         let Some(count) = self.partitions.partition_count() else { return };
-        let n = self.coordinator.unload_groups(self, |g| partition_for(g, count) == p);
+        let n = self.coordinator.unload_groups(self, |g| partition_for(g, count) == p)
+            + self.consumer.unload(self, |g| partition_for(g, count) == p);
         if n > 0 {
             tracing::info!(partition = p, groups = n, "unloaded consumer groups: no longer their coordinator");
         }
@@ -409,6 +498,10 @@ impl GroupCoordinatorService {
                     let s2 = s.clone();
                     let _ = s.io.run(move || s2.coordinator.perform(&*s2, &stripes)).await;
                 }
+                if s.consumer.tick_step() {
+                    let s2 = s.clone();
+                    let _ = s.io.run(move || s2.consumer.perform(&*s2)).await;
+                }
             }
         });
         let s = self.clone();
@@ -423,7 +516,8 @@ impl GroupCoordinatorService {
                 let _ =
                     s.io.run(move || {
                         let retention = s2.coordinator.config().offsets_retention_ms;
-                        s2.coordinator.expire_offsets(&*s2, crate::log::now_ms(), retention)
+                        let live = s2.consumer.list_with_members();
+                        s2.coordinator.expire_offsets_except(&*s2, crate::log::now_ms(), retention, &live)
                     })
                     .await;
             }
@@ -529,6 +623,25 @@ impl GroupStore for GroupCoordinatorService {
     }
 
     // Marks only: ZooKeeper (or the embedded store's journal) is written by a background task.
+    fn member_joined(&self, group: &str, member: &MemberRegistration) {
+        self.membership_zk_mirror.member_joined(group, member);
+    }
+
+    fn member_left(&self, group: &str, member_id: &str) {
+        self.membership_zk_mirror.member_left(group, member_id);
+    }
+
+    fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]) {
+        self.membership_zk_mirror.owners_changed(group, owners);
+    }
+}
+
+/// The service performs the consumer protocol's effects the same way.
+impl ConsumerStore for GroupCoordinatorService {
+    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> Result<(), i16> {
+        GroupCoordinatorService::append(self, group, records)
+    }
+
     fn member_joined(&self, group: &str, member: &MemberRegistration) {
         self.membership_zk_mirror.member_joined(group, member);
     }

@@ -100,11 +100,23 @@ impl GroupCoordinator {
     /// tombstones in `__consumer_offsets`; a group left with none is removed (group tombstone).
     /// The log writes happen without the coordinator lock. Returns the offsets expired.
     pub fn expire_offsets(&self, store: &dyn GroupStore, now: i64, retention_ms: i64) -> usize {
+        self.expire_offsets_except(store, now, retention_ms, &std::collections::HashSet::new())
+    }
+
+    /// [`Self::expire_offsets`], leaving alone the groups in `live`: consumer-protocol groups
+    /// with members, whose offsets sit here in a group with no classic members.
+    pub fn expire_offsets_except(
+        &self,
+        store: &dyn GroupStore,
+        now: i64,
+        retention_ms: i64,
+        live: &std::collections::HashSet<String>,
+    ) -> usize {
         type Doomed = Vec<((String, i32), i64)>;
         let (queued, stripes) = self.step(|groups, fx| {
             groups
                 .values()
-                .filter(|g| g.state == GroupState::Empty && g.members.is_empty())
+                .filter(|g| g.state == GroupState::Empty && g.members.is_empty() && !live.contains(&g.id))
                 .filter_map(|g| {
                     let doomed: Doomed = g
                         .offsets

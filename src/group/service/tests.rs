@@ -88,6 +88,8 @@ impl Node {
             io: Arc::new(IoPool::new(1, 1, metrics.io_jobs.clone(), metrics.io_threads.clone())),
             offsets_zk_mirror_interval: None,
             offsets_zk_mirror_max_writes: 1,
+            consumer: Default::default(),
+            topics: cache,
         }));
         service.load_groups(None);
         Node { service, replicas }
@@ -208,5 +210,69 @@ async fn coordinator_lookups_follow_the_image_and_the_loading_set() {
     assert_eq!(node.service.check_coordinator("g"), Err(ErrorCode::CoordinatorLoadInProgress.code()));
     node.service.set_loading(0, false);
     assert_eq!(node.service.ensure_offsets_topic(), Ok(()));
+    node.stop();
+}
+
+fn consumer_join(member: &str) -> crate::group::consumer::HeartbeatRequest {
+    crate::group::consumer::HeartbeatRequest {
+        version: 1,
+        group_id: "g".into(),
+        member_id: member.into(),
+        member_epoch: 0,
+        rebalance_timeout_ms: 30_000,
+        subscribed_topic_names: Some(vec!["t".into()]),
+        owned: Some(Default::default()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_protocol_group_and_its_offsets_come_back_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let r = node.service.consumer_heartbeat(consumer_join("m1"));
+    assert_eq!(r.error_code, ErrorCode::None.code(), "{r:?}");
+    let epoch = r.member_epoch;
+    assert_eq!(r.assignment.map(|a| a.values().map(|p| p.len()).sum::<usize>()), Some(2));
+    // Offsets with the member's epoch; a stale epoch is refused.
+    let stale = node.service.commit_offsets("g", epoch - 1, "m1", vec![(("t".into(), 0), 7, -1, None)]);
+    assert_eq!(stale[0].1, ErrorCode::StaleMemberEpoch.code());
+    let ok = node.service.commit_offsets("g", epoch, "m1", vec![(("t".into(), 0), 7, -1, None)]);
+    assert_eq!(ok[0].1, ErrorCode::None.code());
+    // A classic member may not join it meanwhile.
+    assert_eq!(node.service.join(join_req()).await.error_code, ErrorCode::InconsistentGroupProtocol.code());
+    node.stop();
+
+    let node = Node::start(dir.path());
+    let back = node.service.consumer_groups().with_group("g", |g| (g.epoch, g.members["m1"].epoch));
+    assert_eq!(back, Some((epoch, epoch)), "the member and its epoch are in the log");
+    assert_eq!(node.service.fetch_offsets("g", None)[0].1.as_ref().map(|o| o.offset), Some(7));
+    let beat = crate::group::consumer::HeartbeatRequest {
+        member_epoch: epoch,
+        rebalance_timeout_ms: -1,
+        subscribed_topic_names: None,
+        owned: None,
+        ..consumer_join("m1")
+    };
+    assert_eq!(node.service.consumer_heartbeat(beat.clone()).error_code, ErrorCode::None.code());
+    // The member leaves; the group stays, Empty, and deletes with its offsets.
+    let leave = crate::group::consumer::HeartbeatRequest { member_epoch: -1, ..beat };
+    assert_eq!(node.service.consumer_heartbeat(leave).member_epoch, -1);
+    assert_eq!(node.service.delete_group("g"), ErrorCode::None.code());
+    node.stop();
+    let node = Node::start(dir.path());
+    assert!(!node.service.consumer_groups().contains("g"));
+    assert!(node.service.fetch_offsets("g", None).is_empty());
+    node.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_classic_group_with_members_keeps_its_id_from_the_consumer_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    stable_single(&node.service).await;
+    let r = node.service.consumer_heartbeat(consumer_join("m1"));
+    assert_eq!(r.error_code, ErrorCode::GroupIdNotFound.code());
+    assert!(!node.service.consumer_groups().contains("g"));
     node.stop();
 }

@@ -1,0 +1,330 @@
+"""The consumer group protocol (KIP-848) against gregor with real clients.
+
+confluent-kafka (librdkafka) with `group.protocol=consumer`: the broker assigns partitions
+itself (uniform assignor) and moves them one member at a time, revocation first, without a
+stop-the-world rebalance.  Consumers run as subprocesses (compat/groups_tools.py) that commit
+synchronously after every batch and report assignments, records and commits as events.
+
+One broker (standalone store), `__consumer_offsets` with replication factor 1, and a short
+heartbeat interval so that a move takes about a second rather than Kafka's 5 s.  Every wait
+polls a condition; the times printed as [measure] are measurements, never assertions.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import uuid
+from typing import List
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from gregor_fixtures import _failed  # noqa: E402
+from gregor_harness import wait_until  # noqa: E402
+from groups_tools import Worker  # noqa: E402
+
+WAIT = 60
+PARTS = 6
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+OVERRIDES = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "5",
+    "group.consumer.heartbeat.interval.ms": "1000",
+    "group.consumer.min.heartbeat.interval.ms": "1000",
+    "group.consumer.session.timeout.ms": "10000",
+    "group.consumer.min.session.timeout.ms": "6000",
+}
+NEW_PROTOCOL = {"group.protocol": "consumer", "topic.metadata.refresh.interval.ms": 1000}
+
+
+@pytest.fixture
+def workers(request):
+    made: List[Worker] = []
+    log_dir = tempfile.mkdtemp(prefix="gregor-cgp-")
+
+    def make(name, bootstrap, group, topic, extra=None) -> Worker:
+        w = Worker(name, bootstrap, group, topic, log_dir=log_dir, extra=dict(NEW_PROTOCOL, **(extra or {})))
+        made.append(w)
+        return w.start()
+
+    yield make
+    for w in made:
+        w.kill()
+    if _failed(request):
+        for w in made:
+            evs = [e for e in w.events if e["ev"] not in ("recs", "commit")]
+            request.node.add_report_section(
+                "call", f"worker {w.name}",
+                "\n".join(json.dumps(e) for e in evs[-40:]) + "\n--- stderr ---\n" + w.stderr_tail())
+
+
+@pytest.fixture
+def report(capsys):
+    def out(msg):
+        with capsys.disabled():
+            print(f"\n[measure] {msg}", flush=True)
+    return out
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = PARTS) -> None:
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(timeout=WAIT)
+
+
+def produce(bootstrap: str, topic: str, per_partition: int, tag: str) -> set:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 2})
+    acked, errors = set(), []
+
+    def cb(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.add((msg.partition(), msg.offset()))
+
+    for n in range(per_partition):
+        for part in range(PARTS):
+            p.produce(topic, value=f"{tag}-{part}-{n}".encode(), partition=part, on_delivery=cb)
+        p.poll(0)
+    assert p.flush(WAIT) == 0
+    assert not errors, errors[:5]
+    return acked
+
+
+def wait_split(ws: List[Worker], sizes: List[int], what: str) -> dict:
+    """Until the workers' assignments are disjoint, cover every partition, and have `sizes`."""
+    def ok():
+        a = {w.name: w.assignment() for w in ws}
+        flat = sorted(p for s in a.values() for p in s)
+        return a if flat == list(range(PARTS)) and sorted(map(len, a.values())) == sorted(sizes) else None
+
+    try:
+        return wait_until(ok, WAIT, what, interval=0.1)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; now {({w.name: sorted(w.assignment()) for w in ws})}") from None
+
+
+def consumed(ws: List[Worker]) -> dict:
+    out: dict = {}
+    for w in ws:
+        for p, o, _ in w.consumed():
+            out.setdefault((p, o), []).append(w.name)
+    return out
+
+
+def wait_consumed(ws: List[Worker], want: set) -> None:
+    try:
+        wait_until(lambda: want <= set(consumed(ws)), WAIT, f"{len(want)} records consumed", interval=0.2)
+    except TimeoutError as e:
+        missing = sorted(want - set(consumed(ws)))
+        raise AssertionError(f"{e}: {len(missing)} missing, e.g. {missing[:10]}") from None
+
+
+def never_owned_twice(ws: List[Worker]) -> None:
+    """From the events: no partition was in two members' assignments at one time (each
+    worker's events are in its own order; the callbacks run before the next heartbeat)."""
+    timeline = sorted(((e["t"], w.name, e["ev"], e["parts"]) for w in ws for e in w.evs()
+                       if e["ev"] in ("assign", "revoke", "lost")), key=lambda x: x[0])
+    owner: dict = {}
+    for t, name, ev, parts in timeline:
+        for p in parts:
+            if ev == "assign":
+                assert owner.get(p) in (None, name), f"partition {p} assigned to {name} at {t} while {owner[p]} owns it"
+                owner[p] = name
+            elif owner.get(p) == name:
+                del owner[p]
+
+
+def test_api_versions_offer_the_new_protocol_and_group_version(broker_factory):
+    b = broker_factory(overrides=OVERRIDES)
+    assert b.api_versions.get(CONSUMER_GROUP_HEARTBEAT) == (0, 1)
+    assert b.api_versions.get(CONSUMER_GROUP_DESCRIBE) == (0, 1)
+
+
+def test_members_join_and_leave_and_partitions_move_one_at_a_time(broker_factory, workers, report):
+    b = broker_factory(overrides=OVERRIDES)
+    topic, group = uniq("cgp"), uniq("g")
+    create_topic(b.bootstrap, topic)
+    acked = produce(b.bootstrap, topic, 50, "a")
+    w0 = workers("m0", b.bootstrap, group, topic)
+    w1 = workers("m1", b.bootstrap, group, topic)
+    wait_split([w0, w1], [3, 3], "two members with three partitions each")
+    # A third member: each of the others gives up one partition, then it takes them.
+    acked |= produce(b.bootstrap, topic, 20, "b")
+    t0 = time.time()
+    w2 = workers("m2", b.bootstrap, group, topic)
+    wait_split([w0, w1, w2], [2, 2, 2], "three members with two partitions each")
+    joined = time.time() - t0
+    first_assign = min((e["t"] for e in w2.evs("assign") if e["parts"]), default=None)
+    # The members that stayed never lost their other partitions: only revocations, no
+    # "lost" and no revoke of everything (which is what an eager rebalance does).
+    for w in (w0, w1):
+        revoked = [p for e in w.evs("revoke") if e["t"] >= t0 for p in e["parts"]]
+        assert len(revoked) == 1, f"{w.name} revoked {revoked}"
+        assert not w.evs("lost")
+    acked |= produce(b.bootstrap, topic, 20, "c")
+    # One leaves: the others take its partitions.
+    t1 = time.time()
+    w0.close()
+    wait_split([w1, w2], [3, 3], "the two remaining members with three partitions each")
+    left = time.time() - t1
+    acked |= produce(b.bootstrap, topic, 20, "d")
+    wait_consumed([w0, w1, w2], acked)
+    never_owned_twice([w0, w1, w2])
+    seen = consumed([w0, w1, w2])
+    twice = sum(1 for names in seen.values() if len(names) > 1)
+    errors = [e for w in (w0, w1, w2) for e in w.errors()]
+    assert not [e for e in errors if e.get("fatal")], errors[:5]
+    report(f"KIP-848: third member started -> 2/2/2 split in {joined:.2f}s "
+           f"(its first partitions after {first_assign - t0 if first_assign else float('nan'):.2f}s); "
+           f"member closed -> 3/3 split in {left:.2f}s; {len(acked)} records, {twice} consumed twice, "
+           f"{len(errors)} client errors")
+
+
+def test_committed_offsets_resume_after_everything_restarts(broker_factory, workers):
+    b = broker_factory(overrides=OVERRIDES)
+    topic, group = uniq("cgp"), uniq("g")
+    create_topic(b.bootstrap, topic)
+    first = produce(b.bootstrap, topic, 30, "a")
+    ws = [workers(f"r{i}", b.bootstrap, group, topic) for i in range(2)]
+    wait_consumed(ws, first)
+    wait_until(lambda: all(sum(1 for p in range(PARTS) if p in w.committed()) == len(w.assignment())
+                           for w in ws), WAIT, "commits of every owned partition")
+    committed = {}
+    for w in ws:
+        for p, o in w.committed().items():
+            committed[p] = max(committed.get(p, -1), o)
+    # The broker dies mid-session: its group (members, epochs, assignments) is in the log.
+    b.restart(mode="kill")
+    second = produce(b.bootstrap, topic, 10, "b")
+    wait_consumed(ws, first | second)
+    for w in ws:
+        w.close()
+    third = produce(b.bootstrap, topic, 10, "c")
+    later = [workers(f"s{i}", b.bootstrap, group, topic) for i in range(2)]
+    wait_consumed(later, third)
+    replayed = {k for k in consumed(later) if k in first}
+    assert not replayed, f"committed records consumed again after restart, e.g. {sorted(replayed)[:5]}"
+    for p, o in committed.items():
+        starts = [off for w in later for part, off, _ in w.consumed() if part == p]
+        assert min(starts) >= o, f"partition {p} resumed at {min(starts)}, committed {o}"
+
+
+def test_groups_are_listed_and_described_as_consumer_groups(broker_factory, workers):
+    b = broker_factory(overrides=OVERRIDES)
+    topic, group = uniq("cgp"), uniq("g")
+    create_topic(b.bootstrap, topic)
+    ws = [workers(f"d{i}", b.bootstrap, group, topic) for i in range(2)]
+    wait_split(ws, [3, 3], "two members")
+    a = AdminClient({"bootstrap.servers": b.bootstrap})
+    listed = a.list_consumer_groups().result(timeout=WAIT)
+    mine = [g for g in listed.valid if g.group_id == group]
+    assert mine, listed.valid
+    assert str(mine[0].type).upper().endswith("CONSUMER"), mine[0].type
+    d = a.describe_consumer_groups([group])[group].result(timeout=WAIT)
+    assert len(d.members) == 2
+    assert sorted(tp.partition for m in d.members for tp in m.assignment.topic_partitions) == list(range(PARTS))
+    assert str(d.state).upper().endswith("STABLE"), d.state
+
+
+def test_turned_off_the_api_is_absent_and_classic_groups_work(broker_factory):
+    b = broker_factory(overrides=dict(OVERRIDES, **{"group.coordinator.rebalance.protocols": "classic"}))
+    assert CONSUMER_GROUP_HEARTBEAT not in b.api_versions
+    assert CONSUMER_GROUP_DESCRIBE not in b.api_versions
+    topic, group = uniq("cgp"), uniq("g")
+    create_topic(b.bootstrap, topic)
+    acked = produce(b.bootstrap, topic, 5, "a")
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "group.protocol": "classic",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
+    c.subscribe([topic])
+    got = set()
+    deadline = time.time() + WAIT
+    while time.time() < deadline and not acked <= got:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.add((m.partition(), m.offset()))
+    c.close()
+    assert acked <= got
+
+
+# ---------------------------------------------------------------------------
+# three brokers and ZooKeeper: the seed's view of the group, and a coordinator kill -9
+# ---------------------------------------------------------------------------
+
+def check_zk_mirror(c, group: str, topic: str, ws: List[Worker], timeout: float = WAIT) -> None:
+    """/consumers/<group>/ids names the live members and owners/<topic>/<p> the owner of p; a
+    member id's '/' (librdkafka's ids are standard base64) is '_' there."""
+    import test_groups as tg
+    name = lambda w: w.member_id().replace("/", "_")  # noqa: E731
+    want_ids = {name(w) for w in ws}
+    want_owner = {p: name(w) for w in ws for p in w.assignment()}
+    seen = {}
+
+    def ok():
+        ids, owners = tg.zk_ids(c, group), tg.zk_owners(c, group, topic)
+        seen.update(ids=sorted(ids), owners=owners)
+        return set(ids) == want_ids and owners == want_owner
+
+    try:
+        wait_until(ok, timeout, f"ZooKeeper view of group {group}", interval=0.2)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: want {sorted(want_ids)} {want_owner}, seen {seen}") from None
+
+
+@pytest.fixture
+def cluster(request, zookeeper):
+    from cluster_harness import Cluster
+    from gregor_fixtures import _register
+    overrides = dict(OVERRIDES, **{"offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "50"})
+    c = Cluster(zookeeper, 3, overrides=overrides, on_new_broker=lambda b: _register(request, b))
+    c.start()
+    yield c
+    c.cleanup(keep=_failed(request))
+
+
+def test_coordinator_kill_keeps_the_group_and_the_zookeeper_view_follows(cluster, workers, report):
+    import test_groups as tg  # its cluster helpers: topic, produce, ZooKeeper mirror, coordinator
+    c = cluster
+    topic, group = uniq("cgk"), uniq("g")
+    tg.create_topic(c, topic)
+    acked = tg.produce(c, topic, 30)
+    ws = [workers(f"k{i}", c.bootstrap(), group, topic) for i in range(2)]
+    wait_split(ws, [3, 3], "two members")
+    check_zk_mirror(c, group, topic, ws)
+    wait_consumed(ws, acked)
+    coord, part = tg.group_coordinator(c, group)
+    wait_until(lambda: sorted(c.partition_state("__consumer_offsets", part)["isr"]) == [1, 2, 3], WAIT,
+               f"__consumer_offsets-{part} ISR [1,2,3]", interval=0.2)
+    members = {w.name: w.member_id() for w in ws}
+    t0 = time.time()
+    c.brokers[coord].kill()
+    # The killed broker also led partitions of the topic (maybe the controller too): records
+    # are acknowledged once their new leaders are elected, which the failover timeout bounds.
+    p = Producer({"bootstrap.servers": c.bootstrap(), "acks": "all", "linger.ms": 5, "log_level": 2,
+                  "message.timeout.ms": int((c.failover_timeout + WAIT) * 1000)})
+    after, errors = set(), []
+    for n in range(20):
+        for part in range(PARTS):
+            p.produce(topic, value=f"after-{part}-{n}".encode(), partition=part,
+                      on_delivery=lambda err, m: errors.append(err) if err else after.add((m.partition(), m.offset())))
+    assert p.flush(c.failover_timeout + WAIT) == 0
+    assert not errors, errors[:5]
+    acked |= after
+    wait_until(lambda: acked <= set(consumed(ws)), c.failover_timeout + WAIT, "records after the kill consumed",
+               interval=0.2)
+    resumed = time.time() - t0
+    # The new coordinator loaded the group: the members kept their ids and were not fenced
+    # (a fenced member loses its partitions and rejoins under a new epoch).
+    assert {w.name: w.member_id() for w in ws} == members
+    for w in ws:
+        assert not w.evs("lost"), f"{w.name} lost its partitions: {w.evs('lost')}"
+    check_zk_mirror(c, group, topic, ws, timeout=c.failover_timeout + WAIT)
+    report(f"KIP-848: coordinator kill -9 -> every record produced after it consumed in {resumed:.2f}s, "
+           f"no member fenced")
