@@ -12,6 +12,7 @@ mod group;
 pub mod inter_broker;
 pub mod legacy;
 mod metadata;
+mod offsets;
 mod produce;
 mod producer_id;
 mod quotas;
@@ -315,12 +316,12 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(group::sync_group(ctx, r).await),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(group::heartbeat(ctx, r)),
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(group::leave_group(ctx, r)),
-        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(group::offset_commit(ctx, r).await),
-        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(group::offset_fetch(ctx, r)),
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(offsets::offset_commit(ctx, r).await),
+        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(offsets::offset_fetch(ctx, r)),
         RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(group::describe_groups(ctx, r)),
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(group::list_groups(ctx, r)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(group::delete_groups(ctx, r)),
-        RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(group::offset_delete(ctx, r)),
+        RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(offsets::offset_delete(ctx, r)),
         RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
             off_runtime(ctx, move |c| consumer_group::consumer_group_heartbeat(c, r)).await?,
         ),

@@ -149,15 +149,15 @@ pub async fn handle(ctx: &RequestContext, request: LegacyRequest) -> Result<Opti
         }
         LegacyRequest::OffsetCommit(req) => {
             let r = if version == 0 {
-                super::off_runtime(ctx, move |c| super::group::offset_commit_v0(c, req)).await?
+                super::off_runtime(ctx, move |c| super::offsets::offset_commit_v0(c, req)).await?
             } else {
-                super::group::offset_commit(ctx, req).await
+                super::offsets::offset_commit(ctx, req).await
             };
             // v0 and v1 answer in v2's layout (v3 added the throttle time).
             r.encode(&mut out, 2)
         }
         LegacyRequest::OffsetFetch(req) => {
-            let r = super::off_runtime(ctx, move |c| super::group::offset_fetch_v0(c, req)).await?;
+            let r = super::off_runtime(ctx, move |c| super::offsets::offset_fetch_v0(c, req)).await?;
             // v0's answer is v1's.
             r.encode(&mut out, 1)
         }
