@@ -17,22 +17,27 @@ from kproto import R, W
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 13, 14, 15, 16
 OFFSET_FOR_LEADER_EPOCH, DELETE_GROUPS, OFFSET_DELETE = 23, 42, 47
+# The consumer group protocol (KIP-848, Kafka 4.x's JSON definitions): flexible from v0.
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 
 NAMES = {
     OFFSET_COMMIT: "OffsetCommit", OFFSET_FETCH: "OffsetFetch", FIND_COORDINATOR: "FindCoordinator",
     JOIN_GROUP: "JoinGroup", HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup", SYNC_GROUP: "SyncGroup",
     DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
     OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch", DELETE_GROUPS: "DeleteGroups", OFFSET_DELETE: "OffsetDelete",
+    CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat", CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe",
 }
 FLEX = {
     OFFSET_COMMIT: 8, OFFSET_FETCH: 6, FIND_COORDINATOR: 3, JOIN_GROUP: 6, HEARTBEAT: 4, LEAVE_GROUP: 4,
     SYNC_GROUP: 4, DESCRIBE_GROUPS: 5, LIST_GROUPS: 3, OFFSET_FOR_LEADER_EPOCH: 4, DELETE_GROUPS: 2,
     OFFSET_DELETE: 99,  # never flexible
+    CONSUMER_GROUP_HEARTBEAT: 0, CONSUMER_GROUP_DESCRIBE: 0,
 }
 ENCODER_RANGES = {
     OFFSET_COMMIT: (0, 9), OFFSET_FETCH: (0, 9), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4),
     LEAVE_GROUP: (0, 5), SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 5),
     OFFSET_FOR_LEADER_EPOCH: (0, 4), DELETE_GROUPS: (0, 2), OFFSET_DELETE: (0, 0),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1), CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 kp.API_NAMES.update(NAMES)
 kp.FLEX.update(FLEX)
@@ -49,6 +54,7 @@ GROUP_ID_NOT_FOUND = 69
 NON_EMPTY_GROUP = 68
 MEMBER_ID_REQUIRED = 79
 GROUP_SUBSCRIBED_TO_TOPIC = 86
+FENCED_MEMBER_EPOCH = 110
 
 
 def _w(api: int, v: int) -> W:
@@ -520,6 +526,92 @@ _DECODERS = {
     DESCRIBE_GROUPS: decode_describe_groups, LIST_GROUPS: decode_list_groups, DELETE_GROUPS: decode_delete_groups,
     OFFSET_FOR_LEADER_EPOCH: decode_offset_for_leader_epoch,
 }
+
+
+# ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) ------------------------
+
+def consumer_group_heartbeat_request(v: int, group: str, member_id: str, member_epoch: int,
+                                     topics: Optional[List[str]] = None, owned: Optional[list] = None,
+                                     rebalance_timeout_ms: int = -1, assignor: Optional[str] = None) -> bytes:
+    """`topics`/`owned` None: unchanged since the last heartbeat (Kafka's null fields);
+    `owned`: [(topic id, [partitions])]."""
+    w = _w(CONSUMER_GROUP_HEARTBEAT, v)
+    w.string(group).string(member_id).i32(member_epoch)
+    w.nullable_string(None).nullable_string(None)  # instance id, rack id
+    w.i32(rebalance_timeout_ms)
+    w.array(topics, lambda w, t: w.string(t))
+    if v >= 1:
+        w.nullable_string(None)  # subscribed topic regex
+    w.nullable_string(assignor)
+
+    def tp(w, item):
+        w.uuid(item[0])
+        w.array(item[1], lambda w, p: w.i32(p))
+        w.tags()
+    w.array(owned, tp)
+    return w.tags().done()
+
+
+def _cg_topic_partitions(r: R) -> list:
+    def tp(r):
+        t = (r.uuid(), r.array(lambda r: r.i32()))
+        r.tags()
+        return t
+    return r.array(tp)
+
+
+def decode_consumer_group_heartbeat(r: R, v: int) -> dict:
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.string(),
+           "member_id": r.string(), "member_epoch": r.i32(), "heartbeat_interval_ms": r.i32()}
+    out["assignment"] = None
+    if r.i8() >= 0:
+        out["assignment"] = _cg_topic_partitions(r)
+        r.tags()
+    r.tags()
+    r.end()
+    return out
+
+
+def consumer_group_describe_request(v: int, groups: List[str], authorized_operations: bool = False) -> bytes:
+    w = _w(CONSUMER_GROUP_DESCRIBE, v)
+    w.array(groups, lambda w, g: w.string(g))
+    w.bool(authorized_operations)
+    return w.tags().done()
+
+
+def decode_consumer_group_describe(r: R, v: int) -> dict:
+    def assignment(r):
+        def tp(r):
+            t = {"topic_id": r.uuid(), "topic": r.string(), "partitions": r.array(lambda r: r.i32())}
+            r.tags()
+            return t
+        a = r.array(tp)
+        r.tags()
+        return a
+
+    def member(r):
+        m = {"member_id": r.string(), "instance_id": r.string(), "rack_id": r.string(),
+             "member_epoch": r.i32(), "client_id": r.string(), "client_host": r.string(),
+             "subscribed_topic_names": r.array(lambda r: r.string()), "subscribed_topic_regex": r.string(),
+             "assignment": assignment(r), "target_assignment": assignment(r)}
+        m["member_type"] = r.i8() if v >= 1 else None
+        r.tags()
+        return m
+
+    def group(r):
+        g = {"error_code": r.i16(), "error_message": r.string(), "group_id": r.string(), "state": r.string(),
+             "group_epoch": r.i32(), "assignment_epoch": r.i32(), "assignor": r.string(),
+             "members": r.array(member), "authorized_operations": r.i32()}
+        r.tags()
+        return g
+    out = {"throttle_time_ms": r.i32(), "groups": r.array(group)}
+    r.tags()
+    r.end()
+    return out
+
+
+_DECODERS.update({CONSUMER_GROUP_HEARTBEAT: decode_consumer_group_heartbeat,
+                  CONSUMER_GROUP_DESCRIBE: decode_consumer_group_describe})
 
 
 def call(c: kp.Conn, api: int, v: int, body: bytes) -> dict:

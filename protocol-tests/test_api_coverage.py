@@ -34,6 +34,8 @@ COVERAGE = {
     kg.DESCRIBE_GROUPS: ("test_group_apis", "test_consumer_group_life"),
     kg.LIST_GROUPS: ("test_group_apis", "test_consumer_group_life"),
     kg.DELETE_GROUPS: ("test_group_apis", "test_consumer_group_life"),
+    kg.CONSUMER_GROUP_HEARTBEAT: ("test_group_apis", "test_consumer_group_heartbeat_and_describe"),
+    kg.CONSUMER_GROUP_DESCRIBE: ("test_group_apis", "test_consumer_group_heartbeat_and_describe"),
     kg.OFFSET_DELETE: ("test_group_apis", "test_consumer_group_life"),
     kg.OFFSET_FOR_LEADER_EPOCH: ("test_group_apis", "test_offset_for_leader_epoch"),
     ka.ALTER_CONFIGS: ("test_admin_apis", "test_alter_configs_replaces_the_override_set"),

@@ -552,13 +552,18 @@ def _features_of(c) -> dict:
     return {"supported": features(0), "epoch": epoch, "finalized": features(2)}
 
 
+# The consumer group protocol (KIP-848) is on by default, as on Kafka 4.x: `group.version` is
+# supported up to 1 and finalized at 1, as a 4.x broker lists it.
+GROUP_VERSION = {"supported": {"group.version": (0, 1)}, "finalized": {"group.version": (1, 1)}}
+
+
 def test_api_versions_features_are_those_of_a_zookeeper_mode_kafka(broker):
     """A Kafka 3.9 broker in ZooKeeper mode supports no features (KafkaServer builds
-    BrokerFeatures.createEmpty(); metadata.version, kraft.version and the others are KRaft's)
-    and finalizes none, with the epoch of the enabled /feature znode its controller created
-    (version 0); standalone, the embedded tree has the same node."""
+    BrokerFeatures.createEmpty(); metadata.version, kraft.version and the others are KRaft's),
+    with the epoch of the enabled /feature znode its controller created (version 0); standalone,
+    the embedded tree has the same node. The one feature listed is the new group protocol's."""
     with kp.Conn(broker.host, broker.port) as c:
-        assert _features_of(c) == {"supported": {}, "epoch": 0, "finalized": {}}
+        assert _features_of(c) == dict(GROUP_VERSION, epoch=0)
 
 
 def test_feature_znode_is_created_by_the_controller_and_its_version_is_the_epoch(zookeeper, request):
@@ -579,7 +584,7 @@ def test_feature_znode_is_created_by_the_controller_and_its_version_is_the_epoch
             cluster.kz.set("/feature", b'{"features":{},"version":2,"status":1}')
             for c in conns:
                 wait_until(lambda: _features_of(c)["epoch"] == 1, 30, "the epoch to follow /feature")
-                assert _features_of(c) == {"supported": {}, "epoch": 1, "finalized": {}}
+                assert _features_of(c) == dict(GROUP_VERSION, epoch=1)
         finally:
             for c in conns:
                 c.close()

@@ -231,3 +231,46 @@ def test_offsets_v0_are_kept_in_the_znode_tree(broker):
         assert of["offsets"][(topic, 0)][0] == 6, of
         bad = kg.call(c, kg.OFFSET_COMMIT, 0, kg.offset_commit_request(0, "a/b", {topic: {0: 1}}))
         assert bad["errors"] == {(topic, 0): 24}, bad  # INVALID_GROUP_ID: would name another znode
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_consumer_group_heartbeat_and_describe(broker, which):
+    """KIP-848 on the wire: a member joins with epoch 0 and is given every partition of its
+    topic by the coordinator, ConsumerGroupDescribe shows it, a wrong epoch is fenced, an
+    unknown member is refused, and leaving with epoch -1 ends the membership."""
+    vs = versions(broker, which)
+    vh, vd = vs[kg.CONSUMER_GROUP_HEARTBEAT], vs[kg.CONSUMER_GROUP_DESCRIBE]
+    group = f"cg-{uuid.uuid4().hex[:8]}"
+    # v1 members name themselves (KIP-1082); v0 members are named by the coordinator.
+    me = uuid.uuid4().hex if vh >= 1 else ""
+    with kp.Conn(broker.host, broker.port) as c:
+        topic = new_topic(c, partitions=3)
+        find_coordinator(c, vs[kg.FIND_COORDINATOR], group)
+
+        def hb(member, epoch, topics=None, owned=None):
+            body = kg.consumer_group_heartbeat_request(vh, group, member, epoch, topics, owned,
+                                                       rebalance_timeout_ms=30000 if epoch == 0 else -1)
+            return kg.call(c, kg.CONSUMER_GROUP_HEARTBEAT, vh, body)
+
+        joined = wait_until(lambda: (lambda r: r if r["error_code"] not in (kg.COORDINATOR_LOAD_IN_PROGRESS,
+                                                                            kg.COORDINATOR_NOT_AVAILABLE) else None)(
+            hb(me, 0, [topic], owned=[])), WAIT, "the first heartbeat", interval=0.1)
+        assert joined["error_code"] == 0, joined
+        member, epoch = joined["member_id"], joined["member_epoch"]
+        assert member and (vh == 0 or member == me), joined
+        assert epoch >= 1 and joined["heartbeat_interval_ms"] == 5000, joined
+        assigned = {p for _, parts in (joined["assignment"] or []) for p in parts}
+        assert assigned == {0, 1, 2}, joined
+
+        d = kg.call(c, kg.CONSUMER_GROUP_DESCRIBE, vd, kg.consumer_group_describe_request(vd, [group]))["groups"]
+        assert len(d) == 1 and d[0]["error_code"] == 0 and d[0]["group_id"] == group, d
+        assert [(m["member_id"], m["member_epoch"]) for m in d[0]["members"]] == [(member, epoch)], d
+        assert d[0]["group_epoch"] == epoch and d[0]["assignor"] == "uniform", d
+        assert sorted(p for t in d[0]["members"][0]["assignment"] for p in t["partitions"]) == [0, 1, 2], d
+
+        assert hb(member, epoch + 5)["error_code"] == kg.FENCED_MEMBER_EPOCH
+        assert hb(uuid.uuid4().hex, 1)["error_code"] == kg.UNKNOWN_MEMBER_ID
+        left = hb(member, -1)
+        assert (left["error_code"], left["member_epoch"]) == (0, -1), left
+        d = kg.call(c, kg.CONSUMER_GROUP_DESCRIBE, vd, kg.consumer_group_describe_request(vd, [group]))["groups"]
+        assert d[0]["members"] == [], d

@@ -67,7 +67,10 @@ def build(api, v):
     raise AssertionError(api)
 
 
-CASES = [(api, v) for api in sorted(kg.ENCODER_RANGES)
+# kafka-python has no classes for the consumer group protocol's APIs (KIP-848): their
+# encoders are checked against the broker's decoder instead, in test_group_apis, where every
+# field is answered (a misplaced one would be INVALID_REQUEST or a failed decode).
+CASES = [(api, v) for api in sorted(kg.ENCODER_RANGES) if api in CLASS_NAMES
          for v in range(kg.ENCODER_RANGES[api][0], kg.ENCODER_RANGES[api][1] + 1)]
 
 
