@@ -16,6 +16,7 @@ use std::collections::HashSet;
 use super::{Components, RequestContext};
 use crate::group::coordinator::JoinRequest;
 use crate::group::OFFSETS_TOPIC;
+use crate::metadata::CoordinatorAt;
 use crate::protocol::ErrorCode;
 use crate::security::authorizer::{Operation, ResourceType};
 
@@ -103,33 +104,22 @@ fn group_coordinator_for(broker: &Components, group: &str, listener: &str) -> Re
 /// The leader of `key`'s partition of the internal topic `topic`, with its address on
 /// `listener`.
 fn coordinator_in(broker: &Components, topic: &str, key: &str, listener: &str) -> Result<(i32, String, u16), i16> {
-    let topic = broker.cache.topic(topic).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-    let p = crate::group::partition_for(key, topic.partitions.len() as i32);
-    let leader = topic
-        .partitions
-        .iter()
-        .find(|x| x.index == p)
-        .map(|x| x.leader)
-        .ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-    if leader < 0 {
-        return Err(ErrorCode::CoordinatorNotAvailable.code());
-    }
-    if leader == broker.config.broker_id {
-        // Named leader but the partition not yet open or its groups still loading: a
-        // client sent here now would get COORDINATOR_LOAD_IN_PROGRESS from its first commit,
-        // which librdkafka's synchronous commit hands to the application. Not available
-        // keeps it asking FindCoordinator, which it retries by itself.
-        let loading = topic.name == OFFSETS_TOPIC && broker.groups.is_loading(p);
-        if loading || broker.replicas.partition(&topic.name, p).is_none() {
-            return Err(ErrorCode::CoordinatorNotAvailable.code());
+    let me = broker.config.broker_id;
+    match broker.cache.coordinator_at(topic, |n| crate::group::partition_for(key, n), me, listener)? {
+        CoordinatorAt::Broker { id, host, port } => Ok((id, host, port)),
+        CoordinatorAt::Here { partition } => {
+            // Named leader but the partition not yet open or its groups still loading: a
+            // client sent here now would get COORDINATOR_LOAD_IN_PROGRESS from its first
+            // commit, which librdkafka's synchronous commit hands to the application. Not
+            // available keeps it asking FindCoordinator, which it retries by itself.
+            let loading = topic == OFFSETS_TOPIC && broker.groups.is_loading(partition);
+            if loading || broker.replicas.partition(topic, partition).is_none() {
+                return Err(ErrorCode::CoordinatorNotAvailable.code());
+            }
+            let ep = broker.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+            Ok((me, ep.host.clone(), ep.port))
         }
-        let ep = broker.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-        return Ok((leader, ep.host.clone(), ep.port));
     }
-    let snapshot = broker.cache.snapshot();
-    let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-    let (host, port) = b.endpoint_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-    Ok((b.id, host.to_string(), port))
 }
 
 pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGroupResponse {

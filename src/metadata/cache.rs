@@ -103,7 +103,41 @@ pub struct MetadataCache {
     changed: tokio::sync::Notify,
 }
 
+/// Where the coordinator of a key is: the partition of an internal topic the key hashes to,
+/// led here or by another broker (with that broker's address on the asked listener).
+#[derive(Debug, PartialEq)]
+pub enum CoordinatorAt {
+    Here { partition: i32 },
+    Broker { id: i32, host: String, port: u16 },
+}
+
 impl MetadataCache {
+    /// The coordinator of the key that `partition_of` maps to a partition of `topic` (it is
+    /// given the partition count): COORDINATOR_NOT_AVAILABLE while the topic, the partition
+    /// or its leader is unknown, or the leader has no `listener`.
+    pub fn coordinator_at(
+        &self,
+        topic: &str,
+        partition_of: impl FnOnce(i32) -> i32,
+        me: i32,
+        listener: &str,
+    ) -> Result<CoordinatorAt, i16> {
+        let unavailable = crate::protocol::ErrorCode::CoordinatorNotAvailable.code();
+        let snapshot = self.snapshot();
+        let topic = snapshot.topics.get(topic).ok_or(unavailable)?;
+        let partition = partition_of(topic.partitions.len() as i32);
+        let leader = topic.partitions.iter().find(|x| x.index == partition).map(|x| x.leader).ok_or(unavailable)?;
+        if leader < 0 {
+            return Err(unavailable);
+        }
+        if leader == me {
+            return Ok(CoordinatorAt::Here { partition });
+        }
+        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(unavailable)?;
+        let (host, port) = b.endpoint_for(listener).ok_or(unavailable)?;
+        Ok(CoordinatorAt::Broker { id: b.id, host: host.to_string(), port })
+    }
+
     pub fn snapshot(&self) -> Arc<ClusterSnapshot> {
         self.inner.read_unpoisoned().clone()
     }

@@ -15,7 +15,7 @@ pub mod zk_sync;
 #[cfg(test)]
 mod unit_tests;
 
-pub use cache::{BrokerInfo, MetadataCache, PartitionInfo, TopicInfo};
+pub use cache::{BrokerInfo, CoordinatorAt, MetadataCache, PartitionInfo, TopicInfo};
 pub use listener::{ControllerRole, MetadataListener};
 pub use store::{EmbeddedStore, StoreError, ZnodeStore};
 pub use zk_sync::ZkSync;

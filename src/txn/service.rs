@@ -28,7 +28,7 @@ use super::txn_log::{self, TxnLogValue};
 use crate::config::BrokerConfig;
 use crate::io_pool::IoPool;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
-use crate::metadata::{MetadataCache, StoreError, ZnodeStore};
+use crate::metadata::{CoordinatorAt, MetadataCache, StoreError, ZnodeStore};
 use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
 use crate::protocol::ErrorCode;
 use crate::security::client::InterBrokerClient;
@@ -156,30 +156,21 @@ impl TransactionService {
 
     /// The leader of `id`'s `__transaction_state` partition, with its address on `listener`.
     fn coordinator_of(&self, id: &str, listener: &str) -> Result<(i32, String, u16), i16> {
-        let topic = self.cache.topic(TRANSACTION_STATE_TOPIC).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-        let p = crate::group::partition_for(id, topic.partitions.len() as i32);
-        let leader = topic
-            .partitions
-            .iter()
-            .find(|x| x.index == p)
-            .map(|x| x.leader)
-            .ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-        if leader < 0 {
-            return Err(ErrorCode::CoordinatorNotAvailable.code());
-        }
-        if leader == self.config.broker_id {
-            // Named leader but the partition not open here yet: not available keeps the
-            // client asking FindCoordinator, which it retries by itself.
-            if self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, p).is_none() {
-                return Err(ErrorCode::CoordinatorNotAvailable.code());
+        let me = self.config.broker_id;
+        let at =
+            self.cache.coordinator_at(TRANSACTION_STATE_TOPIC, |n| crate::group::partition_for(id, n), me, listener)?;
+        match at {
+            CoordinatorAt::Broker { id, host, port } => Ok((id, host, port)),
+            CoordinatorAt::Here { partition } => {
+                // Named leader but the partition not open here yet: not available keeps the
+                // client asking FindCoordinator, which it retries by itself.
+                if self.partitions.leader_partition(TRANSACTION_STATE_TOPIC, partition).is_none() {
+                    return Err(ErrorCode::CoordinatorNotAvailable.code());
+                }
+                let ep = self.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
+                Ok((me, ep.host.clone(), ep.port))
             }
-            let ep = self.config.advertised_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-            return Ok((leader, ep.host.clone(), ep.port));
         }
-        let snapshot = self.cache.snapshot();
-        let b = snapshot.brokers.iter().find(|b| b.id == leader).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-        let (host, port) = b.endpoint_for(listener).ok_or(ErrorCode::CoordinatorNotAvailable.code())?;
-        Ok((b.id, host.to_string(), port))
     }
 
     fn create_txn_topic(&self) -> Result<(), i16> {
