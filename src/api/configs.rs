@@ -277,15 +277,8 @@ fn alter_topic(
                 configs.remove(key);
             }
             OP_APPEND | OP_SUBTRACT if config_type(key) == 7 => {
-                let mut items = list(&current);
-                for v in list(value.as_deref().unwrap_or("")) {
-                    if *op == OP_APPEND && !items.contains(&v) {
-                        items.push(v);
-                    } else if *op == OP_SUBTRACT {
-                        items.retain(|x| *x != v);
-                    }
-                }
-                configs.insert(key.clone(), items.join(","));
+                let items = list_op(list(&current), list(value.as_deref().unwrap_or("")), *op == OP_APPEND);
+                configs.insert(key.clone(), items);
             }
             _ => {
                 return Err(ApiError::new(ErrorCode::InvalidConfig, format!("Operation {op} is not valid for {key}")));
@@ -531,4 +524,17 @@ pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterCon
         r.responses.push(out);
     }
     r
+}
+
+/// IncrementalAlterConfigs' APPEND (each value not already there, at the end) or SUBTRACT
+/// (every occurrence removed) on a list-typed config, as Kafka applies them.
+pub(super) fn list_op(mut items: Vec<String>, values: Vec<String>, append: bool) -> String {
+    for v in values {
+        if append && !items.contains(&v) {
+            items.push(v);
+        } else if !append {
+            items.retain(|x| *x != v);
+        }
+    }
+    items.join(",")
 }

@@ -202,15 +202,9 @@ pub fn alter_client_metrics(
             OP_APPEND | OP_SUBTRACT
                 if subscription::KEYS.contains(&key.as_str()) && subscription::config_type(key) == 7 =>
             {
-                let mut items = subscription::list(configs.get(key).map(String::as_str).unwrap_or(""));
-                for v in subscription::list(value.as_deref().unwrap_or("")) {
-                    if *op == OP_APPEND && !items.contains(&v) {
-                        items.push(v);
-                    } else if *op == OP_SUBTRACT {
-                        items.retain(|x| *x != v);
-                    }
-                }
-                configs.insert(key.clone(), items.join(","));
+                let items = subscription::list(configs.get(key).map(String::as_str).unwrap_or(""));
+                let values = subscription::list(value.as_deref().unwrap_or(""));
+                configs.insert(key.clone(), super::configs::list_op(items, values, *op == OP_APPEND));
             }
             _ => {
                 return Err(ApiError::new(ErrorCode::InvalidConfig, format!("Operation {op} is not valid for {key}")));
