@@ -12,7 +12,6 @@ use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::{PartitionInfo, TopicInfo};
 use crate::protocol::{ApiError, ErrorCode};
-use crate::sync::MutexExt;
 
 pub const ADMIN_DELETE_TOPICS: &str = "/admin/delete_topics";
 pub const ADMIN_REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";
@@ -321,10 +320,7 @@ impl Controller {
     /// that znode, tells the brokers. Returns the new (leader, leader epoch) per partition.
     pub fn elect_leaders(&self, kind: ElectionType, partitions: &[(String, i32)]) -> Vec<Result<(i32, i32), ApiError>> {
         let snapshot = self.cache.snapshot();
-        let live: BTreeSet<i32> = {
-            let leaving = self.shutting_down_brokers.lock_unpoisoned();
-            snapshot.brokers.iter().map(|b| b.id).filter(|b| !leaving.contains(b)).collect()
-        };
+        let live = self.eligible_brokers(&snapshot);
         let epoch = self.controller_epoch();
         partitions
             .iter()

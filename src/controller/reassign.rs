@@ -23,7 +23,6 @@ use crate::metadata::PartitionInfo;
 use crate::protocol::{ApiError, ErrorCode};
 
 use super::election::{elect_leader, parse_reassignment, ADMIN_REASSIGN_PARTITIONS};
-use crate::sync::MutexExt;
 
 /// The replica set a partition moves to: the full list while in flight and who joins and
 /// leaves (Kafka's `ReplicaAssignment.reassignTo`).
@@ -350,8 +349,7 @@ impl Controller {
 
     /// Live brokers not in controlled shutdown.
     fn eligible_ids(&self) -> BTreeSet<i32> {
-        let leaving = self.shutting_down_brokers.lock_unpoisoned().clone();
-        self.cache.snapshot().brokers.iter().map(|b| b.id).filter(|b| !leaving.contains(b)).collect()
+        self.eligible_brokers(&self.cache.snapshot())
     }
 }
 

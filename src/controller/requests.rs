@@ -34,11 +34,13 @@ type IsrWrite = ((usize, usize), String, i32, PartitionState, i32);
 impl Controller {
     /// The brokers that may lead or join an ISR: registered and not shutting down.
     pub fn eligible_brokers(&self, snapshot: &ClusterSnapshot) -> BTreeSet<i32> {
-        let leaving = self.shutting_down_brokers.lock_unpoisoned();
+        let leaving = self.leaving_brokers(snapshot);
         snapshot.brokers.iter().map(|b| b.id).filter(|b| !leaving.contains(b)).collect()
     }
 
-    fn check_broker_epoch(&self, snapshot: &ClusterSnapshot, broker: i32, epoch: i64) -> Result<(), ErrorCode> {
+    /// Checks a request's broker epoch against the image; answers the epoch the broker is
+    /// registered with.
+    fn check_broker_epoch(&self, snapshot: &ClusterSnapshot, broker: i32, epoch: i64) -> Result<i64, ErrorCode> {
         if !self.is_controller() {
             return Err(ErrorCode::NotController);
         }
@@ -55,7 +57,7 @@ impl Controller {
                 }
                 Err(ErrorCode::StaleBrokerEpoch)
             }
-            Some(_) => Ok(()),
+            Some(b) => Ok(b.epoch),
         }
     }
 
@@ -66,11 +68,12 @@ impl Controller {
         let refuse =
             |code: ErrorCode| ControlledShutdownResponse { error_code: code.code(), remaining_partitions: vec![] };
         let snapshot = self.cache.snapshot();
-        if let Err(code) = self.check_broker_epoch(&snapshot, broker, epoch) {
-            return refuse(code);
-        }
+        let registered = match self.check_broker_epoch(&snapshot, broker, epoch) {
+            Ok(registered) => registered,
+            Err(code) => return refuse(code),
+        };
         tracing::info!(broker, "controlled shutdown requested");
-        self.shutting_down_brokers.lock_unpoisoned().insert(broker);
+        self.shutting_down_brokers.lock_unpoisoned().insert(broker, registered);
         let eligible = self.eligible_brokers(&snapshot);
         if let Err(e) = self.controller_duties(&eligible, None) {
             tracing::warn!(broker, error = %e, "controlled shutdown: cannot move leadership");

@@ -4,7 +4,7 @@
 //! `Broker` builds it and hands it the local replica side as a [`LocalBroker`]; the
 //! controller never sees `Broker` itself.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -14,6 +14,7 @@ use super::log_dir_events::OfflineReplicas;
 use super::propagate::Propagated;
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError};
+use crate::metadata::cache::ClusterSnapshot;
 use crate::metadata::{zk_data, MetadataCache, StoreError, ZnodeStore};
 use crate::protocol::inter_broker::{LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest};
 use crate::security::client::InterBrokerClient;
@@ -58,8 +59,10 @@ pub struct Controller {
     /// Its connections to the other brokers, and what it last told them.
     pub(super) channels: ControllerChannels,
     pub(super) propagated: Mutex<Propagated>,
-    /// Brokers in controlled shutdown, which may neither lead nor join an ISR.
-    pub(super) shutting_down_brokers: Mutex<BTreeSet<i32>>,
+    /// Brokers in controlled shutdown, which may neither lead nor join an ISR, each with the
+    /// registration (broker epoch) that asked: a broker that stopped and registered again
+    /// between two passes is back, though no pass saw it gone.
+    pub(super) shutting_down_brokers: Mutex<BTreeMap<i32, i64>>,
     /// Replicas brokers reported in offline log dirs (KIP-112).
     pub(super) replicas_on_offline_dirs: Mutex<OfflineReplicas>,
     /// For the channels' tasks, which keep the controller only while it exists.
@@ -154,12 +157,20 @@ impl Controller {
     /// Forgets brokers in controlled shutdown that are no longer registered.
     pub fn retain_shutting_down(&self, live: &BTreeSet<i32>) {
         let mut leaving = self.shutting_down_brokers.lock_unpoisoned();
-        leaving.retain(|b| live.contains(b));
+        leaving.retain(|b, _| live.contains(b));
+    }
+
+    /// The brokers still in controlled shutdown: those registered in `snapshot` with the
+    /// epoch they asked with. The others are forgotten.
+    pub(super) fn leaving_brokers(&self, snapshot: &ClusterSnapshot) -> BTreeSet<i32> {
+        let mut leaving = self.shutting_down_brokers.lock_unpoisoned();
+        leaving.retain(|id, epoch| snapshot.brokers.iter().any(|b| b.id == *id && b.epoch == *epoch));
+        leaving.keys().copied().collect()
     }
 
     /// The brokers of `live` that are not in controlled shutdown.
     pub fn eligible_of(&self, live: &BTreeSet<i32>) -> BTreeSet<i32> {
-        let leaving = self.shutting_down_brokers.lock_unpoisoned();
+        let leaving = self.leaving_brokers(&self.cache.snapshot());
         live.difference(&leaving).copied().collect()
     }
 

@@ -205,7 +205,7 @@ fn an_isr_change_is_refused_as_kafka_refuses_it() {
     assert_eq!(code(propose(1, 10, id, 4, 0, &[2, 3])), ErrorCode::IneligibleReplica.code(), "the leader stays");
     assert_eq!(code(propose(1, 10, Uuid::from_u128(7), 4, 0, &[1])), ErrorCode::UnknownTopicId.code());
     // A broker in controlled shutdown may not join the ISR.
-    c.shutting_down_brokers.lock().unwrap().insert(3);
+    c.shutting_down_brokers.lock().unwrap().insert(3, 30);
     assert_eq!(code(propose(1, 10, id, 4, 0, &[1, 2, 3])), ErrorCode::IneligibleReplica.code());
     assert_eq!(stored_state(c).isr, vec![1, 2], "nothing refused was written");
     c.resign_controller();
@@ -350,4 +350,13 @@ fn controlled_shutdown_moves_leadership_away_and_takes_the_broker_out_of_the_isr
     assert_eq!((s.leader, s.leader_epoch, s.isr), (1, 5, vec![1, 3]));
     // Until it registers again, the departing broker may not rejoin.
     assert!(!c.eligible_brokers(&c.cache.snapshot()).contains(&2));
+    // It stopped and registered again before any pass saw it gone: a new registration is a
+    // new broker, eligible at once.
+    c.cache.update(|snap| {
+        if let Some(b) = snap.brokers.iter_mut().find(|b| b.id == 2) {
+            b.epoch = 21;
+        }
+    });
+    assert!(c.eligible_brokers(&c.cache.snapshot()).contains(&2));
+    assert!(c.eligible_of(&BTreeSet::from([1, 2, 3])).contains(&2));
 }
