@@ -158,6 +158,7 @@ impl Broker {
             offsets_zk_mirror_max_writes: config.offsets_zk_mirror_max_writes,
             consumer: crate::config::consumer_group_config(&config)?,
             topics: cache.clone(),
+            share: crate::config::share_group_config(&config)?,
         }));
         // The group coordinator is not built yet: markers reach it through the broker.
         let markers = Arc::new(MarkerLink(std::sync::OnceLock::new()));
@@ -175,6 +176,7 @@ impl Broker {
         });
         let zk_sync = ZkSync::new(&config, store.clone(), cache.clone());
         let components = Arc::new(Components {
+            share: Arc::new(crate::share::ShareManager::new(crate::config::share_group_config(&config)?)),
             controller,
             replicas,
             io,

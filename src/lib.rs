@@ -21,5 +21,6 @@ pub mod network;
 pub mod protocol;
 pub mod replication;
 pub mod security;
+pub mod share;
 pub mod sync;
 pub mod txn;

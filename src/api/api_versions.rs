@@ -56,25 +56,28 @@ pub fn handle(ctx: &RequestContext, req: ApiVersionsRequest) -> ApiVersionsRespo
     // the epoch is that of `/feature`.
     r.finalized_features_epoch = ctx.components.cache.snapshot().finalized_features_epoch.unwrap_or(-1);
     if ctx.components.groups.consumer_groups().config().enabled {
-        group_version_feature(&mut r);
+        feature(&mut r, "group.version", 1, 1);
+    }
+    if ctx.components.groups.share_groups().config().enabled {
+        feature(&mut r, "share.version", 1, 1);
     }
     r
 }
 
-/// `group.version` as Kafka 4.x lists it where the consumer protocol is on: supported 0-1,
-/// finalized at 1. This broker's own setting decides, as there is no KRaft quorum to
-/// finalize it cluster-wide.
-fn group_version_feature(r: &mut ApiVersionsResponse) {
-    let name = StrBytes::from_static_str("group.version");
+/// A feature as Kafka 4.x lists it where it is on: supported from 0, finalized at `level`
+/// (`group.version` with the consumer protocol, `share.version` with share groups). This
+/// broker's own setting decides, as there is no KRaft quorum to finalize it cluster-wide.
+fn feature(r: &mut ApiVersionsResponse, name: &'static str, max: i16, level: i16) {
+    let name = StrBytes::from_static_str(name);
     let mut supported = SupportedFeatureKey::default();
     supported.name = name.clone();
     supported.min_version = 0;
-    supported.max_version = 1;
+    supported.max_version = max;
     r.supported_features.push(supported);
     let mut finalized = FinalizedFeatureKey::default();
     finalized.name = name;
-    finalized.min_version_level = 1;
-    finalized.max_version_level = 1;
+    finalized.min_version_level = level;
+    finalized.max_version_level = level;
     r.finalized_features.push(finalized);
 }
 

@@ -27,6 +27,8 @@ pub struct Components {
     pub replicas: Arc<ReplicaManager>,
     /// The group coordinator and what it does on this broker.
     pub groups: Arc<GroupCoordinatorService>,
+    /// Share-partitions led here and the share sessions of their consumers (KIP-932).
+    pub share: Arc<crate::share::ShareManager>,
     /// Producer ids and transactions.
     pub txn: Arc<TransactionService>,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.

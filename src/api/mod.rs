@@ -17,6 +17,7 @@ mod produce;
 mod producer_id;
 mod quotas;
 mod scram_credentials;
+mod share;
 mod telemetry;
 mod topics;
 mod txn;
@@ -74,6 +75,12 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 0, 4),
+    // Share groups (KIP-932) at Kafka 4.1+'s versions; offered only while
+    // `group.coordinator.rebalance.protocols` names `share` (see `served_versions`).
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
     // Answered on the connection itself (network): they change who the connection is.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -126,6 +133,9 @@ pub fn served_versions(broker: &Components, key: ApiKey) -> Option<(i16, i16)> {
     // The consumer group protocol's APIs, as unknown to clients as to Kafka 3.x when
     // `group.coordinator.rebalance.protocols` leaves out `consumer`.
     if consumer_group::KEYS.contains(&key) && !broker.groups.consumer_groups().config().enabled {
+        return None;
+    }
+    if share::KEYS.contains(&key) && !broker.groups.share_groups().config().enabled {
         return None;
     }
     supported_versions(key)
@@ -328,6 +338,12 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ConsumerGroupDescribe(r) => {
             ResponseKind::ConsumerGroupDescribe(consumer_group::consumer_group_describe(ctx, r))
         }
+        RequestKind::ShareGroupHeartbeat(r) => {
+            ResponseKind::ShareGroupHeartbeat(share::share_group_heartbeat(ctx, r))
+        }
+        RequestKind::ShareGroupDescribe(r) => ResponseKind::ShareGroupDescribe(share::share_group_describe(ctx, r)),
+        RequestKind::ShareFetch(r) => ResponseKind::ShareFetch(share::share_fetch(ctx, r).await),
+        RequestKind::ShareAcknowledge(r) => ResponseKind::ShareAcknowledge(share::share_acknowledge(ctx, r)),
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe_acls(ctx, r)),
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(off_runtime(ctx, move |c| acls::create_acls(c, r)).await?)

@@ -224,6 +224,115 @@ pub fn consumer_group_config(config: &BrokerConfig) -> anyhow::Result<ConsumerGr
     })
 }
 
+/// Share groups' settings (KIP-932), Kafka 4.x's names, defaults and bounds.
+#[derive(Debug, Clone)]
+pub struct ShareGroupConfig {
+    /// Whether `group.coordinator.rebalance.protocols` names `share` (Kafka 4.x's
+    /// `share.version` feature): without it the share-group APIs are not offered.
+    pub enabled: bool,
+    /// `group.share.session.timeout.ms`
+    pub session_timeout_ms: i32,
+    /// `group.share.heartbeat.interval.ms`
+    pub heartbeat_interval_ms: i32,
+    /// `group.share.max.size`: members per share group.
+    pub max_size: usize,
+    /// `group.share.record.lock.duration.ms`: how long an acquired record stays locked.
+    pub record_lock_duration_ms: i32,
+    /// `group.share.delivery.count.limit`: deliveries before a record is archived.
+    pub delivery_count_limit: i16,
+    /// `group.share.partition.max.record.locks`: in-flight records per share-partition.
+    pub partition_max_record_locks: usize,
+    /// `group.share.max.share.sessions`: share sessions this broker keeps.
+    pub max_share_sessions: usize,
+}
+
+impl Default for ShareGroupConfig {
+    fn default() -> Self {
+        ShareGroupConfig {
+            enabled: false,
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: 200,
+            record_lock_duration_ms: 30_000,
+            delivery_count_limit: 5,
+            partition_max_record_locks: 2_000,
+            max_share_sessions: 2_000,
+        }
+    }
+}
+
+/// The `group.share.*` keys, checked against the bounds Kafka gives them (each value within
+/// its `min`/`max` companion keys).
+pub fn share_group_config(config: &BrokerConfig) -> anyhow::Result<ShareGroupConfig> {
+    let get = |k: &str, default: i64| -> anyhow::Result<i64> {
+        match config.values.get(k) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) if n > 0 && n <= i32::MAX as i64 => Ok(n),
+                _ => Err(anyhow::anyhow!("invalid value {v:?} for configuration {k}: must be a positive int")),
+            },
+        }
+    };
+    let within = |k: &str, default: i64, min_key: &str, min: i64, max_key: &str, max: i64| -> anyhow::Result<i64> {
+        let (v, lo, hi) = (get(k, default)?, get(min_key, min)?, get(max_key, max)?);
+        if !(lo..=hi).contains(&v) {
+            anyhow::bail!("{k} {v} must be within {min_key} {lo} and {max_key} {hi}");
+        }
+        Ok(v)
+    };
+    let session = within(
+        "group.share.session.timeout.ms",
+        45_000,
+        "group.share.min.session.timeout.ms",
+        45_000,
+        "group.share.max.session.timeout.ms",
+        60_000,
+    )?;
+    let heartbeat = within(
+        "group.share.heartbeat.interval.ms",
+        5_000,
+        "group.share.min.heartbeat.interval.ms",
+        5_000,
+        "group.share.max.heartbeat.interval.ms",
+        15_000,
+    )?;
+    if heartbeat >= session {
+        anyhow::bail!("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms");
+    }
+    let lock = within(
+        "group.share.record.lock.duration.ms",
+        30_000,
+        "group.share.min.record.lock.duration.ms",
+        15_000,
+        "group.share.max.record.lock.duration.ms",
+        60_000,
+    )?;
+    let deliveries = within(
+        "group.share.delivery.count.limit",
+        5,
+        "group.share.min.delivery.count.limit",
+        2,
+        "group.share.max.delivery.count.limit",
+        10,
+    )?;
+    let locks = get("group.share.partition.max.record.locks", 2_000)?;
+    if !(100..=10_000).contains(&locks) {
+        anyhow::bail!("group.share.partition.max.record.locks {locks} must be within 100 and 10000");
+    }
+    let protocols = config.values.get("group.coordinator.rebalance.protocols").map(String::as_str);
+    let enabled = protocols.unwrap_or("classic,consumer").split(',').any(|p| p.trim().eq_ignore_ascii_case("share"));
+    Ok(ShareGroupConfig {
+        enabled,
+        session_timeout_ms: session as i32,
+        heartbeat_interval_ms: heartbeat as i32,
+        max_size: get("group.share.max.size", 200)? as usize,
+        record_lock_duration_ms: lock as i32,
+        delivery_count_limit: deliveries as i16,
+        partition_max_record_locks: locks as usize,
+        max_share_sessions: get("group.share.max.share.sessions", 2_000)? as usize,
+    })
+}
+
 /// `transaction.max.timeout.ms` and `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
 /// Kafka's names and defaults.
 pub fn txn_config(config: &BrokerConfig) -> anyhow::Result<TxnConfig> {

@@ -26,7 +26,7 @@ mod replication;
 mod tests;
 
 pub use coordinators::{
-    consumer_group_config, coordinator_config, txn_config, ConsumerGroupConfig, CoordinatorConfig, InternalTopicConfig,
+    consumer_group_config, coordinator_config, share_group_config, txn_config, ConsumerGroupConfig, ShareGroupConfig, CoordinatorConfig, InternalTopicConfig,
     TxnConfig,
 };
 pub use keys::{

@@ -10,6 +10,7 @@ pub mod consumer;
 pub mod coordinator;
 pub mod offsets_log;
 pub mod service;
+pub mod share;
 pub mod zk_mirror;
 
 pub use coordinator::{GroupCoordinator, JoinResult, SyncResult};

@@ -23,6 +23,7 @@ use super::coordinator::{
     JoinResult, MemberRegistration, OffsetToCommit, PendingTxnOffset, SyncResult, TopicPartition,
 };
 use super::offsets_log::{self, OffsetValue, OffsetsKey, StoredMember};
+use super::share::{MirrorChange, ShareGroupConfig, ShareGroupCoordinator, ShareHeartbeatRequest, ShareHeartbeatResult};
 use super::zk_mirror::{MembershipMirror, OffsetMirror};
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::io_pool::IoPool;
@@ -78,6 +79,8 @@ pub struct GroupServiceHandles {
     /// The consumer protocol's settings and the topics its subscriptions name.
     pub consumer: ConsumerGroupConfig,
     pub topics: Arc<dyn TopicsView>,
+    /// Share groups' settings (KIP-932).
+    pub share: ShareGroupConfig,
 }
 
 pub struct GroupCoordinatorService {
@@ -86,6 +89,8 @@ pub struct GroupCoordinatorService {
     /// Groups of the consumer protocol (KIP-848); their committed offsets live with the
     /// classic groups' in `coordinator`.
     consumer: ConsumerGroupCoordinator,
+    /// Share groups (KIP-932): membership only, kept in memory.
+    share: ShareGroupCoordinator,
     partitions: Arc<dyn OffsetsPartitions>,
     creator: Arc<dyn OffsetsTopicCreator>,
     znodes: Arc<dyn GroupZnodes>,
@@ -106,7 +111,8 @@ impl GroupCoordinatorService {
         GroupCoordinatorService {
             broker_id: h.broker_id,
             coordinator: GroupCoordinator::new(h.coordinator),
-            consumer: ConsumerGroupCoordinator::new(h.consumer, h.topics),
+            consumer: ConsumerGroupCoordinator::new(h.consumer, h.topics.clone()),
+            share: ShareGroupCoordinator::new(h.share, h.topics),
             partitions: h.partitions,
             creator: h.creator,
             znodes: h.znodes,
@@ -129,7 +135,39 @@ impl GroupCoordinatorService {
         &self.consumer
     }
 
+    /// Share groups, for reads (ShareGroupDescribe, ListGroups).
+    pub fn share_groups(&self) -> &ShareGroupCoordinator {
+        &self.share
+    }
+
     // ---- request handlers' steps: each performs its effects before it returns ----
+
+    /// ShareGroupHeartbeat. A group id names one kind of group: a live classic or consumer
+    /// group's id is refused, as Kafka refuses it.
+    pub fn share_heartbeat(&self, req: ShareHeartbeatRequest) -> ShareHeartbeatResult {
+        let classic = self.coordinator.with_group(&req.group_id, |g| !g.members.is_empty()) == Some(true);
+        if classic || self.consumer.has_members(&req.group_id) {
+            return ShareHeartbeatResult {
+                error_code: ErrorCode::GroupIdNotFound.code(),
+                error_message: Some(format!("Group {} is not a share group.", req.group_id)),
+                member_epoch: -1,
+                ..Default::default()
+            };
+        }
+        let mut changes = Vec::new();
+        let result = self.share.heartbeat(req, &mut changes);
+        self.mirror_share_changes(changes);
+        result
+    }
+
+    fn mirror_share_changes(&self, changes: Vec<MirrorChange>) {
+        for change in changes {
+            match change {
+                MirrorChange::Joined(group, member) => self.membership_zk_mirror.member_joined(&group, &member),
+                MirrorChange::Left(group, member) => self.membership_zk_mirror.member_left(&group, &member),
+            }
+        }
+    }
 
     pub async fn join(&self, req: JoinRequest) -> JoinResult {
         // One group id, one protocol: converting a live group between them is not done yet.
@@ -146,7 +184,9 @@ impl GroupCoordinatorService {
 
     /// ConsumerGroupHeartbeat. Appends to `__consumer_offsets`: call it off the async workers.
     pub fn consumer_heartbeat(&self, req: HeartbeatRequest) -> HeartbeatResult {
-        if self.coordinator.with_group(&req.group_id, |g| !g.members.is_empty()) == Some(true) {
+        if self.coordinator.with_group(&req.group_id, |g| !g.members.is_empty()) == Some(true)
+            || self.share.has_members(&req.group_id)
+        {
             return HeartbeatResult {
                 error_code: ErrorCode::GroupIdNotFound.code(),
                 error_message: Some(format!("Group {} is not a consumer group.", req.group_id)),
@@ -453,6 +493,7 @@ impl GroupCoordinatorService {
         let Some(count) = self.partitions.partition_count() else { return };
         let n = self.coordinator.unload_groups(self, |g| partition_for(g, count) == p)
             + self.consumer.unload(self, |g| partition_for(g, count) == p);
+        self.share.unload(|g| partition_for(g, count) == p);
         if n > 0 {
             tracing::info!(partition = p, groups = n, "unloaded consumer groups: no longer their coordinator");
         }
@@ -498,6 +539,9 @@ impl GroupCoordinatorService {
                     let s2 = s.clone();
                     let _ = s.io.run(move || s2.coordinator.perform(&*s2, &stripes)).await;
                 }
+                let mut changes = Vec::new();
+                s.share.tick(&mut changes);
+                s.mirror_share_changes(changes);
                 if s.consumer.tick_step() {
                     let s2 = s.clone();
                     let _ = s.io.run(move || s2.consumer.perform(&*s2)).await;

@@ -90,6 +90,7 @@ impl Node {
             offsets_zk_mirror_max_writes: 1,
             consumer: Default::default(),
             topics: cache,
+            share: Default::default(),
         }));
         service.load_groups(None);
         Node { service, replicas }

@@ -1,0 +1,271 @@
+//! Share-partitions (KIP-932) on their partition's leader: which records each share-group
+//! member holds, and the share sessions ShareFetch and ShareAcknowledge run in.
+//!
+//! State is in memory in this phase: a broker restart or a leader move starts each
+//! share-partition again at the group's reset point. Everything a persister would record goes
+//! through [`SharePersister`], whose only implementation keeps nothing.
+//!
+//! Locks: `partitions`, then nothing; `sessions` is never held with it. The log is read with
+//! neither held; a step re-checks what it read against the state it then finds.
+
+pub mod partition;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use tokio::time::{Duration, Instant};
+use uuid::Uuid;
+
+pub use partition::{AckBatch, AcquiredRange, Limits, SharePartition};
+
+use crate::config::ShareGroupConfig;
+use crate::log::BatchHeader;
+use crate::protocol::ErrorCode;
+use crate::sync::MutexExt;
+
+/// A share-partition: (group, topic id, partition).
+pub type SharePartitionKey = (String, Uuid, i32);
+
+/// Where share-partition state would be made durable (`__share_group_state`, phase 2).
+pub trait SharePersister: Send + Sync {
+    /// The start offset recorded for a share-partition, if any.
+    fn initial_start(&self, key: &SharePartitionKey) -> Option<i64>;
+    /// Called after each change to a share-partition, with the lock held.
+    fn changed(&self, key: &SharePartitionKey, state: &SharePartition);
+}
+
+/// The phase-1 persister: nothing survives the process.
+pub struct InMemory;
+
+impl SharePersister for InMemory {
+    fn initial_start(&self, _: &SharePartitionKey) -> Option<i64> {
+        None
+    }
+    fn changed(&self, _: &SharePartitionKey, _: &SharePartition) {}
+}
+
+/// What a share-partition reads from its partition's log.
+pub trait ShareLog {
+    /// (log start, high watermark).
+    fn bounds(&self) -> (i64, i64);
+    /// Whole batches from the one containing `offset`, about `max_bytes`, below the high
+    /// watermark; Err is a Kafka error code.
+    fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, i16>;
+}
+
+impl ShareLog for crate::replication::partition::Partition {
+    fn bounds(&self) -> (i64, i64) {
+        (self.log_start_offset(), self.high_watermark())
+    }
+
+    fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, i16> {
+        let r = crate::replication::partition::Partition::read(self, offset, max_bytes, -1, false);
+        match r.error_code {
+            0 => Ok(r.records),
+            code => Err(code),
+        }
+    }
+}
+
+/// A member's share session on this broker (KIP-932's share fetch session).
+struct ShareSession {
+    /// The epoch the next request must carry.
+    epoch: i32,
+    partitions: BTreeSet<(Uuid, i32)>,
+    last_used: Instant,
+}
+
+/// Records acquired from one partition by one ShareFetch.
+pub struct Acquired {
+    pub records: Bytes,
+    pub ranges: Vec<AcquiredRange>,
+}
+
+pub struct ShareManager {
+    config: ShareGroupConfig,
+    partitions: Mutex<HashMap<SharePartitionKey, SharePartition>>,
+    sessions: Mutex<HashMap<(String, String), ShareSession>>,
+    persister: Box<dyn SharePersister>,
+}
+
+/// A session step's outcome: the partitions of the session, or a Kafka error code.
+pub type SessionResult = Result<Vec<(Uuid, i32)>, i16>;
+
+impl ShareManager {
+    pub fn new(config: ShareGroupConfig) -> ShareManager {
+        ShareManager {
+            config,
+            partitions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            persister: Box::new(InMemory),
+        }
+    }
+
+    pub fn config(&self) -> &ShareGroupConfig {
+        &self.config
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            lock_duration: Duration::from_millis(self.config.record_lock_duration_ms.max(0) as u64),
+            delivery_count_limit: self.config.delivery_count_limit,
+            max_in_flight: self.config.partition_max_record_locks,
+        }
+    }
+
+    /// ShareFetch's session step. Epoch 0 opens a session (replacing the member's previous
+    /// one, whose records are released); -1 is the final request, which closes it after its
+    /// acknowledgements; any other must be the session's next epoch. Returns the session's
+    /// partitions after `added` and `forgotten`.
+    pub fn fetch_session(
+        &self,
+        group: &str,
+        member: &str,
+        epoch: i32,
+        added: &[(Uuid, i32)],
+        forgotten: &[(Uuid, i32)],
+    ) -> SessionResult {
+        let key = (group.to_string(), member.to_string());
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock_unpoisoned();
+        match epoch {
+            0 => {
+                let replaced = sessions.remove(&key).is_some();
+                if !replaced && sessions.len() >= self.config.max_share_sessions {
+                    // Sessions idle for longer than a member's session timeout belong to
+                    // members the coordinator has fenced.
+                    let idle = Duration::from_millis(self.config.session_timeout_ms.max(0) as u64);
+                    sessions.retain(|_, s| now.duration_since(s.last_used) < idle);
+                    if sessions.len() >= self.config.max_share_sessions {
+                        return Err(ErrorCode::ShareSessionLimitReached.code());
+                    }
+                }
+                let partitions: BTreeSet<(Uuid, i32)> = added.iter().copied().collect();
+                let list = partitions.iter().copied().collect();
+                sessions.insert(key, ShareSession { epoch: 1, partitions, last_used: now });
+                drop(sessions);
+                if replaced {
+                    self.release_member(group, member);
+                }
+                Ok(list)
+            }
+            _ => {
+                let session = sessions.get_mut(&key).ok_or(ErrorCode::ShareSessionNotFound.code())?;
+                if epoch != -1 && epoch != session.epoch {
+                    return Err(ErrorCode::InvalidShareSessionEpoch.code());
+                }
+                session.partitions.extend(added.iter().copied());
+                for f in forgotten {
+                    session.partitions.remove(f);
+                }
+                session.epoch = session.epoch.checked_add(1).unwrap_or(1);
+                session.last_used = now;
+                Ok(session.partitions.iter().copied().collect())
+            }
+        }
+    }
+
+    /// ShareAcknowledge's session step: as ShareFetch's, but it never opens a session.
+    pub fn acknowledge_session(&self, group: &str, member: &str, epoch: i32) -> Result<(), i16> {
+        if epoch == 0 {
+            return Err(ErrorCode::InvalidShareSessionEpoch.code());
+        }
+        self.fetch_session(group, member, epoch, &[], &[]).map(|_| ())
+    }
+
+    /// Ends a member's session (its final request was answered): what it holds is released.
+    pub fn close_session(&self, group: &str, member: &str) {
+        let removed = self.sessions.lock_unpoisoned().remove(&(group.to_string(), member.to_string())).is_some();
+        if removed {
+            self.release_member(group, member);
+        }
+    }
+
+    fn release_member(&self, group: &str, member: &str) {
+        let limits = self.limits();
+        let mut partitions = self.partitions.lock_unpoisoned();
+        for (key, p) in partitions.iter_mut().filter(|(k, _)| k.0 == group) {
+            if p.release_member(member, &limits) > 0 {
+                self.persister.changed(key, p);
+            }
+        }
+    }
+
+    /// Applies a member's acknowledgements to one share-partition: all or none.
+    pub fn acknowledge(&self, key: &SharePartitionKey, member: &str, batches: &[AckBatch]) -> Result<(), i16> {
+        let limits = self.limits();
+        let now = Instant::now();
+        let mut partitions = self.partitions.lock_unpoisoned();
+        let p = partitions.get_mut(key).ok_or(ErrorCode::InvalidRecordState.code())?;
+        p.expire_locks(now, &limits);
+        p.acknowledge(member, batches, now, &limits)?;
+        self.persister.changed(key, p);
+        Ok(())
+    }
+
+    /// Acquires for `member` records of one share-partition: first those available for
+    /// redelivery, else new ones below the high watermark. None if there is nothing to hand out.
+    pub fn acquire(
+        &self,
+        key: &SharePartitionKey,
+        member: &str,
+        log: &dyn ShareLog,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Option<Acquired>, i16> {
+        let limits = self.limits();
+        let (log_start, hw) = log.bounds();
+        // Which offset to read from, and whether it is a redelivery.
+        let from = {
+            let mut partitions = self.partitions.lock_unpoisoned();
+            let p = partitions.entry(key.clone()).or_insert_with(|| {
+                // share.auto.offset.reset's default, latest: records from now on.
+                SharePartition::new(self.persister.initial_start(key).unwrap_or(hw))
+            });
+            p.move_start_to(log_start);
+            p.expire_locks(Instant::now(), &limits);
+            match p.first_available() {
+                Some(o) => (o, true),
+                None if p.next_offset() < hw && p.has_room(&limits) => (p.next_offset(), false),
+                None => return Ok(None),
+            }
+        };
+        let records = log.read(from.0, max_bytes)?;
+        let Some(end) = last_offset_in(&records).map(|e| e.min(hw - 1)) else { return Ok(None) };
+        let now = Instant::now();
+        let mut partitions = self.partitions.lock_unpoisoned();
+        let Some(p) = partitions.get_mut(key) else { return Ok(None) };
+        let ranges = match from {
+            (o, true) => p.acquire_available(member, o, end, max_records, now, &limits),
+            (o, false) => p.acquire_new(member, o, end, max_records, now, &limits),
+        };
+        if ranges.is_empty() {
+            return Ok(None);
+        }
+        self.persister.changed(key, p);
+        Ok(Some(Acquired { records, ranges }))
+    }
+
+    /// When the earliest lock among these share-partitions runs out: a waiting ShareFetch
+    /// looks again then.
+    pub fn next_lock_expiry(&self, keys: &[SharePartitionKey]) -> Option<Instant> {
+        let partitions = self.partitions.lock_unpoisoned();
+        keys.iter().filter_map(|k| partitions.get(k)).filter_map(SharePartition::next_lock_expiry).min()
+    }
+}
+
+/// The last offset of the last whole batch in `records`.
+fn last_offset_in(records: &[u8]) -> Option<i64> {
+    let mut rest = records;
+    let mut last = None;
+    while let Some(h) = BatchHeader::parse(rest) {
+        let size = h.total_size();
+        if size > rest.len() || size == 0 {
+            break;
+        }
+        last = Some(h.last_offset());
+        rest = &rest[size..];
+    }
+    last
+}
