@@ -7,6 +7,7 @@ from pathlib import Path
 import kproto as kp
 import kproto_admin as ka
 import kproto_groups as kg
+import kproto_share as ks
 import kproto_txn as kt
 
 # api key -> (module, test function) that exercise it at the min and max advertised version
@@ -60,6 +61,11 @@ COVERAGE = {
     kt.TXN_OFFSET_COMMIT: ("test_txn_apis", "test_transaction_by_raw_frames"),
     kt.DESCRIBE_TRANSACTIONS: ("test_txn_apis", "test_transaction_by_raw_frames"),
     kt.LIST_TRANSACTIONS: ("test_txn_apis", "test_transaction_by_raw_frames"),
+    # Offered only with share groups on (see test_every_share_api_has_a_wire_test).
+    ks.SHARE_GROUP_HEARTBEAT: ("test_share_apis", "test_share_group_heartbeat_and_describe"),
+    ks.SHARE_GROUP_DESCRIBE: ("test_share_apis", "test_share_group_heartbeat_and_describe"),
+    ks.SHARE_FETCH: ("test_share_apis", "test_share_fetch_and_acknowledge"),
+    ks.SHARE_ACKNOWLEDGE: ("test_share_apis", "test_share_fetch_and_acknowledge"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners
@@ -73,10 +79,21 @@ SECURED_COVERAGE = {
 
 
 def encoder_range(api):
-    return kp.ENCODER_RANGES.get(api) or kg.ENCODER_RANGES.get(api) or ka.ENCODER_RANGES.get(api)
+    return (kp.ENCODER_RANGES.get(api) or kg.ENCODER_RANGES.get(api) or ka.ENCODER_RANGES.get(api)
+            or ks.ENCODER_RANGES.get(api))
 
 
 def test_every_advertised_api_has_a_wire_test(broker):
+    check_coverage(broker)
+
+
+def test_every_share_api_has_a_wire_test(broker_factory):
+    b = broker_factory(overrides={"group.coordinator.rebalance.protocols": "classic,consumer,share"})
+    assert all(k in b.api_versions for k in ks.NAMES), b.api_versions
+    check_coverage(b)
+
+
+def check_coverage(broker):
     with kp.Conn(broker.host, broker.port) as c:
         av = c.api_versions(3)
     assert av["error_code"] == 0

@@ -1,0 +1,216 @@
+"""Hand-written encoders/decoders for the share-group APIs (KIP-932, Kafka 4.1+'s JSON message
+definitions), flexible in every version.  Same style as kproto.py (standard library only);
+importing this module registers the APIs' names and first flexible versions in kproto.
+
+  ShareGroupHeartbeat 1, ShareGroupDescribe 1, ShareFetch 1, ShareAcknowledge 1
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import kproto as kp
+from kproto import R, W
+
+SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
+
+NAMES = {SHARE_GROUP_HEARTBEAT: "ShareGroupHeartbeat", SHARE_GROUP_DESCRIBE: "ShareGroupDescribe",
+         SHARE_FETCH: "ShareFetch", SHARE_ACKNOWLEDGE: "ShareAcknowledge"}
+FLEX = {k: 0 for k in NAMES}
+ENCODER_RANGES = {k: (1, 1) for k in NAMES}
+kp.API_NAMES.update(NAMES)
+kp.FLEX.update(FLEX)
+
+# error codes
+INVALID_REQUEST = 42
+UNKNOWN_MEMBER_ID = 25
+FENCED_MEMBER_EPOCH = 110
+INVALID_RECORD_STATE = 121
+SHARE_SESSION_NOT_FOUND = 122
+INVALID_SHARE_SESSION_EPOCH = 123
+
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+
+
+def _w() -> W:
+    return W(True)
+
+
+def share_group_heartbeat_request(group: str, member_id: str, member_epoch: int,
+                                  topics: Optional[List[str]] = None) -> bytes:
+    w = _w().string(group).string(member_id).i32(member_epoch)
+    w.nullable_string(None)  # rack id
+    w.array(topics, lambda w, t: w.string(t))
+    return w.tags().done()
+
+
+def decode_share_group_heartbeat(r: R) -> dict:
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.string(),
+           "member_id": r.string(), "member_epoch": r.i32(), "heartbeat_interval_ms": r.i32(), "assignment": None}
+    if r.i8() >= 0:
+        def tp(r):
+            t = (r.uuid(), r.array(lambda r: r.i32()))
+            r.tags()
+            return t
+        out["assignment"] = r.array(tp)
+        r.tags()
+    r.tags()
+    r.end()
+    return out
+
+
+def share_group_describe_request(groups: List[str]) -> bytes:
+    return _w().array(groups, lambda w, g: w.string(g)).bool(False).tags().done()
+
+
+def decode_share_group_describe(r: R) -> dict:
+    def member(r):
+        m = {"member_id": r.string(), "rack_id": r.string(), "member_epoch": r.i32(), "client_id": r.string(),
+             "client_host": r.string(), "subscribed_topic_names": r.array(lambda r: r.string())}
+
+        def tp(r):
+            t = {"topic_id": r.uuid(), "topic": r.string(), "partitions": r.array(lambda r: r.i32())}
+            r.tags()
+            return t
+        m["assignment"] = r.array(tp)
+        r.tags()
+        r.tags()
+        return m
+
+    def group(r):
+        g = {"error_code": r.i16(), "error_message": r.string(), "group_id": r.string(), "state": r.string(),
+             "group_epoch": r.i32(), "assignment_epoch": r.i32(), "assignor": r.string(),
+             "members": r.array(member), "authorized_operations": r.i32()}
+        r.tags()
+        return g
+    out = {"throttle_time_ms": r.i32(), "groups": r.array(group)}
+    r.tags()
+    r.end()
+    return out
+
+
+# acknowledgements: {(topic id, partition): [(first, last, [types])]}
+Acks = Dict[Tuple[bytes, int], List[Tuple[int, int, List[int]]]]
+
+
+def _ack_batch(w: W, b) -> None:
+    w.i64(b[0]).i64(b[1]).array(b[2], lambda w, t: w.i8(t))
+    w.tags()
+
+
+def _by_topic(parts: List[Tuple[bytes, int]]) -> Dict[bytes, List[int]]:
+    out: Dict[bytes, List[int]] = {}
+    for t, p in parts:
+        out.setdefault(t, []).append(p)
+    return out
+
+
+def share_fetch_request(group: Optional[str], member: Optional[str], epoch: int, partitions: List[Tuple[bytes, int]],
+                        acks: Optional[Acks] = None, max_wait_ms: int = 0, max_records: int = 500,
+                        forgotten: Optional[List[Tuple[bytes, int]]] = None) -> bytes:
+    acks = acks or {}
+    w = _w().nullable_string(group).nullable_string(member).i32(epoch)
+    w.i32(max_wait_ms).i32(1).i32(1 << 20).i32(max_records).i32(max_records)
+
+    def part(topic):
+        def f(w, p):
+            w.i32(p).array(acks.get((topic, p), []), _ack_batch)
+            w.tags()
+        return f
+
+    def topic(w, item):
+        t, ps = item
+        w.uuid(t).array(ps, part(t))
+        w.tags()
+
+    keys = list(dict.fromkeys(list(partitions) + list(acks)))
+    w.array(list(_by_topic(keys).items()), topic)
+
+    def forgot(w, item):
+        w.uuid(item[0]).array(item[1], lambda w, p: w.i32(p))
+        w.tags()
+    w.array(list(_by_topic(forgotten or []).items()), forgot)
+    return w.tags().done()
+
+
+def _leader(r: R) -> tuple:
+    t = (r.i32(), r.i32())
+    r.tags()
+    return t
+
+
+def _endpoints(r: R) -> list:
+    def ep(r):
+        e = (r.i32(), r.string(), r.i32(), r.string())
+        r.tags()
+        return e
+    return r.array(ep)
+
+
+def decode_share_fetch(r: R) -> dict:
+    def acquired(r):
+        a = (r.i64(), r.i64(), r.i16())
+        r.tags()
+        return a
+
+    def part(r):
+        p = {"partition": r.i32(), "error_code": r.i16(), "error_message": r.string(),
+             "acknowledge_error_code": r.i16(), "acknowledge_error_message": r.string(),
+             "current_leader": _leader(r), "records": r.bytes_(), "acquired": r.array(acquired)}
+        r.tags()
+        return p
+
+    def topic(r):
+        t = {"topic_id": r.uuid(), "partitions": r.array(part)}
+        r.tags()
+        return t
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.string(),
+           "acquisition_lock_timeout_ms": r.i32(), "responses": r.array(topic), "node_endpoints": _endpoints(r)}
+    r.tags()
+    r.end()
+    return out
+
+
+def share_acknowledge_request(group: Optional[str], member: Optional[str], epoch: int, acks: Acks) -> bytes:
+    w = _w().nullable_string(group).nullable_string(member).i32(epoch)
+
+    def topic(w, item):
+        t, ps = item
+
+        def part(w, p):
+            w.i32(p).array(acks[(t, p)], _ack_batch)
+            w.tags()
+        w.uuid(t).array(ps, part)
+        w.tags()
+    w.array(list(_by_topic(list(acks)).items()), topic)
+    return w.tags().done()
+
+
+def decode_share_acknowledge(r: R) -> dict:
+    def part(r):
+        p = {"partition": r.i32(), "error_code": r.i16(), "error_message": r.string(), "current_leader": _leader(r)}
+        r.tags()
+        return p
+
+    def topic(r):
+        t = {"topic_id": r.uuid(), "partitions": r.array(part)}
+        r.tags()
+        return t
+    out = {"throttle_time_ms": r.i32(), "error_code": r.i16(), "error_message": r.string(),
+           "responses": r.array(topic), "node_endpoints": _endpoints(r)}
+    r.tags()
+    r.end()
+    return out
+
+
+_DECODERS = {SHARE_GROUP_HEARTBEAT: decode_share_group_heartbeat, SHARE_GROUP_DESCRIBE: decode_share_group_describe,
+             SHARE_FETCH: decode_share_fetch, SHARE_ACKNOWLEDGE: decode_share_acknowledge}
+
+
+def call(c: kp.Conn, api: int, body: bytes) -> dict:
+    return _DECODERS[api](c.call(api, 1, body))
+
+
+def partition_of(resp: dict) -> dict:
+    """The one partition of a one-partition answer."""
+    assert len(resp["responses"]) == 1 and len(resp["responses"][0]["partitions"]) == 1, resp
+    return resp["responses"][0]["partitions"][0]

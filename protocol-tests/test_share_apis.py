@@ -1,0 +1,107 @@
+"""The share-group APIs (KIP-932) on a standalone broker with share groups on, by hand-built
+frames (kproto_share.py): ShareGroupHeartbeat and ShareGroupDescribe on the coordinator,
+ShareFetch and ShareAcknowledge on the leader, with the errors for a fenced epoch, an unknown
+member, a share session out of step and malformed or foreign acknowledgements.
+"""
+import uuid
+
+import kproto as kp
+import kproto_groups as kg
+import kproto_share as ks
+from gregor_harness import wait_until
+from test_apis import new_topic, sample_records
+from test_group_apis import find_coordinator
+
+WAIT = 30
+SHARE_ON = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "3",
+            "group.coordinator.rebalance.protocols": "classic,consumer,share"}
+
+
+def test_share_group_heartbeat_and_describe(broker_factory):
+    b = broker_factory(overrides=SHARE_ON)
+    assert {k: b.api_versions.get(k) for k in ks.NAMES} == ks.ENCODER_RANGES
+    group, me, other = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex, uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c, partitions=2)
+        tid = kp.topic_id(c, topic)
+        find_coordinator(c, 4, group)
+
+        def hb(member, epoch, topics=None):
+            return ks.call(c, ks.SHARE_GROUP_HEARTBEAT, ks.share_group_heartbeat_request(group, member, epoch, topics))
+
+        joined = wait_until(lambda: (lambda r: r if r["error_code"] != kg.COORDINATOR_LOAD_IN_PROGRESS else None)(
+            hb(me, 0, [topic])), WAIT, "the first heartbeat", interval=0.1)
+        assert joined["error_code"] == 0 and joined["member_id"] == me, joined
+        assert joined["member_epoch"] == 1 and joined["heartbeat_interval_ms"] == 5000, joined
+        assert joined["assignment"] == [(tid, [0, 1])], joined
+        # A second member shares both partitions; the first learns the new epoch, and an
+        # unchanged assignment is not sent again.
+        second = hb(other, 0, [topic])
+        assert (second["error_code"], second["member_epoch"], second["assignment"]) == (0, 2, [(tid, [0, 1])])
+        again = hb(me, 1)
+        assert (again["error_code"], again["member_epoch"]) == (0, 2), again
+        assert hb(me, 2)["assignment"] is None
+        assert hb(me, 7)["error_code"] == ks.FENCED_MEMBER_EPOCH
+        assert hb(uuid.uuid4().hex, 3)["error_code"] == ks.UNKNOWN_MEMBER_ID
+        assert hb("", 0, [topic])["error_code"] == ks.INVALID_REQUEST
+        assert hb(uuid.uuid4().hex, 0)["error_code"] == ks.INVALID_REQUEST, "a first heartbeat names its topics"
+
+        d = ks.call(c, ks.SHARE_GROUP_DESCRIBE, ks.share_group_describe_request([group, "no-such-group"]))["groups"]
+        assert [g["error_code"] for g in d] == [0, kg.GROUP_ID_NOT_FOUND], d
+        assert d[0]["state"] == "Stable" and d[0]["group_epoch"] == 2 and d[0]["assignor"] == "simple", d
+        assert sorted(m["member_id"] for m in d[0]["members"]) == sorted([me, other]), d
+        assert all(m["assignment"] == [{"topic_id": tid, "topic": topic, "partitions": [0, 1]}]
+                   for m in d[0]["members"]), d
+
+        left = hb(other, -1)
+        assert (left["error_code"], left["member_epoch"]) == (0, -1), left
+        d = ks.call(c, ks.SHARE_GROUP_DESCRIBE, ks.share_group_describe_request([group]))["groups"]
+        assert [m["member_id"] for m in d[0]["members"]] == [me], d
+
+
+def test_share_fetch_and_acknowledge(broker_factory):
+    b = broker_factory(overrides=SHARE_ON)
+    group, a, other = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex, uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+        tp = (tid, 0)
+
+        def fetch(member, epoch, acks=None, parts=(tp,), wait=0):
+            return ks.call(c, ks.SHARE_FETCH,
+                           ks.share_fetch_request(group, member, epoch, list(parts), acks, max_wait_ms=wait))
+
+        def ack(member, epoch, acks):
+            return ks.call(c, ks.SHARE_ACKNOWLEDGE, ks.share_acknowledge_request(group, member, epoch, acks))
+
+        # The first fetch starts the share-partition at the log end (latest): nothing yet.
+        first = fetch(a, 0)
+        assert first["error_code"] == 0 and first["acquisition_lock_timeout_ms"] == 30000, first
+        assert ks.partition_of(first)["acquired"] == [], first
+        assert kp.produce(c, topic, 0, kp.build_batch(sample_records(4)))["error_code"] == 0
+        # A waiting fetch returns the 4 records, acquired once.
+        got = fetch(a, 1, wait=5000)
+        p = ks.partition_of(got)
+        assert (p["error_code"], p["acquired"]) == (0, [(0, 3, 1)]), got
+        assert [r.offset for bt in kp.decode_batches(p["records"]) for r in bt.records] == [0, 1, 2, 3]
+        # Another member finds nothing to acquire; its foreign acknowledgement changes nothing.
+        assert ks.partition_of(fetch(other, 0))["acquired"] == []
+        bad = ack(other, 1, {tp: [(0, 0, [ks.ACCEPT])]})
+        assert bad["responses"][0]["partitions"][0]["error_code"] == ks.INVALID_RECORD_STATE, bad
+        # Out of step with the session, and malformed: refused as a whole.
+        assert fetch(a, 7)["error_code"] == ks.INVALID_SHARE_SESSION_EPOCH
+        assert ack(uuid.uuid4().hex, 1, {tp: [(0, 0, [1])]})["error_code"] == ks.SHARE_SESSION_NOT_FOUND
+        assert fetch(a, 0, acks={tp: [(0, 0, [1])]})["error_code"] == ks.INVALID_REQUEST
+        # (the malformed ShareFetch just above left the session as it was: epoch 2 is next)
+        overlap = ack(a, 2, {tp: [(0, 1, [1]), (1, 2, [1])]})
+        assert overlap["responses"][0]["partitions"][0]["error_code"] == ks.INVALID_REQUEST, overlap
+        # Accept 0, release 1, reject 2, accept 3 piggybacked on the next fetch: 1 comes back
+        # with delivery count 2, 2 never does.
+        r = fetch(a, 3, acks={tp: [(0, 3, [ks.ACCEPT, ks.RELEASE, ks.REJECT, ks.ACCEPT])]})
+        p = ks.partition_of(r)
+        assert p["acknowledge_error_code"] == 0 and p["acquired"] == [(1, 1, 2)], r
+        assert ack(a, 4, {tp: [(1, 1, [ks.ACCEPT])]})["responses"][0]["partitions"][0]["error_code"] == 0
+        assert ks.partition_of(fetch(a, 5))["acquired"] == []
+        # The final request closes the session; a next one must start again at epoch 0.
+        assert fetch(a, -1)["error_code"] == 0
+        assert fetch(a, 6)["error_code"] == ks.SHARE_SESSION_NOT_FOUND
