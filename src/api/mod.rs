@@ -338,9 +338,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ConsumerGroupDescribe(r) => {
             ResponseKind::ConsumerGroupDescribe(consumer_group::consumer_group_describe(ctx, r))
         }
-        RequestKind::ShareGroupHeartbeat(r) => {
-            ResponseKind::ShareGroupHeartbeat(share::share_group_heartbeat(ctx, r))
-        }
+        RequestKind::ShareGroupHeartbeat(r) => ResponseKind::ShareGroupHeartbeat(share::share_group_heartbeat(ctx, r)),
         RequestKind::ShareGroupDescribe(r) => ResponseKind::ShareGroupDescribe(share::share_group_describe(ctx, r)),
         RequestKind::ShareFetch(r) => ResponseKind::ShareFetch(share::share_fetch(ctx, r).await),
         RequestKind::ShareAcknowledge(r) => ResponseKind::ShareAcknowledge(share::share_acknowledge(ctx, r)),

@@ -101,8 +101,7 @@ fn describe_one(ctx: &RequestContext, g: &ShareGroup) -> DescribedGroup {
                 .map(|(id, ps)| {
                     let mut tp = DescribedTopicPartitions::default();
                     tp.topic_id = *id;
-                    tp.topic_name =
-                        TopicName(s(snapshot.topic_by_id(*id).map(|t| t.name.clone()).unwrap_or_default()));
+                    tp.topic_name = TopicName(s(snapshot.topic_by_id(*id).map(|t| t.name.clone()).unwrap_or_default()));
                     tp.partitions = ps.iter().copied().collect();
                     tp
                 })
@@ -156,7 +155,11 @@ pub fn share_group_describe(ctx: &RequestContext, req: ShareGroupDescribeRequest
 }
 
 /// A request's group and member: both required on the partition leader.
-fn member_of(ctx: &RequestContext, group: &Option<GroupId>, member: &Option<StrBytes>) -> Result<(String, String), i16> {
+fn member_of(
+    ctx: &RequestContext,
+    group: &Option<GroupId>,
+    member: &Option<StrBytes>,
+) -> Result<(String, String), i16> {
     let (Some(group), Some(member)) = (group, member) else { return Err(ErrorCode::InvalidRequest.code()) };
     if group.is_empty() || member.is_empty() {
         return Err(ErrorCode::InvalidRequest.code());
@@ -178,17 +181,28 @@ fn led_partition(
     if !ctx.authorized(Operation::Read, ResourceType::Topic, &name) {
         return Err(ErrorCode::TopicAuthorizationFailed.code());
     }
-    ctx.components.replicas.partition(&name, partition).ok_or_else(|| super::not_led_error(&ctx.components, &name, partition))
+    ctx.components
+        .replicas
+        .partition(&name, partition)
+        .ok_or_else(|| super::not_led_error(&ctx.components, &name, partition))
 }
 
-fn ack_batches(
-    batches: impl IntoIterator<Item = (i64, i64, Vec<i8>)>,
-) -> Vec<AckBatch> {
-    batches.into_iter().map(|(first_offset, last_offset, types)| AckBatch { first_offset, last_offset, types }).collect()
+fn ack_batches(batches: impl IntoIterator<Item = (i64, i64, Vec<i8>)>) -> Vec<AckBatch> {
+    batches
+        .into_iter()
+        .map(|(first_offset, last_offset, types)| AckBatch { first_offset, last_offset, types })
+        .collect()
 }
 
 /// Applies one partition's acknowledgements; the error code they get (0: applied).
-fn acknowledge_partition(ctx: &RequestContext, group: &str, member: &str, topic_id: Uuid, partition: i32, batches: &[AckBatch]) -> i16 {
+fn acknowledge_partition(
+    ctx: &RequestContext,
+    group: &str,
+    member: &str,
+    topic_id: Uuid,
+    partition: i32,
+    batches: &[AckBatch],
+) -> i16 {
     if let Err(code) = led_partition(ctx, topic_id, partition) {
         return code;
     }
@@ -217,11 +231,8 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
     }
     let added: Vec<(Uuid, i32)> =
         req.topics.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, p.partition_index))).collect();
-    let forgotten: Vec<(Uuid, i32)> = req
-        .forgotten_topics_data
-        .iter()
-        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
-        .collect();
+    let forgotten: Vec<(Uuid, i32)> =
+        req.forgotten_topics_data.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p))).collect();
     let session = match share.fetch_session(&group, &member, req.share_session_epoch, &added, &forgotten) {
         Ok(partitions) => partitions,
         Err(code) => {
@@ -246,7 +257,9 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
             entry(&mut out, key);
             if !p.acknowledgement_batches.is_empty() {
                 let batches = ack_batches(
-                    p.acknowledgement_batches.iter().map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
+                    p.acknowledgement_batches
+                        .iter()
+                        .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
                 );
                 let code = acknowledge_partition(ctx, &group, &member, t.topic_id, p.partition_index, &batches);
                 if let Some(d) = out.get_mut(&key) {

@@ -23,7 +23,9 @@ use super::coordinator::{
     JoinResult, MemberRegistration, OffsetToCommit, PendingTxnOffset, SyncResult, TopicPartition,
 };
 use super::offsets_log::{self, OffsetValue, OffsetsKey, StoredMember};
-use super::share::{MirrorChange, ShareGroupConfig, ShareGroupCoordinator, ShareHeartbeatRequest, ShareHeartbeatResult};
+use super::share::{
+    MirrorChange, ShareGroupConfig, ShareGroupCoordinator, ShareHeartbeatRequest, ShareHeartbeatResult,
+};
 use super::zk_mirror::{MembershipMirror, OffsetMirror};
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::io_pool::IoPool;

@@ -184,7 +184,10 @@ impl ShareGroupCoordinator {
                 if group.members.len() >= self.config.max_size {
                     return ShareHeartbeatResult::error(
                         ErrorCode::GroupMaxSizeReached,
-                        format!("The share group has reached its maximum capacity of {} members.", self.config.max_size),
+                        format!(
+                            "The share group has reached its maximum capacity of {} members.",
+                            self.config.max_size
+                        ),
                     );
                 }
                 group.members.insert(

@@ -174,7 +174,13 @@ impl SharePartition {
     /// Applies `member`'s acknowledgements: all or nothing. Malformed batches are
     /// INVALID_REQUEST; offsets not acquired by the member (or whose lock ran out) are
     /// INVALID_RECORD_STATE.
-    pub fn acknowledge(&mut self, member: &str, batches: &[AckBatch], now: Instant, limits: &Limits) -> Result<(), i16> {
+    pub fn acknowledge(
+        &mut self,
+        member: &str,
+        batches: &[AckBatch],
+        now: Instant,
+        limits: &Limits,
+    ) -> Result<(), i16> {
         let mut previous_last: Option<i64> = None;
         for b in batches {
             let len = b.last_offset.checked_sub(b.first_offset).and_then(|d| d.checked_add(1)).unwrap_or(0);
