@@ -323,6 +323,7 @@ pub fn describe_groups(ctx: &RequestContext, req: DescribeGroupsRequest) -> Desc
 
 const GROUP_TYPE_CLASSIC: &str = "classic";
 const GROUP_TYPE_CONSUMER: &str = "consumer";
+const GROUP_TYPE_SHARE: &str = "share";
 
 pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
@@ -348,7 +349,14 @@ pub fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsRe
         // A consumer-protocol group's offsets sit in a classic record of its id: one group.
         .filter(|(id, ..)| !consumer_ids.contains(id))
         .map(|(id, protocol_type, state)| (id, protocol_type, state.name().to_string(), GROUP_TYPE_CLASSIC));
-    for (id, protocol_type, state, group_type) in classic.chain(consumer) {
+    let share = ctx
+        .components
+        .groups
+        .share_groups()
+        .list()
+        .into_iter()
+        .map(|(id, state)| (id, GROUP_TYPE_SHARE.to_string(), state.to_string(), GROUP_TYPE_SHARE));
+    for (id, protocol_type, state, group_type) in classic.chain(consumer).chain(share) {
         // A type filter (v5) keeps the groups of the types it names.
         if !types.is_empty() && !types.iter().any(|t| t == group_type) {
             continue;

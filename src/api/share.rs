@@ -242,29 +242,17 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
     };
     // Each partition's answer, in (topic, partition) order.
     let mut out: BTreeMap<(Uuid, i32), PartitionData> = BTreeMap::new();
-    let entry = |out: &mut BTreeMap<(Uuid, i32), PartitionData>, key: (Uuid, i32)| {
-        out.entry(key).or_insert_with(|| {
-            let mut p = PartitionData::default();
-            p.partition_index = key.1;
-            p.current_leader.leader_id = -1;
-            p.current_leader.leader_epoch = -1;
-            p
-        });
-    };
     for t in &req.topics {
         for p in &t.partitions {
-            let key = (t.topic_id, p.partition_index);
-            entry(&mut out, key);
+            let d = entry(&mut out, (t.topic_id, p.partition_index));
             if !p.acknowledgement_batches.is_empty() {
                 let batches = ack_batches(
                     p.acknowledgement_batches
                         .iter()
                         .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
                 );
-                let code = acknowledge_partition(ctx, &group, &member, t.topic_id, p.partition_index, &batches);
-                if let Some(d) = out.get_mut(&key) {
-                    d.acknowledge_error_code = code;
-                }
+                d.acknowledge_error_code =
+                    acknowledge_partition(ctx, &group, &member, t.topic_id, p.partition_index, &batches);
             }
         }
     }
@@ -272,65 +260,15 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
         share.close_session(&group, &member);
         return finish(r, out);
     }
-    let max_records = usize::try_from(req.max_records).ok().filter(|n| *n > 0).unwrap_or(500);
-    let max_bytes = usize::try_from(req.max_bytes).ok().filter(|n| *n > 0).unwrap_or(52_428_800);
+    let limits = (
+        usize::try_from(req.max_records).ok().filter(|n| *n > 0).unwrap_or(500),
+        usize::try_from(req.max_bytes).ok().filter(|n| *n > 0).unwrap_or(52_428_800),
+    );
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let waiter = Arc::new(tokio::sync::Notify::new());
     loop {
-        let (mut records_left, mut bytes_left, mut got) = (max_records, max_bytes, false);
-        let mut keys = Vec::new();
-        for &(topic_id, index) in &session {
-            let key = (topic_id, index);
-            let partition = match led_partition(ctx, topic_id, index) {
-                Ok(p) => p,
-                Err(code) => {
-                    entry(&mut out, key);
-                    if let Some(d) = out.get_mut(&key) {
-                        d.error_code = code;
-                    }
-                    continue;
-                }
-            };
-            partition.watch(&waiter);
-            let share_key = (group.clone(), topic_id, index);
-            if records_left == 0 || bytes_left == 0 {
-                keys.push(share_key);
-                continue;
-            }
-            match share.acquire(&share_key, &member, &*partition, records_left, bytes_left) {
-                Ok(Some(acquired)) => {
-                    got = true;
-                    let n: i64 = acquired.ranges.iter().map(|(f, l, _)| l - f + 1).sum();
-                    records_left = records_left.saturating_sub(n as usize);
-                    bytes_left = bytes_left.saturating_sub(acquired.records.len());
-                    entry(&mut out, key);
-                    if let Some(d) = out.get_mut(&key) {
-                        d.records = Some(acquired.records);
-                        d.acquired_records = acquired
-                            .ranges
-                            .iter()
-                            .map(|&(first, last, count)| {
-                                let mut a = AcquiredRecords::default();
-                                a.first_offset = first;
-                                a.last_offset = last;
-                                a.delivery_count = count;
-                                a
-                            })
-                            .collect();
-                    }
-                }
-                Ok(None) => {}
-                Err(code) => {
-                    entry(&mut out, key);
-                    if let Some(d) = out.get_mut(&key) {
-                        d.error_code = code;
-                    }
-                }
-            }
-            keys.push(share_key);
-        }
-        let now = Instant::now();
-        if got || now >= deadline || session.is_empty() {
+        let (got, keys) = acquire_round(ctx, &group, &member, &session, limits, &waiter, &mut out);
+        if got || Instant::now() >= deadline || session.is_empty() {
             break;
         }
         // Nothing to hand out: wait for new records or for a lock to run out.
@@ -339,6 +277,71 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
         let _ = tokio::time::timeout_at(until, waiter.notified()).await;
     }
     finish(r, out)
+}
+
+fn entry(out: &mut BTreeMap<(Uuid, i32), PartitionData>, key: (Uuid, i32)) -> &mut PartitionData {
+    out.entry(key).or_insert_with(|| {
+        let mut p = PartitionData::default();
+        p.partition_index = key.1;
+        p.current_leader.leader_id = -1;
+        p.current_leader.leader_epoch = -1;
+        p
+    })
+}
+
+/// One pass over the session's partitions, acquiring for `member` within (records, bytes).
+/// Whether anything was acquired, and the share-partitions looked at. `waiter` is registered
+/// with each partition before it is looked at, so a record produced meanwhile wakes the wait.
+fn acquire_round(
+    ctx: &RequestContext,
+    group: &str,
+    member: &str,
+    session: &[(Uuid, i32)],
+    (mut records_left, mut bytes_left): (usize, usize),
+    waiter: &Arc<tokio::sync::Notify>,
+    out: &mut BTreeMap<(Uuid, i32), PartitionData>,
+) -> (bool, Vec<crate::share::SharePartitionKey>) {
+    let mut got = false;
+    let mut keys = Vec::new();
+    for &(topic_id, index) in session {
+        let key = (topic_id, index);
+        let partition = match led_partition(ctx, topic_id, index) {
+            Ok(p) => p,
+            Err(code) => {
+                entry(out, key).error_code = code;
+                continue;
+            }
+        };
+        partition.watch(waiter);
+        let share_key = (group.to_string(), topic_id, index);
+        if records_left > 0 && bytes_left > 0 {
+            match ctx.components.share.acquire(&share_key, member, &*partition, records_left, bytes_left) {
+                Ok(Some(acquired)) => {
+                    got = true;
+                    let n: i64 = acquired.ranges.iter().map(|(f, l, _)| l - f + 1).sum();
+                    records_left = records_left.saturating_sub(n as usize);
+                    bytes_left = bytes_left.saturating_sub(acquired.records.len());
+                    let d = entry(out, key);
+                    d.records = Some(acquired.records);
+                    d.acquired_records = acquired
+                        .ranges
+                        .iter()
+                        .map(|&(first, last, count)| {
+                            let mut a = AcquiredRecords::default();
+                            a.first_offset = first;
+                            a.last_offset = last;
+                            a.delivery_count = count;
+                            a
+                        })
+                        .collect();
+                }
+                Ok(None) => {}
+                Err(code) => entry(out, key).error_code = code,
+            }
+        }
+        keys.push(share_key);
+    }
+    (got, keys)
 }
 
 fn finish(mut r: ShareFetchResponse, out: BTreeMap<(Uuid, i32), PartitionData>) -> ShareFetchResponse {

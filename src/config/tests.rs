@@ -398,3 +398,27 @@ fn precedence_file_env_override() {
     assert_eq!(c.num_partitions, 5);
     assert_eq!(c.log_dirs, vec![PathBuf::from("/tmp/y")]);
 }
+
+#[test]
+fn share_group_keys_are_checked_against_their_bounds() {
+    let c = share_group_config(&load(&[]).unwrap()).unwrap();
+    assert!(!c.enabled, "share groups are off unless the protocols name them");
+    assert_eq!((c.record_lock_duration_ms, c.delivery_count_limit, c.partition_max_record_locks), (30_000, 5, 2_000));
+    let on = load(&[
+        ("group.coordinator.rebalance.protocols", "classic,share"),
+        ("group.share.min.record.lock.duration.ms", "1000"),
+        ("group.share.record.lock.duration.ms", "2000"),
+    ])
+    .unwrap();
+    let c = share_group_config(&on).unwrap();
+    assert!(c.enabled && c.record_lock_duration_ms == 2000);
+    for (key, value) in [
+        ("group.share.record.lock.duration.ms", "1000"),
+        ("group.share.delivery.count.limit", "11"),
+        ("group.share.partition.max.record.locks", "10"),
+        ("group.share.session.timeout.ms", "x"),
+    ] {
+        let err = share_group_config(&load(&[(key, value)]).unwrap()).unwrap_err().to_string();
+        assert!(err.contains(key), "{key}={value}: {err}");
+    }
+}
