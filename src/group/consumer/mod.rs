@@ -39,6 +39,7 @@ pub use assignor::Assignment;
 use records::{ConsumerRecord, CurrentAssignment, MemberMetadata};
 
 use super::coordinator::MemberRegistration;
+use super::zk_mirror::znode_member_id;
 pub use crate::config::ConsumerGroupConfig;
 use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
@@ -913,15 +914,5 @@ impl ConsumerGroupCoordinator {
         });
         self.perform(store);
         n
-    }
-}
-
-/// A member id as `/consumers/<group>/ids` and `owners` name it. Clients choose their ids in
-/// ConsumerGroupHeartbeat v1, and librdkafka's are standard base64, whose '/' cannot be in a
-/// znode name: it is written as '_', base64url's letter for it (Kafka's own ids are base64url).
-pub fn znode_member_id(id: &str) -> String {
-    match id.replace('/', "_") {
-        s if s.is_empty() || s == "." || s == ".." => format!("_{s}"),
-        s => s,
     }
 }
