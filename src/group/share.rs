@@ -94,6 +94,20 @@ impl ShareHeartbeatResult {
     }
 }
 
+/// Kafka's checks of a heartbeat's fields: INVALID_REQUEST before any state is looked at.
+fn malformed(req: &ShareHeartbeatRequest) -> Option<ShareHeartbeatResult> {
+    let message = if req.member_id.is_empty() {
+        "MemberId can't be empty."
+    } else if req.member_epoch < -1 {
+        "MemberEpoch is invalid."
+    } else if req.member_epoch == 0 && req.subscribed_topic_names.as_ref().is_none_or(|t| t.is_empty()) {
+        "SubscribedTopicNames must be set in first request."
+    } else {
+        return None;
+    };
+    Some(ShareHeartbeatResult::error(ErrorCode::InvalidRequest, message))
+}
+
 /// A membership change for the `/consumers/<group>/ids` mirror, performed once the lock is
 /// released.
 pub enum MirrorChange {
@@ -140,31 +154,11 @@ impl ShareGroupCoordinator {
     pub fn heartbeat(&self, req: ShareHeartbeatRequest, changes: &mut Vec<MirrorChange>) -> ShareHeartbeatResult {
         let now = Instant::now();
         let mut groups = self.groups.lock_unpoisoned();
-        if req.member_id.is_empty() {
-            return ShareHeartbeatResult::error(ErrorCode::InvalidRequest, "MemberId can't be empty.");
-        }
-        if req.member_epoch < -1 {
-            return ShareHeartbeatResult::error(ErrorCode::InvalidRequest, "MemberEpoch is invalid.");
-        }
-        if req.member_epoch == 0 && req.subscribed_topic_names.as_ref().is_none_or(|t| t.is_empty()) {
-            return ShareHeartbeatResult::error(
-                ErrorCode::InvalidRequest,
-                "SubscribedTopicNames must be set in first request.",
-            );
+        if let Some(refused) = malformed(&req) {
+            return refused;
         }
         if req.member_epoch == -1 {
-            let left = groups.get_mut(&req.group_id).and_then(|g| g.members.remove(&req.member_id).map(|_| g));
-            return match left {
-                Some(group) => {
-                    changes.push(MirrorChange::Left(req.group_id.clone(), req.member_id.clone()));
-                    self.refresh(group, true);
-                    ShareHeartbeatResult { member_id: Some(req.member_id), member_epoch: -1, ..Default::default() }
-                }
-                None => ShareHeartbeatResult::error(
-                    ErrorCode::UnknownMemberId,
-                    format!("Member {} is not a member of group {}.", req.member_id, req.group_id),
-                ),
-            };
+            return self.leave(&mut groups, &req, changes);
         }
         let group = groups.entry(req.group_id.clone()).or_insert_with(|| ShareGroup {
             id: req.group_id.clone(),
@@ -260,6 +254,27 @@ impl ShareGroupCoordinator {
         }
     }
 
+    /// A member leaving with epoch -1: the others' assignments stay what they were.
+    fn leave(
+        &self,
+        groups: &mut HashMap<String, ShareGroup>,
+        req: &ShareHeartbeatRequest,
+        changes: &mut Vec<MirrorChange>,
+    ) -> ShareHeartbeatResult {
+        let left = groups.get_mut(&req.group_id).and_then(|g| g.members.remove(&req.member_id).map(|_| g));
+        match left {
+            Some(group) => {
+                changes.push(MirrorChange::Left(req.group_id.clone(), req.member_id.clone()));
+                self.refresh(group, true);
+                ShareHeartbeatResult { member_id: Some(req.member_id.clone()), member_epoch: -1, ..Default::default() }
+            }
+            None => ShareHeartbeatResult::error(
+                ErrorCode::UnknownMemberId,
+                format!("Member {} is not a member of group {}.", req.member_id, req.group_id),
+            ),
+        }
+    }
+
     /// Recomputes the assignment if membership changed or a subscribed topic appeared, went
     /// or changed its partition count, bumping the group epoch; every member then moves to it.
     fn refresh(&self, group: &mut ShareGroup, membership_changed: bool) {
@@ -325,6 +340,9 @@ mod tests {
         }
         fn name(&self, id: Uuid) -> Option<String> {
             (id == self.0).then(|| "t".to_string())
+        }
+        fn names(&self) -> Vec<String> {
+            vec!["t".to_string()]
         }
     }
 
