@@ -463,8 +463,7 @@ impl ConsumerGroupCoordinator {
         let default_assignor = self.default_assignor().to_string();
         let group =
             groups.entry(req.group_id.clone()).or_insert_with(|| ConsumerGroup::new(&req.group_id, &default_assignor));
-        let member_id =
-            if req.member_id.is_empty() { Uuid::new_v4().simple().to_string() } else { req.member_id.clone() };
+        let member_id = if req.member_id.is_empty() { new_member_id() } else { req.member_id.clone() };
         if req.member_epoch < 0 {
             if !group.members.contains_key(&member_id) {
                 return unknown(&member_id);
@@ -923,5 +922,18 @@ pub fn znode_member_id(id: &str) -> String {
     match id.replace('/', "_") {
         s if s.is_empty() || s == "." || s == ".." => format!("_{s}"),
         s => s,
+    }
+}
+
+/// The id a v0 member that sent none is given: Kafka's Uuid.randomUuid().toString(), URL-safe
+/// base64 of 16 random bytes that never starts with '-' (so it cannot pass for an option on a
+/// command line), which is what the Admin client and the tools print.
+fn new_member_id() -> String {
+    use base64::Engine;
+    loop {
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Uuid::new_v4().as_bytes());
+        if !id.starts_with('-') {
+            return id;
+        }
     }
 }
