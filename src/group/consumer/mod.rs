@@ -16,14 +16,18 @@
 //! mirror) under the lock, in the order the state changed, and perform them after it, as the
 //! classic coordinator does. Time is tokio's, so tests run session expiry under paused time.
 //!
-//! Not in this slice: regular-expression subscriptions, static membership beyond storing the
-//! instance id (a member leaving with epoch -2 leaves for good), rack-aware assignment, and a
-//! classic group converted online to this protocol or back.
+//! Static membership (instance ids) is in `static_members`. Not in this slice:
+//! regular-expression subscriptions, rack-aware assignment, and a classic group converted
+//! online to this protocol or back.
 
 pub mod assignor;
 mod reconcile;
 pub mod records;
+mod static_members;
 use reconcile::{is_subset, rebalance_timeout, reconcile};
+pub use static_members::LEAVE_STATIC_EPOCH;
+#[cfg(test)]
+mod static_tests;
 #[cfg(test)]
 mod tests;
 
@@ -465,6 +469,19 @@ impl ConsumerGroupCoordinator {
             groups.entry(req.group_id.clone()).or_insert_with(|| ConsumerGroup::new(&req.group_id, &default_assignor));
         let member_id = if req.member_id.is_empty() { new_member_id() } else { req.member_id.clone() };
         if req.member_epoch < 0 {
+            if let Some(instance) = req.instance_id.as_deref() {
+                if let Err(e) = static_members::check_static_member(group, instance, &member_id) {
+                    return e;
+                }
+                if req.member_epoch == LEAVE_STATIC_EPOCH {
+                    self.leave_static(group, fx, &member_id);
+                    return HeartbeatResult {
+                        member_id: Some(member_id),
+                        member_epoch: req.member_epoch,
+                        ..Default::default()
+                    };
+                }
+            }
             if !group.members.contains_key(&member_id) {
                 return unknown(&member_id);
             }
@@ -478,7 +495,14 @@ impl ConsumerGroupCoordinator {
         let mut bump = false;
         let mut metadata_changed = false;
         let before = group.members.get(&member_id).map(|m| m.assigned.clone());
-        if req.member_epoch == 0 {
+        let static_holder = req.instance_id.as_deref().and_then(|i| group.static_member(i)).map(str::to_string);
+        if req.member_epoch == 0 && static_holder.is_some() {
+            if let Some(old) = static_holder {
+                if let Err(e) = self.replace_static(group, fx, &old, &req, &member_id) {
+                    return e;
+                }
+            }
+        } else if req.member_epoch == 0 {
             match group.members.get_mut(&member_id) {
                 // A member that lost its state rejoins under its id: it owns nothing now, so
                 // what it held is free for whoever its target gives it to.
@@ -509,6 +533,11 @@ impl ConsumerGroupCoordinator {
                 }
             }
         } else {
+            if let Some(instance) = req.instance_id.as_deref() {
+                if let Err(e) = static_members::check_static_member(group, instance, &member_id) {
+                    return e;
+                }
+            }
             let Some(m) = group.members.get(&member_id) else { return unknown(&member_id) };
             if req.member_epoch > m.epoch {
                 return HeartbeatResult::error(
