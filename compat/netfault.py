@@ -693,8 +693,20 @@ class Schedule:
         wait_until(all_listed, 60, "every broker's Metadata lists 3 brokers", interval=0.2)
         fs = a.create_topics([NewTopic(self.data_topic, DATA_PARTS, 3, config={"min.insync.replicas": "2"}),
                               NewTopic(self.txn_topic, TXN_PARTS, 3, config={"min.insync.replicas": "2"})])
-        for f in fs.values():
-            f.result(timeout=60)
+        try:
+            for f in fs.values():
+                f.result(timeout=60)
+        except Exception as e:
+            # Seen once per ~100 schedules under load (librdkafka: "Failed while waiting for
+            # controller"): what each broker's Metadata says of the controller is the first clue.
+            seen = {}
+            for i, b in self.brokers.items():
+                try:
+                    seen[i] = AdminClient(_quiet({"bootstrap.servers": b.bootstrap})).list_topics(timeout=5).controller_id
+                except Exception as probe:  # noqa: BLE001 - a clue, not the failure
+                    seen[i] = repr(probe)
+            raise RuntimeError(f"{e!r}; controller per broker's Metadata {seen}; "
+                               f"/controller {self.kz.get('/controller')[0]!r}") from e
         wait_until(lambda: self.isr_full(), 60, "every ISR full after topic creation", interval=0.2)
 
     def registered(self) -> List[int]:

@@ -330,6 +330,36 @@ def test_coordinator_kill_keeps_the_group_and_the_zookeeper_view_follows(cluster
            f"no member fenced")
 
 
+def test_a_regex_subscription_picks_up_a_new_topic(broker_factory):
+    """librdkafka sends a `^` subscription as SubscribedTopicRegex; the coordinator resolves it,
+    and a topic created later that matches is assigned and read without a new subscribe."""
+    b = broker_factory(overrides=OVERRIDES)
+    prefix = uniq("rx")
+    first, later, other = f"{prefix}-a", f"{prefix}-b", uniq("other")
+    for t in (first, other):
+        create_topic(b.bootstrap, t)
+    c = Consumer(dict(NEW_PROTOCOL, **{"bootstrap.servers": b.bootstrap, "group.id": uniq("g"),
+                                       "auto.offset.reset": "earliest", "log_level": 2}))
+    try:
+        c.subscribe([f"^{prefix}-.*"])
+        want = {first: produce(b.bootstrap, first, 2, "a"), other: produce(b.bootstrap, other, 2, "o")}
+        seen: dict = {}
+
+        def read(topic):
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                seen.setdefault(m.topic(), set()).add((m.partition(), m.offset()))
+            return seen.get(topic, set()) >= want[topic]
+        wait_until(lambda: read(first), WAIT, f"the records of {first}", interval=0)
+        create_topic(b.bootstrap, later)
+        want[later] = produce(b.bootstrap, later, 2, "b")
+        wait_until(lambda: read(later), WAIT, f"the records of {later}, created after subscribing", interval=0)
+        assert other not in seen, "a topic the pattern does not match is not assigned"
+        assert {tp.topic for tp in c.assignment()} == {first, later}
+    finally:
+        c.close()
+
+
 def test_a_static_member_restarting_gets_its_partitions_back_and_nobody_else_moves(broker_factory, workers):
     """KIP-848 static membership: a member with group.instance.id that closes leaves with epoch
     -2 and keeps its partitions for the session timeout; a new consumer with the same instance

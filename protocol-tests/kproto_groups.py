@@ -532,7 +532,8 @@ _DECODERS = {
 
 def consumer_group_heartbeat_request(v: int, group: str, member_id: str, member_epoch: int,
                                      topics: Optional[List[str]] = None, owned: Optional[list] = None,
-                                     rebalance_timeout_ms: int = -1, assignor: Optional[str] = None) -> bytes:
+                                     rebalance_timeout_ms: int = -1, assignor: Optional[str] = None,
+                                     regex: Optional[str] = None) -> bytes:
     """`topics`/`owned` None: unchanged since the last heartbeat (Kafka's null fields);
     `owned`: [(topic id, [partitions])]."""
     w = _w(CONSUMER_GROUP_HEARTBEAT, v)
@@ -541,7 +542,7 @@ def consumer_group_heartbeat_request(v: int, group: str, member_id: str, member_
     w.i32(rebalance_timeout_ms)
     w.array(topics, lambda w, t: w.string(t))
     if v >= 1:
-        w.nullable_string(None)  # subscribed topic regex
+        w.nullable_string(regex)  # subscribed topic regex
     w.nullable_string(assignor)
 
     def tp(w, item):

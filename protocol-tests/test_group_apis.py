@@ -233,6 +233,9 @@ def test_offsets_v0_are_kept_in_the_znode_tree(broker):
         assert bad["errors"] == {(topic, 0): 24}, bad  # INVALID_GROUP_ID: would name another znode
 
 
+INVALID_REGULAR_EXPRESSION = 128
+
+
 @pytest.mark.parametrize("which", ["min", "max"])
 def test_consumer_group_heartbeat_and_describe(broker, which):
     """KIP-848 on the wire: a member joins with epoch 0 and is given every partition of its
@@ -274,3 +277,12 @@ def test_consumer_group_heartbeat_and_describe(broker, which):
         assert (left["error_code"], left["member_epoch"]) == (0, -1), left
         d = kg.call(c, kg.CONSUMER_GROUP_DESCRIBE, vd, kg.consumer_group_describe_request(vd, [group]))["groups"]
         assert d[0]["members"] == [], d
+        if vh >= 1:
+            # v1 carries a pattern: a bad one is refused, a good one is resolved by the coordinator.
+            def by_regex(pattern):
+                body = kg.consumer_group_heartbeat_request(vh, group, uuid.uuid4().hex, 0, [], [],
+                                                           rebalance_timeout_ms=30000, regex=pattern)
+                return kg.call(c, kg.CONSUMER_GROUP_HEARTBEAT, vh, body)
+            assert by_regex("(unclosed")["error_code"] == INVALID_REGULAR_EXPRESSION
+            r = by_regex(topic[:-2] + ".*")
+            assert r["error_code"] == 0 and {p for _, ps in r["assignment"] for p in ps} == {0, 1, 2}, r

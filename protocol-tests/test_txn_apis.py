@@ -251,3 +251,5 @@ def test_init_producer_id_with_the_held_epoch_bumps_once_and_fences_stale_epochs
 
         code, (ipid, iepoch) = init(4, (pid, epoch + 3), tid=None)
         assert code == 0 and ipid != pid and iepoch == 0, (ipid, iepoch)
+        # An empty transactional id is neither a transaction's nor an idempotent producer's.
+        assert init(4, tid="")[0] == INVALID_REQUEST

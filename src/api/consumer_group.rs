@@ -118,6 +118,7 @@ fn describe_one(ctx: &RequestContext, g: &ConsumerGroup) -> DescribedGroup {
             dm.client_id = s(m.client_id.clone());
             dm.client_host = s(m.client_host.clone());
             dm.subscribed_topic_names = m.subscribed_topic_names.iter().map(|t| TopicName(s(t.clone()))).collect();
+            dm.subscribed_topic_regex = m.subscribed_topic_regex.clone().map(s);
             dm.assignment = described_assignment(ctx, &m.assigned);
             dm.target_assignment = described_assignment(ctx, g.target.get(&m.id).unwrap_or(&empty));
             // v1: 1 is a member of the consumer protocol (0 would be a classic one).

@@ -53,9 +53,11 @@ pub async fn init_producer_id(ctx: &RequestContext, req: InitProducerIdRequest) 
         r.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
         return r;
     }
-    // An empty transactional id is an idempotent producer's (Kafka treats it as none).
+    // Kafka 3.x refuses an empty transactional id (only a null one is an idempotent
+    // producer's), as its producer client does.
     if id.is_empty() {
-        return super::producer_id::init_producer_id(ctx, InitProducerIdRequest::default()).await;
+        r.error_code = ErrorCode::InvalidRequest.code();
+        return r;
     }
     let expected = match (req.producer_id.0, req.producer_epoch) {
         (-1, -1) => None,

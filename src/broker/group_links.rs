@@ -102,4 +102,8 @@ impl crate::group::consumer::TopicsView for crate::metadata::MetadataCache {
     fn name(&self, id: uuid::Uuid) -> Option<String> {
         self.snapshot().topic_by_id(id).map(|t| t.name.clone())
     }
+
+    fn names(&self) -> Vec<String> {
+        self.snapshot().topics.keys().cloned().collect()
+    }
 }

@@ -34,6 +34,16 @@ pub fn is_znode_name(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
 }
 
+/// A member id as `/consumers/<group>/ids` and `owners` name it: a client chooses the id, or
+/// its prefix (the classic protocol's is the client id), and a '/' cannot be in a znode name.
+/// It is written as '_', base64url's letter for it (Kafka's own KIP-848 ids are base64url).
+pub fn znode_member_id(id: &str) -> String {
+    match id.replace('/', "_") {
+        s if s.is_empty() || s == "." || s == ".." => format!("_{s}"),
+        s => s,
+    }
+}
+
 /// Latest value per key, waiting to be written.
 struct Pending<K, V>(Mutex<HashMap<K, V>>);
 
@@ -142,20 +152,28 @@ impl MembershipMirror {
         })
         .to_string();
         self.mark(
-            MembershipKey::Member { group: group.into(), member: member.id.clone() },
+            MembershipKey::Member { group: group.into(), member: znode_member_id(&member.id) },
             MembershipWrite::Joined(data),
         );
     }
 
     pub fn member_left(&self, group: &str, member_id: &str) {
-        self.mark(MembershipKey::Member { group: group.into(), member: member_id.into() }, MembershipWrite::Left);
+        let member = znode_member_id(member_id);
+        self.mark(MembershipKey::Member { group: group.into(), member }, MembershipWrite::Left);
     }
 
     pub fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]) {
-        self.mark(MembershipKey::Owners { group: group.into() }, MembershipWrite::Owners(owners.to_vec()));
+        let owners = owners.iter().map(|(t, p, m)| (t.clone(), *p, znode_member_id(m))).collect();
+        self.mark(MembershipKey::Owners { group: group.into() }, MembershipWrite::Owners(owners));
     }
 
     fn mark(&self, key: MembershipKey, write: MembershipWrite) {
+        // A group named with a '/' would land in another group's subtree: it is not mirrored,
+        // as its offsets are not.
+        let (MembershipKey::Member { group, .. } | MembershipKey::Owners { group }) = &key;
+        if !is_znode_name(group) {
+            return;
+        }
         self.pending.insert(key, write);
         self.wake.notify_one();
     }
@@ -308,6 +326,23 @@ mod tests {
         assert_eq!(taken.len(), 2);
         assert!(matches!(&taken[0], (MembershipKey::Member { member, .. }, MembershipWrite::Left) if member == "a"));
         assert!(matches!(&taken[1], (MembershipKey::Owners { .. }, MembershipWrite::Owners(o)) if o.is_empty()));
+    }
+
+    #[test]
+    fn member_ids_become_one_znode_and_groups_that_cannot_are_left_out() {
+        let m = MembershipMirror::default();
+        m.member_left("g", "client/1-abc");
+        m.owners_changed("g", &[("t".into(), 0, "client/1-abc".into())]);
+        m.member_left("a/ids", "x");
+        m.owners_changed("..", &[]);
+        let mut taken = m.pending.take(usize::MAX);
+        taken.sort_by_key(|(k, _)| format!("{k:?}"));
+        assert_eq!(taken.len(), 2, "{taken:?}");
+        assert!(matches!(&taken[0], (MembershipKey::Member { member, .. }, _) if member == "client_1-abc"));
+        assert!(matches!(&taken[1], (_, MembershipWrite::Owners(o)) if o[0].2 == "client_1-abc"));
+        assert_eq!(znode_member_id("sZhRNQ81QEatqc7+J/lKFg"), "sZhRNQ81QEatqc7+J_lKFg");
+        assert_eq!(znode_member_id(".."), "_..");
+        assert_eq!(znode_member_id(""), "_");
     }
 
     #[test]

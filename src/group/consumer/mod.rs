@@ -16,14 +16,15 @@
 //! mirror) under the lock, in the order the state changed, and perform them after it, as the
 //! classic coordinator does. Time is tokio's, so tests run session expiry under paused time.
 //!
-//! Static membership (instance ids) is in `static_members`. Not in this slice:
-//! regular-expression subscriptions, rack-aware assignment, and a classic group converted
+//! Static membership (instance ids) is in `static_members`, regular-expression subscriptions
+//! in `topic_regex`. Not in this slice: rack-aware assignment, and a classic group converted
 //! online to this protocol or back.
 
 pub mod assignor;
 mod reconcile;
 pub mod records;
 mod static_members;
+mod topic_regex;
 use reconcile::{is_subset, rebalance_timeout, reconcile};
 pub use static_members::LEAVE_STATIC_EPOCH;
 #[cfg(test)]
@@ -43,6 +44,7 @@ pub use assignor::Assignment;
 use records::{ConsumerRecord, CurrentAssignment, MemberMetadata};
 
 use super::coordinator::MemberRegistration;
+use super::zk_mirror::znode_member_id;
 pub use crate::config::ConsumerGroupConfig;
 use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
@@ -53,6 +55,8 @@ pub trait TopicsView: Send + Sync {
     /// (topic id, partition count) of an existing topic.
     fn topic(&self, name: &str) -> Option<(Uuid, i32)>;
     fn name(&self, id: Uuid) -> Option<String>;
+    /// Every topic's name, for regular-expression subscriptions.
+    fn names(&self) -> Vec<String>;
 }
 
 /// Where a step's effects go once the lock is released.
@@ -102,6 +106,7 @@ pub struct ConsumerMember {
     pub client_host: String,
     /// Sorted and without duplicates, so that a reordered list is no change.
     pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
     pub server_assignor: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub epoch: i32,
@@ -123,6 +128,7 @@ impl ConsumerMember {
             client_id: String::new(),
             client_host: String::new(),
             subscribed_topic_names: Vec::new(),
+            subscribed_topic_regex: None,
             server_assignor: None,
             rebalance_timeout_ms: -1,
             epoch: 0,
@@ -142,7 +148,7 @@ impl ConsumerMember {
             client_id: self.client_id.clone(),
             client_host: self.client_host.clone(),
             subscribed_topic_names: self.subscribed_topic_names.clone(),
-            subscribed_topic_regex: None,
+            subscribed_topic_regex: self.subscribed_topic_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.clone(),
         }
@@ -201,6 +207,8 @@ pub struct ConsumerGroup {
     owners: HashMap<(Uuid, i32), String>,
     /// The subscribed topics the target was computed for: name -> (id, partitions).
     subscribed_metadata: BTreeMap<String, (Uuid, i32)>,
+    /// What the members' patterns resolved to.
+    regexes: topic_regex::Resolutions,
 }
 
 impl ConsumerGroup {
@@ -214,7 +222,21 @@ impl ConsumerGroup {
             assignor: assignor.to_string(),
             owners: HashMap::new(),
             subscribed_metadata: BTreeMap::new(),
+            regexes: topic_regex::Resolutions::default(),
         }
+    }
+
+    /// The topics a member subscribes to: by name, and through its pattern.
+    fn member_topics<'a>(&'a self, m: &'a ConsumerMember) -> impl Iterator<Item = &'a String> + 'a {
+        let by_regex = m.subscribed_topic_regex.as_deref().map(|p| self.regexes.topics(p));
+        m.subscribed_topic_names.iter().chain(by_regex.into_iter().flatten())
+    }
+
+    /// Matches the members' patterns against the topics when one is new or the last match
+    /// is old; whether a pattern's topics changed.
+    fn refresh_regexes(&mut self, topics: &dyn TopicsView, now: Instant) -> bool {
+        let in_use = self.members.values().filter_map(|m| m.subscribed_topic_regex.as_deref());
+        self.regexes.refresh(in_use, topics, now)
     }
 
     pub fn state(&self) -> ConsumerGroupState {
@@ -403,8 +425,13 @@ impl ConsumerGroupCoordinator {
             e if e < -2 => return invalid(&format!("MemberEpoch {e} is invalid.")),
             _ => {}
         }
-        if req.subscribed_topic_regex.as_deref().is_some_and(|r| !r.is_empty()) {
-            return invalid("SubscribedTopicRegex is not supported by this broker yet; subscribe by topic names.");
+        if let Some(pattern) = req.subscribed_topic_regex.as_deref().filter(|r| !r.is_empty()) {
+            if let Err(e) = topic_regex::compile(pattern) {
+                return Err(HeartbeatResult::error(
+                    ErrorCode::InvalidRegularExpression,
+                    format!("SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}"),
+                ));
+            }
         }
         if let Some(a) = &req.server_assignor {
             if !self.config.assignors.iter().any(|n| n == a) {
@@ -576,6 +603,15 @@ impl ConsumerGroupCoordinator {
                 metadata_changed = true;
             }
         }
+        if let Some(pattern) = &req.subscribed_topic_regex {
+            // An empty pattern is no pattern.
+            let pattern = Some(pattern.clone()).filter(|p| !p.is_empty());
+            if pattern != m.subscribed_topic_regex {
+                m.subscribed_topic_regex = pattern;
+                bump = true;
+                metadata_changed = true;
+            }
+        }
         if req.server_assignor.is_some() && req.server_assignor != m.server_assignor {
             m.server_assignor = req.server_assignor.clone();
             bump = true;
@@ -603,6 +639,7 @@ impl ConsumerGroupCoordinator {
             fx.append(&group.id, vec![record]);
             fx.0.push((group.id.clone(), Effect::MemberJoined(joined)));
         }
+        group.refresh_regexes(&*self.topics, now);
         let metadata = self.subscription_metadata(group);
         if metadata != group.subscribed_metadata {
             group.subscribed_metadata = metadata;
@@ -636,7 +673,7 @@ impl ConsumerGroupCoordinator {
 
     /// The subscribed topics that exist, with their ids and partition counts.
     fn subscription_metadata(&self, group: &ConsumerGroup) -> BTreeMap<String, (Uuid, i32)> {
-        let names: BTreeSet<&String> = group.members.values().flat_map(|m| m.subscribed_topic_names.iter()).collect();
+        let names: BTreeSet<&String> = group.members.values().flat_map(|m| group.member_topics(m)).collect();
         names.into_iter().filter_map(|n| Some((n.clone(), self.topics.topic(n)?))).collect()
     }
 
@@ -663,9 +700,8 @@ impl ConsumerGroupCoordinator {
             .values()
             .map(|m| assignor::MemberSpec {
                 id: &m.id,
-                subscribed: m
-                    .subscribed_topic_names
-                    .iter()
+                subscribed: group
+                    .member_topics(m)
                     .filter_map(|n| group.subscribed_metadata.get(n))
                     .map(|(id, _)| *id)
                     .collect(),
@@ -869,6 +905,7 @@ impl ConsumerGroupCoordinator {
                 m.client_id = v.client_id;
                 m.client_host = v.client_host;
                 m.subscribed_topic_names = v.subscribed_topic_names;
+                m.subscribed_topic_regex = v.subscribed_topic_regex;
                 m.rebalance_timeout_ms = v.rebalance_timeout_ms;
                 m.server_assignor = v.server_assignor;
             }
@@ -941,16 +978,6 @@ impl ConsumerGroupCoordinator {
         });
         self.perform(store);
         n
-    }
-}
-
-/// A member id as `/consumers/<group>/ids` and `owners` name it. Clients choose their ids in
-/// ConsumerGroupHeartbeat v1, and librdkafka's are standard base64, whose '/' cannot be in a
-/// znode name: it is written as '_', base64url's letter for it (Kafka's own ids are base64url).
-pub fn znode_member_id(id: &str) -> String {
-    match id.replace('/', "_") {
-        s if s.is_empty() || s == "." || s == ".." => format!("_{s}"),
-        s => s,
     }
 }
 

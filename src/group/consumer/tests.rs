@@ -21,6 +21,10 @@ impl TopicsView for Topics {
     fn name(&self, id: Uuid) -> Option<String> {
         self.0.lock().unwrap().iter().find(|(_, (i, _))| *i == id).map(|(n, _)| n.clone())
     }
+
+    fn names(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
 }
 
 #[derive(Default)]
@@ -216,8 +220,8 @@ async fn errors_as_kafka_answers_them_and_nothing_changes() {
     assert_eq!(code(c.heartbeat(&store, join("d", &["t"]))), ErrorCode::GroupMaxSizeReached.code());
     let epoch = c.with_group("g", |g| g.epoch);
     let mut regex = join("e", &["t"]);
-    regex.subscribed_topic_regex = Some("t.*".into());
-    assert_eq!(code(c.heartbeat(&store, regex)), ErrorCode::InvalidRequest.code());
+    regex.subscribed_topic_regex = Some("t(.*".into());
+    assert_eq!(code(c.heartbeat(&store, regex)), ErrorCode::InvalidRegularExpression.code());
     assert_eq!(c.with_group("g", |g| g.epoch), epoch, "a refused heartbeat changes nothing");
     a.beat(&c, &store);
     // Offsets: the member's current epoch only.
@@ -359,4 +363,33 @@ fn member_ids_become_znode_names() {
     assert_eq!(znode_member_id("plain"), "plain");
     assert_eq!(znode_member_id(".."), "_..");
     assert_eq!(znode_member_id(""), "_");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_regex_subscription_follows_the_topics_it_matches() {
+    let topics = Topics::new(&[("orders-eu", 1, 2), ("orders-us", 2, 2), ("payments", 3, 2)]);
+    let c = coordinator(topics.clone());
+    let store = Store::default();
+    let mut req = join("a", &[]);
+    req.subscribed_topic_regex = Some("orders-.*".into());
+    let r = c.heartbeat(&store, req);
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let owned = r.assignment.unwrap_or_default();
+    let ids = |names: &[u8]| names.iter().map(|i| Uuid::from_bytes([*i; 16])).collect::<BTreeSet<_>>();
+    assert_eq!(owned.keys().copied().collect::<BTreeSet<_>>(), ids(&[1, 2]), "resolved when it is new");
+    let mut a = Client { id: "a".into(), epoch: r.member_epoch, owned };
+    // A new matching topic: picked up once the group's patterns are matched again.
+    topics.0.lock().unwrap().insert("orders-asia".into(), (Uuid::from_bytes([4; 16]), 1));
+    a.beat(&c, &store);
+    assert!(!a.owned.contains_key(&Uuid::from_bytes([4; 16])), "not before the refresh interval");
+    tokio::time::advance(topic_regex::REFRESH_INTERVAL).await;
+    a.beat(&c, &store);
+    assert_eq!(a.owned.keys().copied().collect::<BTreeSet<_>>(), ids(&[1, 2, 4]));
+    assert_eq!(c.with_group("g", |g| g.members["a"].subscribed_topic_regex.clone()), Some(Some("orders-.*".into())));
+    // An empty pattern clears it: the member keeps only its names (none).
+    let mut clear = beat("a", a.epoch, Some(&a.owned));
+    clear.subscribed_topic_regex = Some(String::new());
+    let r = c.heartbeat(&store, clear);
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert!(r.assignment.is_some_and(|x| x.values().all(|ps| ps.is_empty())));
 }
