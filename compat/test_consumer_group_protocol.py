@@ -358,3 +358,35 @@ def test_a_regex_subscription_picks_up_a_new_topic(broker_factory):
         assert {tp.topic for tp in c.assignment()} == {first, later}
     finally:
         c.close()
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_and_nobody_else_moves(broker_factory, workers):
+    """KIP-848 static membership: a member with group.instance.id that closes leaves with epoch
+    -2 and keeps its partitions for the session timeout; a new consumer with the same instance
+    id gets exactly those, and the other member never revokes or gains anything."""
+    b = broker_factory(overrides=OVERRIDES)
+    topic, group = uniq("cgp"), uniq("g")
+    create_topic(b.bootstrap, topic)
+    s0 = workers("s0", b.bootstrap, group, topic, {"group.instance.id": "inst-0"})
+    s1 = workers("s1", b.bootstrap, group, topic, {"group.instance.id": "inst-1"})
+    split = wait_split([s0, s1], [3, 3], "two static members with three partitions each")
+    t0 = time.time()
+    s0.close()
+    # Closed, it is still a member (epoch -2) holding its partitions; a dynamic one would be gone.
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    d = admin.describe_consumer_groups([group])[group].result(timeout=WAIT)
+    held = {m.member_id: {tp.partition for tp in m.assignment.topic_partitions} for m in d.members}
+    assert held.get(s0.member_id()) == split["s0"], held
+    s0b = workers("s0b", b.bootstrap, group, topic, {"group.instance.id": "inst-0"})
+    wait_until(lambda: s0b.assignment() == split["s0"], WAIT, "the restarted instance to own its old partitions",
+               interval=0.1)
+    assert s1.assignment() == split["s1"]
+    assert not [e for e in s1.evs() if e["t"] >= t0 and e["ev"] in ("assign", "revoke", "lost") and e["parts"]], \
+        s1.evs()
+    assert s0b.member_id() != s0.member_id()
+    # The instance id is taken: a second consumer with it gets UNRELEASED_INSTANCE_ID and never
+    # owns anything, while the group keeps its split.
+    dup = workers("dup", b.bootstrap, group, topic, {"group.instance.id": "inst-0"})
+    wait_until(lambda: dup.errors(), WAIT, "the duplicate instance to be refused")
+    assert not dup.assignment()
+    assert (s0b.assignment(), s1.assignment()) == (split["s0"], split["s1"])

@@ -533,12 +533,12 @@ _DECODERS = {
 def consumer_group_heartbeat_request(v: int, group: str, member_id: str, member_epoch: int,
                                      topics: Optional[List[str]] = None, owned: Optional[list] = None,
                                      rebalance_timeout_ms: int = -1, assignor: Optional[str] = None,
-                                     regex: Optional[str] = None) -> bytes:
+                                     regex: Optional[str] = None, instance_id: Optional[str] = None) -> bytes:
     """`topics`/`owned` None: unchanged since the last heartbeat (Kafka's null fields);
     `owned`: [(topic id, [partitions])]."""
     w = _w(CONSUMER_GROUP_HEARTBEAT, v)
     w.string(group).string(member_id).i32(member_epoch)
-    w.nullable_string(None).nullable_string(None)  # instance id, rack id
+    w.nullable_string(instance_id).nullable_string(None)  # instance id, rack id
     w.i32(rebalance_timeout_ms)
     w.array(topics, lambda w, t: w.string(t))
     if v >= 1:

@@ -234,6 +234,7 @@ def test_offsets_v0_are_kept_in_the_znode_tree(broker):
 
 
 INVALID_REGULAR_EXPRESSION = 128
+FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID = 82, 111
 
 
 @pytest.mark.parametrize("which", ["min", "max"])
@@ -286,3 +287,52 @@ def test_consumer_group_heartbeat_and_describe(broker, which):
             assert by_regex("(unclosed")["error_code"] == INVALID_REGULAR_EXPRESSION
             r = by_regex(topic[:-2] + ".*")
             assert r["error_code"] == 0 and {p for _, ps in r["assignment"] for p in ps} == {0, 1, 2}, r
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_consumer_group_static_members(broker, which):
+    """KIP-848 static membership on the wire: a member with an instance id that leaves with
+    epoch -2 stays in the group with its partitions; its instance id cannot be taken while it
+    is held (UNRELEASED_INSTANCE_ID), is taken over after such a leave at the same group epoch,
+    and the replaced member id is then FENCED_INSTANCE_ID; an unknown instance id is
+    UNKNOWN_MEMBER_ID."""
+    vs = versions(broker, which)
+    vh, vd = vs[kg.CONSUMER_GROUP_HEARTBEAT], vs[kg.CONSUMER_GROUP_DESCRIBE]
+    group = f"cg-{uuid.uuid4().hex[:8]}"
+    name = (lambda: uuid.uuid4().hex) if vh >= 1 else (lambda: "")
+    with kp.Conn(broker.host, broker.port) as c:
+        topic = new_topic(c, partitions=3)
+        find_coordinator(c, vs[kg.FIND_COORDINATOR], group)
+
+        def hb(member, epoch, instance, topics=None, owned=None):
+            body = kg.consumer_group_heartbeat_request(vh, group, member, epoch, topics, owned,
+                                                       rebalance_timeout_ms=30000 if epoch == 0 else -1,
+                                                       instance_id=instance)
+            return kg.call(c, kg.CONSUMER_GROUP_HEARTBEAT, vh, body)
+
+        def describe():
+            d = kg.call(c, kg.CONSUMER_GROUP_DESCRIBE, vd, kg.consumer_group_describe_request(vd, [group]))["groups"]
+            assert d[0]["error_code"] == 0, d
+            return d[0]
+
+        joined = wait_until(lambda: (lambda r: r if r["error_code"] not in (kg.COORDINATOR_LOAD_IN_PROGRESS,
+                                                                            kg.COORDINATOR_NOT_AVAILABLE) else None)(
+            hb(name(), 0, "inst", [topic], owned=[])), WAIT, "the first heartbeat", interval=0.1)
+        assert joined["error_code"] == 0, joined
+        member, epoch = joined["member_id"], joined["member_epoch"]
+        assert {p for _, ps in joined["assignment"] for p in ps} == {0, 1, 2}, joined
+
+        assert hb(name(), 0, "inst", [topic], owned=[])["error_code"] == UNRELEASED_INSTANCE_ID
+        assert hb(member, epoch, "other")["error_code"] == kg.UNKNOWN_MEMBER_ID
+        left = hb(member, -2, "inst")
+        assert (left["error_code"], left["member_epoch"]) == (0, -2), left
+        d = describe()
+        assert [(m["member_id"], m["member_epoch"], m["instance_id"]) for m in d["members"]] == [(member, -2, "inst")], d
+        assert sorted(p for t in d["members"][0]["assignment"] for p in t["partitions"]) == [0, 1, 2], d
+
+        back = hb(name(), 0, "inst", [topic], owned=[])
+        assert back["error_code"] == 0 and back["member_id"] != member, back
+        assert back["member_epoch"] == epoch == describe()["group_epoch"], (back, epoch)
+        assert {p for _, ps in back["assignment"] for p in ps} == {0, 1, 2}, back
+        assert hb(member, epoch, "inst")["error_code"] == FENCED_INSTANCE_ID
+        assert [m["member_id"] for m in describe()["members"]] == [back["member_id"]]

@@ -16,15 +16,19 @@
 //! mirror) under the lock, in the order the state changed, and perform them after it, as the
 //! classic coordinator does. Time is tokio's, so tests run session expiry under paused time.
 //!
-//! Not in this slice: regular-expression subscriptions, static membership beyond storing the
-//! instance id (a member leaving with epoch -2 leaves for good), rack-aware assignment, and a
-//! classic group converted online to this protocol or back.
+//! Static membership (instance ids) is in `static_members`, regular-expression subscriptions
+//! in `topic_regex`. Not in this slice: rack-aware assignment, and a classic group converted
+//! online to this protocol or back.
 
 pub mod assignor;
 mod reconcile;
 pub mod records;
+mod static_members;
 mod topic_regex;
 use reconcile::{is_subset, rebalance_timeout, reconcile};
+pub use static_members::LEAVE_STATIC_EPOCH;
+#[cfg(test)]
+mod static_tests;
 #[cfg(test)]
 mod tests;
 
@@ -490,9 +494,21 @@ impl ConsumerGroupCoordinator {
         let default_assignor = self.default_assignor().to_string();
         let group =
             groups.entry(req.group_id.clone()).or_insert_with(|| ConsumerGroup::new(&req.group_id, &default_assignor));
-        let member_id =
-            if req.member_id.is_empty() { Uuid::new_v4().simple().to_string() } else { req.member_id.clone() };
+        let member_id = if req.member_id.is_empty() { new_member_id() } else { req.member_id.clone() };
         if req.member_epoch < 0 {
+            if let Some(instance) = req.instance_id.as_deref() {
+                if let Err(e) = static_members::check_static_member(group, instance, &member_id) {
+                    return e;
+                }
+                if req.member_epoch == LEAVE_STATIC_EPOCH {
+                    self.leave_static(group, fx, &member_id);
+                    return HeartbeatResult {
+                        member_id: Some(member_id),
+                        member_epoch: req.member_epoch,
+                        ..Default::default()
+                    };
+                }
+            }
             if !group.members.contains_key(&member_id) {
                 return unknown(&member_id);
             }
@@ -506,7 +522,14 @@ impl ConsumerGroupCoordinator {
         let mut bump = false;
         let mut metadata_changed = false;
         let before = group.members.get(&member_id).map(|m| m.assigned.clone());
-        if req.member_epoch == 0 {
+        let static_holder = req.instance_id.as_deref().and_then(|i| group.static_member(i)).map(str::to_string);
+        if req.member_epoch == 0 && static_holder.is_some() {
+            if let Some(old) = static_holder {
+                if let Err(e) = self.replace_static(group, fx, &old, &req, &member_id) {
+                    return e;
+                }
+            }
+        } else if req.member_epoch == 0 {
             match group.members.get_mut(&member_id) {
                 // A member that lost its state rejoins under its id: it owns nothing now, so
                 // what it held is free for whoever its target gives it to.
@@ -537,6 +560,11 @@ impl ConsumerGroupCoordinator {
                 }
             }
         } else {
+            if let Some(instance) = req.instance_id.as_deref() {
+                if let Err(e) = static_members::check_static_member(group, instance, &member_id) {
+                    return e;
+                }
+            }
             let Some(m) = group.members.get(&member_id) else { return unknown(&member_id) };
             if req.member_epoch > m.epoch {
                 return HeartbeatResult::error(
@@ -950,5 +978,18 @@ impl ConsumerGroupCoordinator {
         });
         self.perform(store);
         n
+    }
+}
+
+/// The id a v0 member that sent none is given: Kafka's Uuid.randomUuid().toString(), URL-safe
+/// base64 of 16 random bytes that never starts with '-' (so it cannot pass for an option on a
+/// command line), which is what the Admin client and the tools print.
+fn new_member_id() -> String {
+    use base64::Engine;
+    loop {
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Uuid::new_v4().as_bytes());
+        if !id.starts_with('-') {
+            return id;
+        }
     }
 }

@@ -3,10 +3,10 @@ use std::sync::Mutex;
 
 use super::*;
 
-struct Topics(Mutex<BTreeMap<String, (Uuid, i32)>>);
+pub(super) struct Topics(Mutex<BTreeMap<String, (Uuid, i32)>>);
 
 impl Topics {
-    fn new(topics: &[(&str, u8, i32)]) -> Arc<Topics> {
+    pub(super) fn new(topics: &[(&str, u8, i32)]) -> Arc<Topics> {
         Arc::new(Topics(Mutex::new(
             topics.iter().map(|(n, id, count)| (n.to_string(), (Uuid::from_bytes([*id; 16]), *count))).collect(),
         )))
@@ -28,10 +28,10 @@ impl TopicsView for Topics {
 }
 
 #[derive(Default)]
-struct Store {
-    records: Mutex<Vec<(Bytes, Option<Bytes>)>>,
+pub(super) struct Store {
+    pub(super) records: Mutex<Vec<(Bytes, Option<Bytes>)>>,
     joined: Mutex<Vec<String>>,
-    left: Mutex<Vec<String>>,
+    pub(super) left: Mutex<Vec<String>>,
     owners: Mutex<Vec<(String, i32, String)>>,
 }
 
@@ -54,19 +54,19 @@ impl ConsumerStore for Store {
     }
 }
 
-fn t1() -> Uuid {
+pub(super) fn t1() -> Uuid {
     Uuid::from_bytes([1; 16])
 }
 
-fn config() -> ConsumerGroupConfig {
+pub(super) fn config() -> ConsumerGroupConfig {
     ConsumerGroupConfig::default()
 }
 
-fn coordinator(topics: Arc<Topics>) -> ConsumerGroupCoordinator {
+pub(super) fn coordinator(topics: Arc<Topics>) -> ConsumerGroupCoordinator {
     ConsumerGroupCoordinator::new(config(), topics)
 }
 
-fn join(id: &str, topics: &[&str]) -> HeartbeatRequest {
+pub(super) fn join(id: &str, topics: &[&str]) -> HeartbeatRequest {
     HeartbeatRequest {
         version: 1,
         group_id: "g".into(),
@@ -81,7 +81,7 @@ fn join(id: &str, topics: &[&str]) -> HeartbeatRequest {
     }
 }
 
-fn beat(id: &str, epoch: i32, owned: Option<&Assignment>) -> HeartbeatRequest {
+pub(super) fn beat(id: &str, epoch: i32, owned: Option<&Assignment>) -> HeartbeatRequest {
     HeartbeatRequest {
         version: 1,
         group_id: "g".into(),
@@ -93,19 +93,19 @@ fn beat(id: &str, epoch: i32, owned: Option<&Assignment>) -> HeartbeatRequest {
     }
 }
 
-fn parts(a: &Assignment) -> BTreeSet<i32> {
+pub(super) fn parts(a: &Assignment) -> BTreeSet<i32> {
     a.get(&t1()).cloned().unwrap_or_default()
 }
 
 /// A member as a client runs it: what it owns, and its epoch.
-struct Client {
-    id: String,
-    epoch: i32,
-    owned: Assignment,
+pub(super) struct Client {
+    pub(super) id: String,
+    pub(super) epoch: i32,
+    pub(super) owned: Assignment,
 }
 
 impl Client {
-    fn join(c: &ConsumerGroupCoordinator, store: &Store, id: &str) -> Client {
+    pub(super) fn join(c: &ConsumerGroupCoordinator, store: &Store, id: &str) -> Client {
         let r = c.heartbeat(store, join(id, &["t"]));
         assert_eq!(r.error_code, 0, "{r:?}");
         Client { id: id.into(), epoch: r.member_epoch, owned: r.assignment.unwrap_or_default() }
@@ -113,7 +113,7 @@ impl Client {
 
     /// One heartbeat that reports what it owns; takes whatever it is given (revocation is
     /// immediate, as a client's revoke callback would do before the next heartbeat).
-    fn beat(&mut self, c: &ConsumerGroupCoordinator, store: &Store) -> HeartbeatResult {
+    pub(super) fn beat(&mut self, c: &ConsumerGroupCoordinator, store: &Store) -> HeartbeatResult {
         let r = c.heartbeat(store, beat(&self.id, self.epoch, Some(&self.owned)));
         assert_eq!(r.error_code, 0, "{r:?}");
         self.epoch = r.member_epoch;
