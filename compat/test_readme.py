@@ -150,7 +150,7 @@ def test_docs_gregor_perf_examples_run_as_written(readme_broker):
 # Paths the docs name that the scripts create when they run.
 CREATED_BY_SCRIPTS = {"fuzz/corpus/", "fuzz/campaign-crashes/", "fuzz/wire-crashes/"}
 # Keys the docs name that are client settings, not the broker's.
-CLIENT_SETTINGS = {"client.rack", "transaction.timeout.ms"}
+CLIENT_SETTINGS = {"client.rack", "transaction.timeout.ms", "group.instance.id"}
 FILE_SUFFIXES = (".yml", ".yaml", ".toml", ".json", ".md", ".py", ".sh", ".properties", ".rs")
 
 

@@ -190,6 +190,16 @@ pub fn consumer_group_config(config: &BrokerConfig) -> anyhow::Result<ConsumerGr
     if !protocols.iter().any(|p| p == "classic") {
         anyhow::bail!("group.coordinator.rebalance.protocols must contain classic");
     }
+    // A live group is not converted between the protocols here: Kafka's other policies would
+    // be served as `disabled`, so they are refused rather than ignored.
+    if let Some(policy) = config.values.get("group.consumer.migration.policy") {
+        if !policy.trim().eq_ignore_ascii_case("disabled") {
+            anyhow::bail!(
+                "group.consumer.migration.policy={policy} is not supported: live groups are not converted \
+                 between the classic and the consumer protocol; set it to disabled"
+            );
+        }
+    }
     let assignors = config.values.get("group.consumer.assignors").map(String::as_str).unwrap_or("uniform,range");
     let mut names = Vec::new();
     for a in assignors.split(',').map(str::trim).filter(|a| !a.is_empty()) {

@@ -422,3 +422,14 @@ fn share_group_keys_are_checked_against_their_bounds() {
         assert!(err.contains(key), "{key}={value}: {err}");
     }
 }
+
+#[test]
+fn only_the_disabled_migration_policy_is_accepted() {
+    assert!(consumer_group_config(&load(&[("group.consumer.migration.policy", "DISABLED")]).unwrap()).is_ok());
+    for policy in ["bidirectional", "upgrade", "downgrade"] {
+        let err = consumer_group_config(&load(&[("group.consumer.migration.policy", policy)]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("group.consumer.migration.policy"), "{err}");
+    }
+}
