@@ -213,6 +213,11 @@ impl ReplicaManager {
                 tick.tick().await;
                 for p in b.all_partitions() {
                     if let Some(isr) = p.isr_to_shrink(lag) {
+                        // Logged as Kafka's leader does: the proposal is the step an operator
+                        // looks for when acks=all writes wait on a follower that stopped.
+                        tracing::info!(topic = %p.topic, partition = p.index, from = ?p.isr(), to = ?isr,
+                            high_watermark = p.high_watermark(), log_end_offset = p.log_end_offset(),
+                            "shrinking the ISR: followers behind for longer than replica.lag.time.max.ms");
                         b.record_isr_change(&p, isr);
                     }
                 }
