@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 import time
 import uuid
 from typing import List
@@ -46,8 +47,9 @@ def workers(request):
     made: List[Worker] = []
     log_dir = tempfile.mkdtemp(prefix="gregor-cgp-")
 
-    def make(name, bootstrap, group, topic, extra=None) -> Worker:
-        w = Worker(name, bootstrap, group, topic, log_dir=log_dir, extra=dict(NEW_PROTOCOL, **(extra or {})))
+    def make(name, bootstrap, group, topic, extra=None, classic=False) -> Worker:
+        protocol = {} if classic else NEW_PROTOCOL
+        w = Worker(name, bootstrap, group, topic, log_dir=log_dir, extra=dict(protocol, **(extra or {})))
         made.append(w)
         return w.start()
 
@@ -390,3 +392,105 @@ def test_a_static_member_restarting_gets_its_partitions_back_and_nobody_else_mov
     wait_until(lambda: dup.errors(), WAIT, "the duplicate instance to be refused")
     assert not dup.assignment()
     assert (s0b.assignment(), s1.assignment()) == (split["s0"], split["s1"])
+
+
+def group_type(bootstrap: str, group: str) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups().result(timeout=WAIT)
+    mine = [g for g in listed.valid if g.group_id == group]
+    return str(mine[0].type).split(".")[-1].upper() if mine else "ABSENT"
+
+
+class BackgroundProducer:
+    """Produces to every partition until stopped; remembers what was acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 2})
+        self.topic, self.acked, self.errors = topic, set(), []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _cb(self, err, msg):
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked.add((msg.partition(), msg.offset()))
+
+    def _run(self):
+        n = 0
+        while not self.stop.is_set():
+            for part in range(PARTS):
+                self.p.produce(self.topic, value=f"bg-{part}-{n}".encode(), partition=part, on_delivery=self._cb)
+            n += 1
+            self.p.poll(0.02)
+        self.p.flush(WAIT)
+
+    def finish(self) -> set:
+        self.stop.set()
+        self.thread.join(WAIT)
+        assert not self.errors, self.errors[:5]
+        return self.acked
+
+
+def commits_never_go_backwards(ws: List[Worker]) -> None:
+    """Every successful commit, in time order across the members, per partition."""
+    commits = sorted((e["t"], w.name, int(p), o) for w in ws for e in w.evs("commit")
+                     for p, o in e["offsets"].items())
+    last: dict = {}
+    for t, name, p, o in commits:
+        assert o >= last.get(p, (-1, ""))[0], f"partition {p}: {name} committed {o} at {t} after {last[p]}"
+        last[p] = (o, name)
+
+
+def test_a_classic_group_upgraded_and_downgraded_online(broker_factory, workers, report):
+    """group.consumer.migration.policy=bidirectional (Kafka's default): two classic consumers
+    share a topic; a consumer-protocol member joins and the group becomes a consumer group
+    with the classic members in it; it leaves and the group is classic again. Nothing is lost,
+    no partition has two owners at once, committed offsets only move forward."""
+    b = broker_factory(overrides=OVERRIDES)
+    topic, group = uniq("mig"), uniq("g")
+    create_topic(b.bootstrap, topic)
+    producer = BackgroundProducer(b.bootstrap, topic)
+    c0 = workers("c0", b.bootstrap, group, topic, classic=True)
+    c1 = workers("c1", b.bootstrap, group, topic, classic=True)
+    wait_split([c0, c1], [3, 3], "two classic members with three partitions each")
+    assert group_type(b.bootstrap, group) == "CLASSIC"
+    t0 = time.time()
+    n = workers("n", b.bootstrap, group, topic)
+    wait_split([c0, c1, n], [2, 2, 2], "the converted group: two partitions for each member")
+    upgraded = time.time() - t0
+    assert group_type(b.bootstrap, group) == "CONSUMER"
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    d = admin.describe_consumer_groups([group])[group].result(timeout=WAIT)
+    assert len(d.members) == 3, d.members
+    assert sorted(tp.partition for m in d.members for tp in m.assignment.topic_partitions) == list(range(PARTS))
+    t1 = time.time()
+    n.close()
+    wait_split([c0, c1], [3, 3], "the classic members own every partition again")
+    wait_until(lambda: group_type(b.bootstrap, group) == "CLASSIC", WAIT, "the group to be classic again")
+    downgraded = time.time() - t1
+    acked = producer.finish()
+    wait_consumed([c0, c1, n], acked)
+    never_owned_twice([c0, c1, n])
+    commits_never_go_backwards([c0, c1, n])
+    errors = [e for w in (c0, c1, n) for e in w.errors()]
+    assert not [e for e in errors if e.get("fatal")], errors[:5]
+    twice = sum(1 for names in consumed([c0, c1, n]).values() if len(names) > 1)
+    report(f"migration: consumer-protocol member joined -> 2/2/2 in {upgraded:.2f}s; it left -> classic 3/3 in "
+           f"{downgraded:.2f}s; {len(acked)} records produced meanwhile, none lost, {twice} consumed twice, "
+           f"{len(errors)} client errors")
+
+
+def test_with_migration_disabled_a_classic_group_keeps_its_id(broker_factory, workers):
+    b = broker_factory(overrides=dict(OVERRIDES, **{"group.consumer.migration.policy": "disabled"}))
+    topic, group = uniq("mig"), uniq("g")
+    create_topic(b.bootstrap, topic)
+    c0 = workers("c0", b.bootstrap, group, topic, classic=True)
+    wait_until(lambda: c0.assignment() == set(range(PARTS)), WAIT, "the classic member to own the topic")
+    n = workers("n", b.bootstrap, group, topic)
+    # GROUP_ID_NOT_FOUND, as Kafka answers when the upgrade is off.
+    wait_until(lambda: n.errors(), WAIT, "the consumer-protocol member to be refused")
+    assert not n.assignment()
+    assert c0.assignment() == set(range(PARTS))
+    assert group_type(b.bootstrap, group) == "CLASSIC"

@@ -128,6 +128,29 @@ pub struct ConsumerGroupConfig {
     pub max_size: usize,
     /// `group.consumer.assignors`, short names; the first is the default.
     pub assignors: Vec<String>,
+    /// `group.consumer.migration.policy`
+    pub migration: MigrationPolicy,
+}
+
+/// `group.consumer.migration.policy`: which way a live group may change protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    Disabled,
+    Upgrade,
+    Downgrade,
+    Bidirectional,
+}
+
+impl MigrationPolicy {
+    /// A classic group becomes a consumer group when a consumer-protocol member joins it.
+    pub fn upgrade(self) -> bool {
+        matches!(self, MigrationPolicy::Upgrade | MigrationPolicy::Bidirectional)
+    }
+
+    /// A consumer group whose last consumer-protocol member left becomes a classic group.
+    pub fn downgrade(self) -> bool {
+        matches!(self, MigrationPolicy::Downgrade | MigrationPolicy::Bidirectional)
+    }
 }
 
 impl Default for ConsumerGroupConfig {
@@ -138,6 +161,7 @@ impl Default for ConsumerGroupConfig {
             heartbeat_interval_ms: 5_000,
             max_size: i32::MAX as usize,
             assignors: vec!["uniform".into(), "range".into()],
+            migration: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -190,16 +214,19 @@ pub fn consumer_group_config(config: &BrokerConfig) -> anyhow::Result<ConsumerGr
     if !protocols.iter().any(|p| p == "classic") {
         anyhow::bail!("group.coordinator.rebalance.protocols must contain classic");
     }
-    // A live group is not converted between the protocols here: Kafka's other policies would
-    // be served as `disabled`, so they are refused rather than ignored.
-    if let Some(policy) = config.values.get("group.consumer.migration.policy") {
-        if !policy.trim().eq_ignore_ascii_case("disabled") {
-            anyhow::bail!(
-                "group.consumer.migration.policy={policy} is not supported: live groups are not converted \
-                 between the classic and the consumer protocol; set it to disabled"
-            );
-        }
-    }
+    let migration = match config.values.get("group.consumer.migration.policy") {
+        None => MigrationPolicy::Bidirectional,
+        Some(v) => match v.trim().to_lowercase().as_str() {
+            "disabled" => MigrationPolicy::Disabled,
+            "upgrade" => MigrationPolicy::Upgrade,
+            "downgrade" => MigrationPolicy::Downgrade,
+            "bidirectional" => MigrationPolicy::Bidirectional,
+            _ => anyhow::bail!(
+                "invalid value {v:?} for configuration group.consumer.migration.policy: \
+                 must be one of disabled, upgrade, downgrade, bidirectional"
+            ),
+        },
+    };
     let assignors = config.values.get("group.consumer.assignors").map(String::as_str).unwrap_or("uniform,range");
     let mut names = Vec::new();
     for a in assignors.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -231,6 +258,7 @@ pub fn consumer_group_config(config: &BrokerConfig) -> anyhow::Result<ConsumerGr
         heartbeat_interval_ms: heartbeat as i32,
         max_size,
         assignors: names,
+        migration,
     })
 }
 

@@ -150,7 +150,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("gregor.client.telemetry.max.series", "10000"),
     ("gregor.client.telemetry.max.series.per.client", "500"),
     ("offsets.retention.check.interval.ms", "600000"),
-    ("group.consumer.migration.policy", "disabled"),
+    ("group.consumer.migration.policy", "bidirectional"),
     ("group.min.session.timeout.ms", "6000"),
     ("group.max.session.timeout.ms", "1800000"),
     ("transaction.state.log.num.partitions", "50"),

@@ -27,7 +27,7 @@ mod tests;
 
 pub use coordinators::{
     consumer_group_config, coordinator_config, share_group_config, txn_config, ConsumerGroupConfig, CoordinatorConfig,
-    InternalTopicConfig, ShareGroupConfig, TxnConfig,
+    InternalTopicConfig, MigrationPolicy, ShareGroupConfig, TxnConfig,
 };
 pub use keys::{
     is_dynamic_broker_config, is_dynamic_in_kafka_only, is_per_broker_only, DEFAULTS, PER_BROKER_SASL_KEYS,

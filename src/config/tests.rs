@@ -424,12 +424,17 @@ fn share_group_keys_are_checked_against_their_bounds() {
 }
 
 #[test]
-fn only_the_disabled_migration_policy_is_accepted() {
-    assert!(consumer_group_config(&load(&[("group.consumer.migration.policy", "DISABLED")]).unwrap()).is_ok());
-    for policy in ["bidirectional", "upgrade", "downgrade"] {
-        let err = consumer_group_config(&load(&[("group.consumer.migration.policy", policy)]).unwrap())
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("group.consumer.migration.policy"), "{err}");
+fn the_migration_policies_are_kafkas_and_bidirectional_is_the_default() {
+    use crate::config::MigrationPolicy::*;
+    let policy = |v: &str| consumer_group_config(&load(&[("group.consumer.migration.policy", v)]).unwrap());
+    assert_eq!(consumer_group_config(&load(&[]).unwrap()).unwrap().migration, Bidirectional);
+    for (v, want) in
+        [("DISABLED", Disabled), ("upgrade", Upgrade), (" Downgrade", Downgrade), ("bidirectional", Bidirectional)]
+    {
+        assert_eq!(policy(v).unwrap().migration, want, "{v}");
     }
+    assert!(Bidirectional.upgrade() && Bidirectional.downgrade() && Upgrade.upgrade() && !Upgrade.downgrade());
+    assert!(!Disabled.upgrade() && !Disabled.downgrade() && Downgrade.downgrade() && !Downgrade.upgrade());
+    let err = policy("both").unwrap_err().to_string();
+    assert!(err.contains("group.consumer.migration.policy"), "{err}");
 }

@@ -19,8 +19,8 @@ use super::consumer::{
     ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerStore, HeartbeatRequest, HeartbeatResult, TopicsView,
 };
 use super::coordinator::{
-    CommittedOffset, CoordinatorConfig, Group, GroupCoordinator, GroupRecord, GroupState, GroupStore, JoinRequest,
-    JoinResult, MemberRegistration, OffsetToCommit, PendingTxnOffset, SyncResult, TopicPartition,
+    ClassicSnapshot, CommittedOffset, CoordinatorConfig, Group, GroupCoordinator, GroupRecord, GroupState, GroupStore,
+    JoinRequest, JoinResult, MemberRegistration, OffsetToCommit, PendingTxnOffset, SyncResult, TopicPartition,
 };
 use super::offsets_log::{self, OffsetValue, OffsetsKey, StoredMember};
 use super::share::{
@@ -28,6 +28,7 @@ use super::share::{
 };
 use super::zk_mirror::{MembershipMirror, OffsetMirror};
 use super::{partition_for, OFFSETS_TOPIC};
+use crate::config::MigrationPolicy;
 use crate::io_pool::IoPool;
 use crate::log::batch::{encode_batch, BatchHeader, BatchOptions, SimpleRecord};
 use crate::protocol::ErrorCode;
@@ -172,28 +173,52 @@ impl GroupCoordinatorService {
     }
 
     pub async fn join(&self, req: JoinRequest) -> JoinResult {
-        // One group id, one protocol: converting a live group between them is not done yet.
+        // A consumer group with members takes classic members too, unless migration is off.
         if self.consumer.has_members(&req.group_id) {
-            return JoinResult {
-                error_code: ErrorCode::InconsistentGroupProtocol.code(),
+            let refuse = |code: ErrorCode| JoinResult {
+                error_code: code.code(),
                 generation_id: -1,
-                member_id: req.member_id,
+                member_id: req.member_id.clone(),
                 ..Default::default()
             };
+            if self.consumer.config().migration == MigrationPolicy::Disabled {
+                return refuse(ErrorCode::InconsistentGroupProtocol);
+            }
+            let c = self.coordinator.config();
+            if req.session_timeout_ms < c.min_session_timeout_ms || req.session_timeout_ms > c.max_session_timeout_ms {
+                return refuse(ErrorCode::InvalidSessionTimeout);
+            }
+            if let Some(r) = self.consumer.classic_join(self, &req) {
+                return r;
+            }
         }
         self.coordinator.join(self, req).await
     }
 
     /// ConsumerGroupHeartbeat. Appends to `__consumer_offsets`: call it off the async workers.
+    /// A classic group with members is converted first when the migration policy allows it
+    /// and its members all use the consumer's embedded protocol; otherwise the group id is
+    /// not a consumer group's, as Kafka answers.
     pub fn consumer_heartbeat(&self, req: HeartbeatRequest) -> HeartbeatResult {
-        if self.coordinator.with_group(&req.group_id, |g| !g.members.is_empty()) == Some(true)
-            || self.share.has_members(&req.group_id)
-        {
-            return HeartbeatResult {
-                error_code: ErrorCode::GroupIdNotFound.code(),
-                error_message: Some(format!("Group {} is not a consumer group.", req.group_id)),
-                ..Default::default()
-            };
+        let not_found = |message: String| HeartbeatResult {
+            error_code: ErrorCode::GroupIdNotFound.code(),
+            error_message: Some(message),
+            ..Default::default()
+        };
+        if self.share.has_members(&req.group_id) {
+            return not_found(format!("Group {} is not a consumer group.", req.group_id));
+        }
+        if self.coordinator.with_group(&req.group_id, |g| !g.members.is_empty()) == Some(true) {
+            if !self.consumer.config().migration.upgrade() {
+                return not_found(format!(
+                    "Cannot upgrade classic group {} to consumer group because the online upgrade is disabled.",
+                    req.group_id
+                ));
+            }
+            if let Some(Err(e)) = self.coordinator.upgrade(self, &req.group_id, |s| self.consumer.adopt_classic(s)) {
+                tracing::info!(group = %req.group_id, "{e}");
+                return not_found(e);
+            }
         }
         self.consumer.heartbeat(self, req)
     }
@@ -219,14 +244,23 @@ impl GroupCoordinatorService {
         instance_id: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> SyncResult {
+        if let Some(r) = self.consumer.classic_sync(group_id, generation, member_id) {
+            return r;
+        }
         self.coordinator.sync(self, group_id, generation, member_id, instance_id, assignments).await
     }
 
     pub fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str, instance_id: Option<&str>) -> i16 {
+        if let Some(code) = self.consumer.classic_heartbeat(group_id, generation, member_id) {
+            return code;
+        }
         self.coordinator.heartbeat(group_id, generation, member_id, instance_id)
     }
 
     pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<i16>, i16> {
+        if let Some(codes) = self.consumer.classic_leave(self, group_id, members) {
+            return Ok(codes);
+        }
         self.coordinator.leave(self, group_id, members)
     }
 
@@ -698,6 +732,10 @@ impl ConsumerStore for GroupCoordinatorService {
 
     fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]) {
         self.membership_zk_mirror.owners_changed(group, owners);
+    }
+
+    fn downgrade(&self, snapshot: ClassicSnapshot) {
+        self.coordinator.downgrade(self, snapshot);
     }
 }
 

@@ -17,10 +17,11 @@
 //! classic coordinator does. Time is tokio's, so tests run session expiry under paused time.
 //!
 //! Static membership (instance ids) is in `static_members`, regular-expression subscriptions
-//! in `topic_regex`. Not in this slice: rack-aware assignment, and a classic group converted
-//! online to this protocol or back.
+//! in `topic_regex`, classic-protocol members and the online conversions from and to a
+//! classic group in `classic`. Not in this slice: rack-aware assignment.
 
 pub mod assignor;
+mod classic;
 mod reconcile;
 pub mod records;
 mod static_members;
@@ -41,9 +42,10 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 pub use assignor::Assignment;
-use records::{ConsumerRecord, CurrentAssignment, MemberMetadata};
+pub use classic::CONSUMER_PROTOCOL_TYPE;
+use records::{ClassicMemberMetadata, ConsumerRecord, CurrentAssignment, MemberMetadata};
 
-use super::coordinator::MemberRegistration;
+use super::coordinator::{ClassicSnapshot, MemberRegistration};
 use super::zk_mirror::znode_member_id;
 pub use crate::config::ConsumerGroupConfig;
 use crate::protocol::ErrorCode;
@@ -67,6 +69,9 @@ pub trait ConsumerStore: Sync {
     fn member_joined(&self, group: &str, member: &MemberRegistration);
     fn member_left(&self, group: &str, member_id: &str);
     fn owners_changed(&self, group: &str, owners: &[(String, i32, String)]);
+    /// Hands a group whose members all speak the classic protocol back to the classic
+    /// coordinator (online downgrade).
+    fn downgrade(&self, snapshot: ClassicSnapshot);
 }
 
 /// Kafka's MemberState, with its record codes.
@@ -117,6 +122,9 @@ pub struct ConsumerMember {
     last_heartbeat: Instant,
     /// When a member that must revoke partitions is fenced if it has not (its rebalance timeout).
     revocation_deadline: Option<Instant>,
+    /// Set for a member that joined with the classic protocol (JoinGroup): its session
+    /// timeout and the protocols it supports.
+    pub classic: Option<ClassicMemberMetadata>,
 }
 
 impl ConsumerMember {
@@ -138,6 +146,7 @@ impl ConsumerMember {
             pending_revocation: Assignment::new(),
             last_heartbeat: now,
             revocation_deadline: None,
+            classic: None,
         }
     }
 
@@ -151,6 +160,7 @@ impl ConsumerMember {
             subscribed_topic_regex: self.subscribed_topic_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.clone(),
+            classic: self.classic.clone(),
         }
     }
 
@@ -320,6 +330,7 @@ enum Effect {
     MemberJoined(MemberRegistration),
     MemberLeft(String),
     OwnersChanged(Vec<(String, i32, String)>),
+    Downgrade(ClassicSnapshot),
 }
 
 #[derive(Default)]
@@ -390,6 +401,7 @@ impl ConsumerGroupCoordinator {
                 Effect::MemberJoined(m) => store.member_joined(&group, &m),
                 Effect::MemberLeft(id) => store.member_left(&group, &id),
                 Effect::OwnersChanged(owners) => store.owners_changed(&group, &owners),
+                Effect::Downgrade(snapshot) => store.downgrade(snapshot),
             }
         }
     }
@@ -513,6 +525,7 @@ impl ConsumerGroupCoordinator {
                 return unknown(&member_id);
             }
             self.remove_member(group, fx, &member_id, "left the group");
+            self.maybe_downgrade(groups, fx, &req.group_id);
             return HeartbeatResult {
                 member_id: Some(member_id),
                 member_epoch: req.member_epoch,
@@ -773,14 +786,19 @@ impl ConsumerGroupCoordinator {
     pub fn tick_step(&self) -> bool {
         self.step(|groups, fx| {
             let now = Instant::now();
-            let session = Duration::from_millis(self.config.session_timeout_ms.max(0) as u64);
+            let session = |m: &ConsumerMember| {
+                // A classic member's session is the one its JoinGroup asked for.
+                let ms = m.classic.as_ref().map_or(self.config.session_timeout_ms, |c| c.session_timeout_ms);
+                Duration::from_millis(ms.max(0) as u64)
+            };
             let mut any = false;
+            let mut shrunk = Vec::new();
             for group in groups.values_mut() {
                 let expired: Vec<(String, &str)> = group
                     .members
                     .values()
                     .filter_map(|m| {
-                        if now.duration_since(m.last_heartbeat) > session {
+                        if now.duration_since(m.last_heartbeat) > session(m) {
                             Some((m.id.clone(), "session expired"))
                         } else if m.revocation_deadline.is_some_and(|d| now > d) {
                             Some((m.id.clone(), "did not revoke its partitions within its rebalance timeout"))
@@ -792,7 +810,11 @@ impl ConsumerGroupCoordinator {
                 for (id, why) in expired {
                     self.remove_member(group, fx, &id, why);
                     any = true;
+                    shrunk.push(group.id.clone());
                 }
+            }
+            for id in shrunk {
+                self.maybe_downgrade(groups, fx, &id);
             }
             any
         })
@@ -833,6 +855,8 @@ impl ConsumerGroupCoordinator {
         }
         Some(match g.members.get(member_id) {
             None => Err(ErrorCode::UnknownMemberId.code()),
+            // A classic member commits with its generation, which is its member epoch.
+            Some(m) if m.epoch != member_epoch && m.classic.is_some() => Err(ErrorCode::IllegalGeneration.code()),
             Some(m) if m.epoch != member_epoch => Err(ErrorCode::StaleMemberEpoch.code()),
             Some(_) => Ok(()),
         })
@@ -908,6 +932,7 @@ impl ConsumerGroupCoordinator {
                 m.subscribed_topic_regex = v.subscribed_topic_regex;
                 m.rebalance_timeout_ms = v.rebalance_timeout_ms;
                 m.server_assignor = v.server_assignor;
+                m.classic = v.classic;
             }
             ConsumerRecord::Member { group: id, member, value: None } => {
                 if let Some(g) = groups.get_mut(&id) {

@@ -30,6 +30,17 @@ pub struct MemberMetadata {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Set for a member that speaks the classic protocol (tagged field 0).
+    pub classic: Option<ClassicMemberMetadata>,
+}
+
+/// ConsumerGroupMemberMetadataValue's ClassicMemberMetadata: what a classic member sent in
+/// its JoinGroup, kept so that the group can turn classic again.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    /// (protocol name, its metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 /// What ConsumerGroupCurrentMemberAssignmentValue holds.
@@ -220,7 +231,25 @@ fn member_value(m: &MemberMetadata) -> Bytes {
     put_compact_nullable_str(&mut b, m.subscribed_topic_regex.as_deref());
     b.put_i32(m.rebalance_timeout_ms);
     put_compact_nullable_str(&mut b, m.server_assignor.as_deref());
-    put_uvarint(&mut b, 0);
+    match &m.classic {
+        None => put_uvarint(&mut b, 0),
+        Some(c) => {
+            let mut f = BytesMut::new();
+            f.put_i32(c.session_timeout_ms);
+            put_uvarint(&mut f, c.protocols.len() as u64 + 1);
+            for (name, metadata) in &c.protocols {
+                put_compact_str(&mut f, name);
+                put_uvarint(&mut f, metadata.len() as u64 + 1);
+                f.put_slice(metadata);
+                put_uvarint(&mut f, 0);
+            }
+            put_uvarint(&mut f, 0);
+            put_uvarint(&mut b, 1);
+            put_uvarint(&mut b, 0);
+            put_uvarint(&mut b, f.len() as u64);
+            b.put_slice(&f);
+        }
+    }
     b.freeze()
 }
 
@@ -346,7 +375,15 @@ impl Reader<'_> {
         let subscribed_topic_regex = self.compact_nullable_str()?;
         let rebalance_timeout_ms = self.i32()?;
         let server_assignor = self.compact_nullable_str()?;
-        self.skip_tagged()?;
+        let mut classic = None;
+        for _ in 0..self.uvarint()? {
+            let tag = self.uvarint()?;
+            let size = usize::try_from(self.uvarint()?).ok()?;
+            let mut field = Reader(self.take(size)?);
+            if tag == 0 {
+                classic = Some(field.classic()?);
+            }
+        }
         Some(MemberMetadata {
             instance_id,
             rack_id,
@@ -356,7 +393,22 @@ impl Reader<'_> {
             subscribed_topic_regex,
             rebalance_timeout_ms,
             server_assignor,
+            classic,
         })
+    }
+
+    fn classic(&mut self) -> Option<ClassicMemberMetadata> {
+        let session_timeout_ms = self.i32()?;
+        let mut protocols = Vec::new();
+        for _ in 0..self.array_len()? {
+            let name = self.compact_str()?;
+            let len = usize::try_from(self.uvarint()?.checked_sub(1)?).ok()?;
+            let metadata = Bytes::copy_from_slice(self.take(len)?);
+            self.skip_tagged()?;
+            protocols.push((name, metadata));
+        }
+        self.skip_tagged()?;
+        Some(ClassicMemberMetadata { session_timeout_ms, protocols })
     }
 
     fn current(&mut self) -> Option<CurrentAssignment> {
@@ -419,6 +471,25 @@ mod tests {
                 subscribed_topic_regex: None,
                 rebalance_timeout_ms: 300_000,
                 server_assignor: Some("range".into()),
+                classic: None,
+            }),
+        });
+        // A classic member's protocols ride in tagged field 0.
+        roundtrip(ConsumerRecord::Member {
+            group: "g".into(),
+            member: "m".into(),
+            value: Some(MemberMetadata {
+                client_id: "c".into(),
+                subscribed_topic_names: vec!["a".into()],
+                rebalance_timeout_ms: 300_000,
+                classic: Some(ClassicMemberMetadata {
+                    session_timeout_ms: 10_000,
+                    protocols: vec![
+                        ("range".into(), Bytes::from_static(b"\0\x01x")),
+                        ("roundrobin".into(), Bytes::new()),
+                    ],
+                }),
+                ..Default::default()
             }),
         });
         roundtrip(ConsumerRecord::Current {

@@ -33,6 +33,7 @@ pub(super) struct Store {
     joined: Mutex<Vec<String>>,
     pub(super) left: Mutex<Vec<String>>,
     owners: Mutex<Vec<(String, i32, String)>>,
+    pub(super) downgraded: Mutex<Vec<crate::group::coordinator::ClassicSnapshot>>,
 }
 
 impl ConsumerStore for Store {
@@ -51,6 +52,10 @@ impl ConsumerStore for Store {
 
     fn owners_changed(&self, _group: &str, owners: &[(String, i32, String)]) {
         *self.owners.lock().unwrap() = owners.to_vec();
+    }
+
+    fn downgrade(&self, snapshot: crate::group::coordinator::ClassicSnapshot) {
+        self.downgraded.lock().unwrap().push(snapshot);
     }
 }
 

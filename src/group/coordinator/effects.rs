@@ -60,6 +60,10 @@ impl Effects {
         self.0.push((group.id.clone(), Effect::StoreGroup(GroupRecord::of(group))));
     }
 
+    pub(super) fn store_record(&mut self, record: GroupRecord) {
+        self.0.push((record.id.clone(), Effect::StoreGroup(record)));
+    }
+
     pub(super) fn store_offsets(
         &mut self,
         group: &str,

@@ -649,9 +649,11 @@ pub fn subscribed_topics(member: &Member, protocol: Option<&str>) -> Vec<String>
 
 mod effects;
 mod join;
+mod migrate;
 mod offsets;
 #[cfg(test)]
 mod tests;
 
 use effects::{AfterStore, EffectQueue, Effects};
 pub use effects::{GroupRecord, MemberRecord, MemberRegistration};
+pub use migrate::{ClassicMemberSnapshot, ClassicSnapshot};
