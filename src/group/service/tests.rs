@@ -46,6 +46,10 @@ struct Node {
 
 impl Node {
     fn start(dir: &Path) -> Node {
+        Node::start_with(dir, Default::default())
+    }
+
+    fn start_with(dir: &Path, consumer: ConsumerGroupConfig) -> Node {
         let logs_dir = dir.join("logs");
         std::fs::create_dir_all(&logs_dir).unwrap();
         let mut given = BTreeMap::new();
@@ -88,7 +92,7 @@ impl Node {
             io: Arc::new(IoPool::new(1, 1, metrics.io_jobs.clone(), metrics.io_threads.clone())),
             offsets_zk_mirror_interval: None,
             offsets_zk_mirror_max_writes: 1,
-            consumer: Default::default(),
+            consumer,
             topics: cache,
             share: Default::default(),
         }));
@@ -272,8 +276,177 @@ async fn a_classic_group_with_members_keeps_its_id_from_the_consumer_protocol() 
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path());
     stable_single(&node.service).await;
+    // Its member's metadata is not the consumer's embedded protocol: no upgrade.
     let r = node.service.consumer_heartbeat(consumer_join("m1"));
     assert_eq!(r.error_code, ErrorCode::GroupIdNotFound.code());
+    assert!(r.error_message.as_deref().is_some_and(|m| m.contains("malformed")), "{r:?}");
     assert!(!node.service.consumer_groups().contains("g"));
+    node.stop();
+}
+
+/// ConsumerProtocolSubscription v1 for topic "t", owning `owned` of it.
+fn subscription(owned: &[i32]) -> Bytes {
+    use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition;
+    use kafka_protocol::messages::{ConsumerProtocolSubscription, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let s = ConsumerProtocolSubscription::default()
+        .with_topics(vec![StrBytes::from_static_str("t")])
+        .with_owned_partitions(vec![TopicPartition::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(owned.to_vec())]);
+    let mut b = bytes::BytesMut::new();
+    bytes::BufMut::put_i16(&mut b, 1);
+    s.encode(&mut b, 1).unwrap();
+    b.freeze()
+}
+
+fn assignment(parts: &[i32]) -> Bytes {
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+    use kafka_protocol::messages::{ConsumerProtocolAssignment, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let a = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![TopicPartition::default()
+        .with_topic(TopicName(StrBytes::from_static_str("t")))
+        .with_partitions(parts.to_vec())]);
+    let mut b = bytes::BytesMut::new();
+    bytes::BufMut::put_i16(&mut b, 0);
+    a.encode(&mut b, 0).unwrap();
+    b.freeze()
+}
+
+fn assigned_partitions(bytes: &Bytes) -> Vec<i32> {
+    use kafka_protocol::messages::ConsumerProtocolAssignment;
+    use kafka_protocol::protocol::Decodable;
+    let mut buf = bytes.slice(2..);
+    let a = ConsumerProtocolAssignment::decode(&mut buf, 0).unwrap();
+    let mut out: Vec<i32> = a.assigned_partitions.iter().flat_map(|tp| tp.partitions.clone()).collect();
+    out.sort();
+    out
+}
+
+fn classic_join(member_id: &str, owned: &[i32]) -> JoinRequest {
+    JoinRequest { member_id: member_id.into(), protocols: vec![("range".into(), subscription(owned))], ..join_req() }
+}
+
+/// A classic group of one member owning both partitions of "t": (member id, generation).
+async fn classic_owning_t(s: &GroupCoordinatorService) -> (String, i32) {
+    let j = s.join(classic_join("", &[])).await;
+    assert_eq!(j.error_code, ErrorCode::None.code());
+    let a = s.sync("g", j.generation_id, &j.member_id, None, vec![(j.member_id.clone(), assignment(&[0, 1]))]).await;
+    assert_eq!(assigned_partitions(&a.assignment), vec![0, 1]);
+    (j.member_id, j.generation_id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_classic_group_is_upgraded_online_and_downgraded_when_the_new_member_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let s = &node.service;
+    let (c, generation) = classic_owning_t(s).await;
+    s.commit_offsets("g", generation, &c, vec![(("t".into(), 0), 5, -1, None)]);
+
+    // Upgrade: the classic member is in the consumer group at its generation, owning what
+    // SyncGroup gave it; the newcomer waits for a partition to be released.
+    let r = s.consumer_heartbeat(consumer_join("m1"));
+    assert_eq!(r.error_code, ErrorCode::None.code(), "{r:?}");
+    assert_eq!(r.assignment.map(|a| a.values().map(|p| p.len()).sum::<usize>()), Some(0));
+    let seen = s.consumer_groups().with_group("g", |g| {
+        let m = &g.members[&c];
+        (g.epoch, m.epoch, m.assigned.values().map(|p| p.len()).sum::<usize>(), m.classic.is_some())
+    });
+    assert_eq!(seen, Some((generation + 1, generation, 2, true)));
+    assert!(s.is_consumer_group("g"));
+    assert_eq!(node.group().map(|(state, _, members)| (state, members)), Some((GroupState::Empty, 0)));
+    assert_eq!(s.fetch_offsets("g", None)[0].1.as_ref().map(|o| o.offset), Some(5), "offsets stay");
+
+    // Its target changed: its heartbeat says rejoin; the rejoin (eager: owns nothing) gives up
+    // one partition and takes the new generation; SyncGroup hands out the other.
+    assert_eq!(s.heartbeat("g", generation, &c, None), ErrorCode::RebalanceInProgress.code());
+    let j = s.join(classic_join(&c, &[])).await;
+    assert_eq!((j.error_code, j.generation_id, j.leader.as_str()), (0, generation + 1, ""));
+    let sync = s.sync("g", j.generation_id, &c, None, vec![]).await;
+    assert_eq!(sync.error_code, ErrorCode::None.code());
+    assert_eq!(assigned_partitions(&sync.assignment).len(), 1);
+    assert_eq!(s.heartbeat("g", j.generation_id, &c, None), ErrorCode::None.code());
+    assert_eq!(s.heartbeat("g", generation, &c, None), ErrorCode::IllegalGeneration.code());
+    let stale = s.commit_offsets("g", generation, &c, vec![(("t".into(), 0), 6, -1, None)]);
+    assert_eq!(stale[0].1, ErrorCode::IllegalGeneration.code());
+    let beat = crate::group::consumer::HeartbeatRequest {
+        member_epoch: r.member_epoch,
+        rebalance_timeout_ms: -1,
+        subscribed_topic_names: None,
+        owned: Some(Default::default()),
+        ..consumer_join("m1")
+    };
+    let r = s.consumer_heartbeat(beat.clone());
+    assert_eq!(r.assignment.map(|a| a.values().map(|p| p.len()).sum::<usize>()), Some(1), "the released one");
+    node.stop();
+
+    // The converted group is in the log, classic member and all.
+    let node = Node::start(dir.path());
+    let s = &node.service;
+    let back = s.consumer_groups().with_group("g", |g| {
+        let m = &g.members[&c];
+        (m.epoch, m.classic.as_ref().map(|c| c.session_timeout_ms), g.members.len())
+    });
+    assert_eq!(back, Some((generation + 1, Some(10_000), 2)));
+    assert!(s.is_consumer_group("g"));
+
+    // Downgrade: the last consumer-protocol member leaves; the classic group rebalances.
+    let r = s.consumer_heartbeat(crate::group::consumer::HeartbeatRequest { member_epoch: -1, ..beat });
+    assert_eq!(r.error_code, ErrorCode::None.code(), "{r:?}");
+    assert!(!s.consumer_groups().contains("g"));
+    assert_eq!(node.group(), Some((GroupState::PreparingRebalance, generation + 1, 1)));
+    assert_eq!(s.heartbeat("g", generation + 1, &c, None), ErrorCode::RebalanceInProgress.code());
+    let j = s.join(classic_join(&c, &[])).await;
+    assert_eq!((j.error_code, j.generation_id, j.leader.as_str()), (0, generation + 2, c.as_str()));
+    let a = s.sync("g", j.generation_id, &c, None, vec![(c.clone(), assignment(&[0, 1]))]).await;
+    assert_eq!(assigned_partitions(&a.assignment), vec![0, 1]);
+    assert_eq!(s.fetch_offsets("g", None)[0].1.as_ref().map(|o| o.offset), Some(5));
+    node.stop();
+    let node = Node::start(dir.path());
+    assert!(!node.service.consumer_groups().contains("g"), "the consumer group's records are tombstoned");
+    node.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_member_whose_session_lapses_downgrades_the_group_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let s = &node.service;
+    let (c, generation) = classic_owning_t(s).await;
+    assert_eq!(s.consumer_heartbeat(consumer_join("m1")).error_code, ErrorCode::None.code());
+    // The classic member keeps its session; the other one falls silent.
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(s.heartbeat("g", generation, &c, None), ErrorCode::RebalanceInProgress.code());
+        s.consumer_groups().tick(&**s);
+        if !s.consumer_groups().contains("g") {
+            break;
+        }
+    }
+    assert!(!s.consumer_groups().contains("g"));
+    assert_eq!(node.group().map(|(state, _, n)| (state, n)), Some((GroupState::PreparingRebalance, 1)));
+    node.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_migration_disabled_neither_protocol_joins_the_others_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let disabled = ConsumerGroupConfig { migration: crate::config::MigrationPolicy::Disabled, ..Default::default() };
+    let node = Node::start_with(dir.path(), disabled);
+    let s = &node.service;
+    classic_owning_t(s).await;
+    let r = s.consumer_heartbeat(consumer_join("m1"));
+    assert_eq!(r.error_code, ErrorCode::GroupIdNotFound.code());
+    assert!(!s.consumer_groups().contains("g"));
+    node.stop();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start_with(
+        dir.path(),
+        ConsumerGroupConfig { migration: crate::config::MigrationPolicy::Disabled, ..Default::default() },
+    );
+    assert_eq!(node.service.consumer_heartbeat(consumer_join("m1")).error_code, ErrorCode::None.code());
+    let j = node.service.join(classic_join("", &[])).await;
+    assert_eq!(j.error_code, ErrorCode::InconsistentGroupProtocol.code());
     node.stop();
 }
