@@ -212,6 +212,10 @@ impl GroupCoordinatorService {
             return not_found(format!("Group {} is not a consumer group.", req.group_id));
         }
         if self.coordinator.with_group(&req.group_id, |g| !g.members.is_empty()) == Some(true) {
+            // Only a joining member converts the group, as Kafka creates a consumer group only then.
+            if req.member_epoch != 0 {
+                return not_found(format!("Group {} is not a consumer group.", req.group_id));
+            }
             if !self.consumer.config().migration.upgrade() {
                 return not_found(format!(
                     "Cannot upgrade classic group {} to consumer group because the online upgrade is disabled.",

@@ -343,6 +343,11 @@ async fn a_classic_group_is_upgraded_online_and_downgraded_when_the_new_member_l
     let s = &node.service;
     let (c, generation) = classic_owning_t(s).await;
     s.commit_offsets("g", generation, &c, vec![(("t".into(), 0), 5, -1, None)]);
+    // A heartbeat that is not a join converts nothing.
+    let stray =
+        s.consumer_heartbeat(crate::group::consumer::HeartbeatRequest { member_epoch: 3, ..consumer_join("m9") });
+    assert_eq!(stray.error_code, ErrorCode::GroupIdNotFound.code());
+    assert!(!s.consumer_groups().contains("g"));
 
     // Upgrade: the classic member is in the consumer group at its generation, owning what
     // SyncGroup gave it; the newcomer waits for a partition to be released.
