@@ -56,6 +56,8 @@ impl Broker {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", dir.display()))?;
         }
+        crate::log::fd_cache::configure(config.segment_fd_cache_size, config.open_files_reserved)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let (dirs, defaults) = (config.log_dirs.clone(), config.log.clone());
         let logs = tokio::task::spawn_blocking(move || LogManager::open(dirs, defaults))
             .await?
@@ -356,6 +358,14 @@ impl Broker {
             ZnodeStore::Embedded(_) => None,
         };
         let (controller_events_queued, controller_events_processed) = self.components.controller.event_counts();
+        let files = crate::log::fd_cache::segment_files().stats();
+        let segment_files = crate::metrics::SegmentFilesSample {
+            hits: files.hits,
+            misses: files.misses,
+            evictions: files.evictions,
+            open: files.open,
+            capacity: files.capacity,
+        };
         StateSample {
             active_controller,
             partitions,
@@ -365,6 +375,7 @@ impl Broker {
             controller_events_queued,
             controller_events_processed,
             zookeeper,
+            segment_files,
         }
     }
 
