@@ -30,6 +30,7 @@ const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 mod controlled_shutdown;
 mod group_links;
 mod registration;
+mod share_links;
 mod txn_links;
 use group_links::OffsetsTopicLink;
 use registration::{register, resolve_broker_id, write_meta_properties};
@@ -175,8 +176,18 @@ impl Broker {
             markers: markers.clone(),
         });
         let zk_sync = ZkSync::new(&config, store.clone(), cache.clone());
+        let share_persister = crate::share::LogPersister::new(crate::share::PersisterHandles {
+            partitions: replicas.clone(),
+            topic: Arc::new(share_links::ShareStateTopicLink { controller: controller.clone(), cache: cache.clone() }),
+            io: io.clone(),
+            write_timeout: config.request_timeout,
+            updates_per_snapshot: crate::config::share_group_config(&config)?.update_records_per_snapshot,
+        });
         let components = Arc::new(Components {
-            share: Arc::new(crate::share::ShareManager::new(crate::config::share_group_config(&config)?)),
+            share: Arc::new(crate::share::ShareManager::with_persister(
+                crate::config::share_group_config(&config)?,
+                Arc::new(share_persister),
+            )),
             controller,
             replicas,
             io,
