@@ -55,6 +55,16 @@ impl TxnPartition for Partition {
         (r.error_code, r.last_offset)
     }
 
+    fn append_may_block(&self, batch: &[u8]) -> bool {
+        Partition::append_may_block(self, batch)
+    }
+
+    fn marker_may_block(&self) -> bool {
+        // A marker batch is 78 bytes (a 61-byte header and one control record); a bound above
+        // it errs towards the pool at a segment's edge.
+        Partition::write_may_block(self, 128, 1)
+    }
+
     fn watch(&self, waiter: &Arc<tokio::sync::Notify>) {
         Partition::watch(self, waiter)
     }

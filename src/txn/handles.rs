@@ -12,8 +12,14 @@ use tokio::sync::Notify;
 pub trait TxnPartition: Send + Sync {
     /// Replicas in the ISR, for the `min.insync.replicas` check before a state write.
     fn isr_len(&self) -> usize;
-    /// Appends one batch (a disk write: called on the I/O pool); (error code, last offset).
+    /// Appends one batch; (error code, last offset). Called on the I/O pool when
+    /// [`TxnPartition::append_may_block`] says so, else inline.
     fn append(&self, batch: Bytes) -> (i16, i64);
+    /// Whether appending `batch` could wait on the disk beyond a page-cache write: a segment
+    /// roll or an fsync due, or the log busy with another write.
+    fn append_may_block(&self, batch: &[u8]) -> bool;
+    /// [`TxnPartition::append_may_block`] for a COMMIT or ABORT marker.
+    fn marker_may_block(&self) -> bool;
     /// Wakes `waiter` on the next high-watermark move or role change.
     fn watch(&self, waiter: &Arc<Notify>);
     fn high_watermark(&self) -> i64;

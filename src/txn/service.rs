@@ -359,14 +359,18 @@ impl TransactionService {
             &BatchOptions::default(),
             &[SimpleRecord { timestamp: crate::log::now_ms(), key: Some(&key), value: Some(&value), headers: vec![] }],
         );
-        let part = partition.clone();
-        // A disk write: on the I/O pool, never under the coordinator's lock (the step that
-        // produced `target` has released it).
-        let (code, last_offset) = self
-            .io
-            .run(move || part.append(Bytes::from(batch)))
-            .await
-            .map_err(|_| ErrorCode::CoordinatorNotAvailable.code())?;
+        // Never under the coordinator's lock (the step that produced `target` has released
+        // it). The produce path's rule: a page-cache write is done here, since a hop to the
+        // I/O pool costs more than the write; one that may roll or fsync goes to the pool.
+        let (code, last_offset) = if partition.append_may_block(&batch) {
+            let part = partition.clone();
+            self.io
+                .run(move || part.append(Bytes::from(batch)))
+                .await
+                .map_err(|_| ErrorCode::CoordinatorNotAvailable.code())?
+        } else {
+            partition.append(Bytes::from(batch))
+        };
         match code {
             0 => {}
             6 => return Err(ErrorCode::NotCoordinator.code()),

@@ -347,6 +347,11 @@ impl Partition {
             let size = h.total_size().clamp(1, rest.len());
             rest = &rest[size..];
         }
+        self.write_may_block(records.len(), count.max(1))
+    }
+
+    /// [`Partition::append_may_block`] for a write of `len` bytes holding `records` records.
+    pub fn write_may_block(&self, len: usize, records: u64) -> bool {
         // A log busy with another write (perhaps a roll's fsync) is not waited for here: the
         // append goes to the pool and waits there.
         let log = match self.log.try_lock() {
@@ -354,7 +359,7 @@ impl Partition {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return true,
         };
-        log.append_may_block(records.len(), count.max(1), crate::log::now_ms())
+        log.append_may_block(len, records, crate::log::now_ms())
     }
 
     /// Appends a producer's batches as leader.

@@ -99,12 +99,20 @@ impl TransactionService {
         coordinator_epoch: i32,
         partitions: Vec<(String, i32)>,
     ) -> Vec<MarkerResult> {
-        let b = self.clone();
-        let appended =
+        // As for produce: the markers go to the I/O pool in one hop only if one of them may
+        // wait on the disk; page-cache writes are done here.
+        let may_block = partitions.iter().any(|(topic, index)| {
+            self.partitions.leader_partition(topic, *index).is_some_and(|p| p.marker_may_block())
+        });
+        let appended = if may_block {
+            let b = self.clone();
             match self.io.run(move || b.append_markers(pid, epoch, commit, coordinator_epoch, &partitions)).await {
                 Ok(a) => a,
                 Err(_) => return Vec::new(),
-            };
+            }
+        } else {
+            self.append_markers(pid, epoch, commit, coordinator_epoch, &partitions)
+        };
         let deadline = Instant::now() + self.config.request_timeout;
         let mut out = Vec::with_capacity(appended.len());
         for (tp, code, written) in appended {
@@ -119,7 +127,7 @@ impl TransactionService {
         out
     }
 
-    /// Appends the markers (a disk write: on the I/O pool): each partition's error code and,
+    /// Appends the markers: each partition's error code and,
     /// when appended, the partition and the marker's offset.
     #[allow(clippy::type_complexity)]
     fn append_markers(
