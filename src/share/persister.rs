@@ -4,9 +4,10 @@
 //!
 //! A step of [`super::ShareManager`] decides under its lock and calls [`LogPersister::changed`],
 //! which only encodes the record and queues it. The request that made the step then awaits
-//! [`LogPersister::flush`], which appends the queue on the I/O pool and waits until the
-//! partition's ISR has it, so an acknowledgement is answered once it is durable. Records are
-//! appended in the order the steps queued them: one flush appends at a time.
+//! [`LogPersister::flush`], which appends the queue (on the I/O pool when the append may wait
+//! on the disk) and waits until the partition's ISR has it, so an acknowledgement is answered
+//! once it is durable. Records are appended in the order the steps queued them: one flush
+//! appends at a time.
 //!
 //! The state of a share-partition lives on the `__share_group_state` partition its key
 //! ("group:topicId:partition") hashes to. Only a broker that leads that partition reads and
@@ -225,8 +226,15 @@ impl LogPersister {
                 .map(|(k, v)| SimpleRecord { timestamp: now, key: Some(k), value: Some(v), headers: vec![] })
                 .collect();
             let batch = Bytes::from(encode_batch(&BatchOptions::default(), &simple));
-            let part = partition.clone();
-            match self.h.io.run(move || part.append(batch)).await {
+            // The produce path's rule: a page-cache write is done here, as the hop to the I/O
+            // pool costs more than the write; one that may roll or fsync goes to the pool.
+            let written = if partition.append_may_block(&batch) {
+                let part = partition.clone();
+                self.h.io.run(move || part.append(batch)).await
+            } else {
+                Ok(partition.append(batch))
+            };
+            match written {
                 Ok((0, last)) => appended.push((partition, last)),
                 Ok((code, _)) => {
                     tracing::warn!(partition = index, error = code, "cannot write share-partition state");
@@ -335,6 +343,13 @@ mod tests {
             *next += count;
             self.batches.lock_unpoisoned().push((*next - 1, b));
             (0, *next - 1)
+        }
+        fn append_may_block(&self, batch: &[u8]) -> bool {
+            // Both paths are taken: odd-sized batches go through the pool.
+            batch.len() % 2 == 1
+        }
+        fn marker_may_block(&self) -> bool {
+            false
         }
         fn watch(&self, _: &Arc<tokio::sync::Notify>) {}
         fn high_watermark(&self) -> i64 {
