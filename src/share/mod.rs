@@ -21,7 +21,7 @@ use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
 pub use partition::{AckBatch, AcquiredRange, Limits, SharePartition};
-pub use persister::{LogPersister, Loaded, PersisterHandles, StateTopic};
+pub use persister::{Loaded, LogPersister, PersisterHandles, StateTopic};
 
 use crate::config::ShareGroupConfig;
 use crate::log::BatchHeader;

@@ -90,7 +90,10 @@ impl SharePartition {
             // An offset never written between two that were had been acquired once at most
             // with nothing recorded: available, as if never delivered.
             for gap in p.next..offset {
-                p.in_flight.insert(gap, InFlight { state: RecordState::Available, delivery_count: 0, owner: None, lock_until: None });
+                p.in_flight.insert(
+                    gap,
+                    InFlight { state: RecordState::Available, delivery_count: 0, owner: None, lock_until: None },
+                );
             }
             let state = match state {
                 super::state_log::ACKNOWLEDGED => RecordState::Acknowledged,
