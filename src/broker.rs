@@ -18,7 +18,7 @@ use crate::metadata::{
     zk_data, BrokerInfo, EmbeddedStore, MetadataCache, MetadataListener, StoreError, ZkSync, ZnodeStore,
 };
 use crate::metrics::BrokerMetrics;
-use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
+use crate::protocol::internal_topics::{SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
@@ -644,6 +644,12 @@ impl LeadershipListener for BrokerLink {
         }
         if tp.0 == TRANSACTION_STATE_TOPIC {
             b.components.txn.unload_txns(tp.1);
+        }
+        if tp.0 == SHARE_GROUP_STATE_TOPIC {
+            b.components.share.on_state_resign(tp.1);
+        }
+        if let Some(topic) = b.components.cache.topic(&tp.0) {
+            b.components.share.on_resign(topic.id, tp.1);
         }
     }
 }

@@ -141,6 +141,33 @@ impl ShareManager {
         true
     }
 
+    /// This broker no longer leads partition `index` of topic `topic_id`: its share-partitions
+    /// go, so a later term here reads their state back instead of serving what it held.
+    pub fn on_resign(&self, topic_id: Uuid, index: i32) {
+        let mut partitions = self.partitions.lock_unpoisoned();
+        let gone: Vec<SharePartitionKey> =
+            partitions.keys().filter(|k| k.1 == topic_id && k.2 == index).cloned().collect();
+        for k in &gone {
+            partitions.remove(k);
+        }
+        drop(partitions);
+        if let Some(p) = &self.persister {
+            p.forget(&gone);
+        }
+    }
+
+    /// This broker no longer leads `__share_group_state` partition `index`: the
+    /// share-partitions whose state it held are loaded again before they are next served
+    /// (from the new state leader's log, or in memory when that is another broker).
+    pub fn on_state_resign(&self, index: i32) {
+        let Some(p) = &self.persister else { return };
+        let gone = p.forget_state_partition(index);
+        let mut partitions = self.partitions.lock_unpoisoned();
+        for k in &gone {
+            partitions.remove(k);
+        }
+    }
+
     /// Makes what the steps changed durable; the request that made them answers after this.
     /// Err: a Kafka error code for the acknowledgements the request carried.
     pub async fn flush(&self) -> Result<(), i16> {

@@ -165,6 +165,25 @@ impl LogPersister {
         Loaded::Durable(found)
     }
 
+    /// Stops writing the state of `keys` (their user partition is no longer led here).
+    pub fn forget(&self, keys: &[SharePartitionKey]) {
+        let mut written = self.written.lock_unpoisoned();
+        for k in keys {
+            written.remove(k);
+        }
+    }
+
+    /// Stops writing to state partition `index` (no longer led here): the keys it held.
+    pub fn forget_state_partition(&self, index: i32) -> Vec<SharePartitionKey> {
+        let mut written = self.written.lock_unpoisoned();
+        let gone: Vec<SharePartitionKey> =
+            written.iter().filter(|(_, w)| w.index == index).map(|(k, _)| k.clone()).collect();
+        for k in &gone {
+            written.remove(k);
+        }
+        gone
+    }
+
     /// Queues the record for what a step changed in `p` (called with the share-partitions'
     /// lock held: no I/O). A ShareUpdate with the changed offsets, or a ShareSnapshot of the
     /// whole state when the share-partition has none yet or enough updates followed the last.
@@ -472,5 +491,12 @@ mod tests {
         let back = reload(&log).await;
         assert_eq!(back.start_offset(), 17);
         assert_eq!(back.state_of(17), Some((crate::share::partition::RecordState::Available, 2)));
+        // Once the state partition is led elsewhere nothing more is written from here.
+        assert_eq!(p.forget_state_partition(0), vec![key()]);
+        let batches = log.batches.lock_unpoisoned().len();
+        sp.acknowledge("b", &[AckBatch { first_offset: 17, last_offset: 17, types: vec![1] }], now, &l).unwrap();
+        p.changed(&key(), &mut sp);
+        p.flush().await.unwrap();
+        assert_eq!(log.batches.lock_unpoisoned().len(), batches);
     }
 }
