@@ -354,6 +354,8 @@ def test_share_partition_state_survives_a_broker_kill(broker_factory, workers, r
         assert {v: counts[v] for v in pending} == {v: 2 if v in held else 1 for v in pending}, second.seen
     finally:
         second.c.close()
+    topics = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=WAIT).topics
+    assert "__share_group_state" in topics, sorted(topics)
     report(f"share group: after kill -9 the restarted broker delivered the {len(pending)} unacknowledged "
            f"records ({len(held)} held, delivered again with count 2) in {took:.2f}s, none of the "
            f"{len(acked)} acknowledged")
