@@ -166,3 +166,63 @@ def test_num_io_threads_is_dynamic_per_broker_and_cluster_wide(broker_factory):
 
         got = [r.value for r in read_records(c, topic, len(sent))]
         assert got == sent
+
+
+def commit(c: kp.Conn, group: str, topic: str, offset: int) -> None:
+    import kproto_groups as kg
+    r = kg.call(c, kg.OFFSET_COMMIT, 8, kg.offset_commit_request(8, group, {topic: {0: offset}}))
+    assert r["errors"] == {(topic, 0): 0}, r
+
+
+def committed(c: kp.Conn, group: str, topic: str) -> int:
+    import kproto_groups as kg
+    r = kg.call(c, kg.OFFSET_FETCH, 7, kg.offset_fetch_request(7, group, {topic: [0]}))
+    assert r["error_code"] == 0, r
+    return r["offsets"][(topic, 0)][0]
+
+
+def test_coordinator_appends_take_the_pool_only_when_the_disk_may_block(broker_factory):
+    """Offset commits and a transaction's state records and markers follow the produce path's
+    rule: page-cache appends on the network worker (no pool job), and through the pool when an
+    fsync is due (log.flush.interval.messages=1), with the same result either way."""
+    from confluent_kafka import Producer
+    from test_group_apis import find_coordinator
+
+    for flush_each, expect_jobs in ((False, False), (True, True)):
+        mport = free_port()
+        overrides = {"metrics.port": str(mport), "metrics.host": "127.0.0.1",
+                     "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+                     "transaction.state.log.min.isr": "1"}
+        if flush_each:
+            overrides["log.flush.interval.messages"] = "1"
+        b = broker_factory(overrides)
+        with kp.Conn(b.host, b.port) as c:
+            topic, group = f"io-{uuid.uuid4().hex[:8]}", f"io-g-{uuid.uuid4().hex[:8]}"
+            assert kp.create_topic(c, topic)["error_code"] == 0
+            wait_leader(c, topic, 1)
+            find_coordinator(c, 3, group)
+            commit(c, group, topic, 1)
+            before = metric(mport, JOBS)
+            for offset in range(2, 12):
+                commit(c, group, topic, offset)
+            assert committed(c, group, topic) == 11
+            jobs = metric(mport, JOBS) - before
+            assert (jobs >= 10) if expect_jobs else (jobs == 0), f"{jobs} pool jobs for 10 offset commits"
+
+            p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"io-t-{uuid.uuid4().hex[:8]}",
+                          "log_level": 2})
+            p.init_transactions(30)
+            # A first transaction, so that what creating the topics costs is not counted.
+            p.begin_transaction()
+            p.produce(topic, b"warm-up", partition=0)
+            p.commit_transaction(30)
+            before = metric(mport, JOBS)
+            for i in range(5):
+                p.begin_transaction()
+                p.produce(topic, b"txn-%d" % i, partition=0)
+                p.commit_transaction(30)
+            jobs = metric(mport, JOBS) - before
+            # Each transaction: AddPartitionsToTxn, PrepareCommit and CompleteCommit records, a
+            # marker, and the produce itself (5 appends).
+            assert (jobs >= 20) if expect_jobs else (jobs == 0), f"{jobs} pool jobs for 5 transactions"
+        b.stop()

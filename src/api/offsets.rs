@@ -40,6 +40,18 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
         // Nothing left to commit once the unreadable topics are out: the coordinator is not
         // asked (it could create the group), as in Kafka.
         Ok(()) if wanted.is_empty() => Vec::new(),
+        Ok(()) if ctx.components.groups.commit_may_block(req.group_id.0.as_str(), &wanted) => {
+            let groups = ctx.components.groups.clone();
+            let (group, generation, member) =
+                (req.group_id.0.to_string(), req.generation_id_or_member_epoch, req.member_id.to_string());
+            let code = ErrorCode::CoordinatorNotAvailable.code();
+            let tps: Vec<_> = wanted.iter().map(|(tp, ..)| tp.clone()).collect();
+            match ctx.components.io.run(move || groups.commit_offsets(&group, generation, &member, wanted)).await {
+                Ok(results) => results,
+                // The job died: whether the commit was written is unknown; the client retries.
+                Err(_) => tps.into_iter().map(|tp| (tp, code)).collect(),
+            }
+        }
         Ok(()) => ctx.components.groups.commit_offsets(
             req.group_id.0.as_str(),
             req.generation_id_or_member_epoch,

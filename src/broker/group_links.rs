@@ -39,6 +39,10 @@ impl OffsetsPartitions for ReplicaManager {
         }
     }
 
+    fn append_may_block(&self, p: i32, len: usize) -> bool {
+        self.partition(OFFSETS_TOPIC, p).is_some_and(|partition| partition.write_may_block(len, 1))
+    }
+
     fn log_range(&self, p: i32) -> Option<(i64, i64)> {
         let partition = self.partition(OFFSETS_TOPIC, p)?;
         Some((partition.log_start_offset(), partition.log_end_offset()))

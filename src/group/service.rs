@@ -44,6 +44,9 @@ pub trait OffsetsPartitions: Send + Sync {
     fn is_local_leader(&self, p: i32) -> bool;
     /// Appends a batch as leader; Err is a Kafka error code.
     fn append(&self, p: i32, batch: Bytes) -> Result<(), i16>;
+    /// Whether appending about `len` bytes to partition `p` could wait on the disk beyond a
+    /// page-cache write (a roll or an fsync due, or the log busy).
+    fn append_may_block(&self, p: i32, len: usize) -> bool;
     /// (log start, log end) of partition `p` here.
     fn log_range(&self, p: i32) -> Option<(i64, i64)>;
     /// Batches from `offset` up to the log end, at most about `max_bytes`; Err is a Kafka error code.
@@ -244,6 +247,23 @@ impl GroupCoordinatorService {
             Some(Ok(())) => self.coordinator.commit_offsets(self, group_id, -1, "", offsets),
             None => self.coordinator.commit_offsets(self, group_id, generation, member_id, offsets),
         }
+    }
+
+    /// Whether committing `offsets` may wait on the disk: then the caller runs the commit on
+    /// the I/O pool, as the produce path does with such appends; otherwise the page-cache write
+    /// costs less than the hop.
+    pub fn commit_may_block(&self, group_id: &str, offsets: &[OffsetToCommit]) -> bool {
+        let Some(p) = self.offsets_partition(group_id) else { return false };
+        // A bound above each record's size: key (version, group, topic, partition) and value
+        // (version, offset, leader epoch, metadata, timestamps), plus the batch header.
+        let len = 61
+            + offsets
+                .iter()
+                .map(|((topic, _), _, _, meta)| {
+                    64 + group_id.len() + topic.len() + meta.as_ref().map_or(0, String::len)
+                })
+                .sum::<usize>();
+        self.partitions.append_may_block(p, len)
     }
 
     pub fn fetch_offsets(
