@@ -26,10 +26,7 @@ One JSON line per protocol on stdout, a table on stderr.
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -37,7 +34,7 @@ import uuid
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txn_bench import free_port, wait_ready
+from one_broker import one_broker
 
 PROTOCOLS = [
     ("classic-eager", {"group.protocol": "classic"}),
@@ -212,33 +209,16 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     a = ap.parse_args()
     hb_ms = int(os.environ.get("GREGOR_BENCH_GROUPS_HB_MS", "0")) or None
-    data = tempfile.mkdtemp(prefix="gregor-groups-bench-")
-    port = free_port()
-    log = open(os.path.join(data, "broker.log"), "wb")
-    args = [a.gregor, "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            "--override", f"log.dirs={data}/logs", "--override", "offsets.topic.replication.factor=1"]
+    overrides = {"offsets.topic.replication.factor": "1"}
     if hb_ms:
-        args += ["--override", f"group.consumer.heartbeat.interval.ms={hb_ms}",
-                 "--override", f"group.consumer.min.heartbeat.interval.ms={min(hb_ms, 5000)}"]
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    bootstrap = f"127.0.0.1:{port}"
+        overrides["group.consumer.heartbeat.interval.ms"] = str(hb_ms)
+        overrides["group.consumer.min.heartbeat.interval.ms"] = str(min(hb_ms, 5000))
     rows = []
-    try:
-        wait_ready(bootstrap, proc)
+    with one_broker(a.gregor, "groups", overrides) as (bootstrap, _proc):
         for label, extra in PROTOCOLS:
             row = run_protocol(bootstrap, label, extra, a.members, a.partitions, a.join_every, hb_ms, a.timeout)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        if not os.environ.get("GREGOR_BENCH_KEEP_TMP"):
-            shutil.rmtree(data, ignore_errors=True)
     print(f"\n{a.members} consumers joining {a.join_every:.1f}s apart, {a.partitions} partitions, one broker",
           file=sys.stderr)
     cols = [("join_all_s", "all own partitions after first start (s)"),

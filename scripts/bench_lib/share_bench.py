@@ -29,15 +29,13 @@ import argparse
 import json
 import os
 import queue
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 
-from txn_bench import cpu_s, create, free_port, wait_ready
+from one_broker import cpu_s, create, one_broker
 
 OVERRIDES = {
     "offsets.topic.replication.factor": "1",
@@ -374,32 +372,13 @@ def main():
     if not a.gregor:
         ap.error("--gregor is required")
     from confluent_kafka import ShareConsumer  # noqa: F401 - fail early without it (confluent-kafka >= 2.16)
-    data = tempfile.mkdtemp(prefix="gregor-share-bench-")
-    port = free_port()
-    log = open(os.path.join(data, "broker.log"), "wb")
-    args = [a.gregor, "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data}/logs"]
-    for k, v in OVERRIDES.items():
-        args += ["--override", f"{k}={v}"]
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    bootstrap = f"127.0.0.1:{port}"
     rows = []
-    try:
-        wait_ready(bootstrap, proc)
+    with one_broker(a.gregor, "share", OVERRIDES) as (bootstrap, proc):
         plan = [("share", int(c)) for c in a.consumers.split(",") if c.strip()] + [("classic", 1)]
         for kind, consumers in plan:
             r = run(kind, consumers, bootstrap, proc.pid, a.records, a.size, a.timeout)
             rows.append(r)
             print(json.dumps(r), flush=True)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        if not os.environ.get("GREGOR_BENCH_KEEP_TMP"):
-            shutil.rmtree(data, ignore_errors=True)
     print()
     print(f"Share groups next to a classic group: one broker, one partition, {a.records:,} records of "
           f"{a.size} B, each delivered and accepted once (classic: read and committed).")

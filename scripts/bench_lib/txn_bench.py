@@ -14,60 +14,14 @@ stderr.
 """
 import argparse
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pct(vals, q):
-    s = sorted(vals)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else None
-
-
-def wait_ready(bootstrap, proc, timeout=60):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gregor exited with {proc.returncode}")
-        try:
-            AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=1)
-            return
-        except Exception:  # noqa: BLE001 - not up yet
-            time.sleep(0.05)
-    raise TimeoutError("gregor did not start")
-
-
-def create(bootstrap, topic):
-    a = AdminClient({"bootstrap.servers": bootstrap})
-    a.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        md = a.list_topics(topic, timeout=5).topics[topic]
-        if md.error is None and md.partitions and md.partitions[0].leader >= 0:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{topic} not led")
+from one_broker import cpu_s, create, one_broker, pct
 
 
 def in_threads(producers, work):
@@ -160,18 +114,9 @@ def main():
     # what the broker sustains.
     ap.add_argument("--producers", default="1,4", help="comma-separated producer counts")
     a = ap.parse_args()
-    data = tempfile.mkdtemp(prefix="gregor-txn-bench-")
-    port = free_port()
-    log = open(os.path.join(data, "broker.log"), "wb")
-    proc = subprocess.Popen([a.gregor, "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-                             "--override", f"log.dirs={data}/logs",
-                             "--override", "offsets.topic.replication.factor=1",
-                             "--override", "transaction.state.log.replication.factor=1",
-                             "--override", "transaction.state.log.min.isr=1"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    bootstrap = f"127.0.0.1:{port}"
-    try:
-        wait_ready(bootstrap, proc)
+    overrides = {"offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+                 "transaction.state.log.min.isr": "1"}
+    with one_broker(a.gregor, "txn", overrides) as (bootstrap, proc):
         for r in range(a.rounds):
             for k in [int(x) for x in a.producers.split(",")]:
                 idem = run_idempotent(bootstrap, proc.pid, a.records, a.size, k)
@@ -185,16 +130,6 @@ def main():
                       f"ratio {row['ratio']:.0%}, commit p50 {txn['commit_ms_p50']:.2f} ms "
                       f"p99 {txn['commit_ms_p99']:.2f} ms max {txn['commit_ms_max']:.1f} ms, "
                       f"{txn['commits_over_10ms']} of {txn['txns']} commits over 10 ms", file=sys.stderr)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        if not os.environ.get("GREGOR_BENCH_KEEP_TMP"):
-            shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

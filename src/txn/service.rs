@@ -373,7 +373,7 @@ impl TransactionService {
         };
         match code {
             0 => {}
-            6 => return Err(ErrorCode::NotCoordinator.code()),
+            code if code == ErrorCode::NotLeaderOrFollower.code() => return Err(ErrorCode::NotCoordinator.code()),
             code => {
                 tracing::warn!(transactional_id = id, error = code, "cannot write transaction state");
                 return Err(ErrorCode::CoordinatorNotAvailable.code());
