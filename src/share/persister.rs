@@ -402,7 +402,7 @@ mod tests {
             (topic == SHARE_GROUP_STATE_TOPIC).then(|| self.0.clone() as Arc<dyn TxnPartition>)
         }
         fn not_led_error(&self, _: &str, _: i32) -> i16 {
-            6
+            ErrorCode::NotLeaderOrFollower.code()
         }
     }
 
