@@ -18,7 +18,7 @@ use crate::metadata::{
     zk_data, BrokerInfo, EmbeddedStore, MetadataCache, MetadataListener, StoreError, ZkSync, ZnodeStore,
 };
 use crate::metrics::BrokerMetrics;
-use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
+use crate::protocol::internal_topics::{SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
@@ -30,6 +30,7 @@ const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 mod controlled_shutdown;
 mod group_links;
 mod registration;
+mod share_links;
 mod txn_links;
 use group_links::OffsetsTopicLink;
 use registration::{register, resolve_broker_id, write_meta_properties};
@@ -177,8 +178,18 @@ impl Broker {
             markers: markers.clone(),
         });
         let zk_sync = ZkSync::new(&config, store.clone(), cache.clone());
+        let share_persister = crate::share::LogPersister::new(crate::share::PersisterHandles {
+            partitions: replicas.clone(),
+            topic: Arc::new(share_links::ShareStateTopicLink { controller: controller.clone(), cache: cache.clone() }),
+            io: io.clone(),
+            write_timeout: config.request_timeout,
+            updates_per_snapshot: crate::config::share_group_config(&config)?.update_records_per_snapshot,
+        });
         let components = Arc::new(Components {
-            share: Arc::new(crate::share::ShareManager::new(crate::config::share_group_config(&config)?)),
+            share: Arc::new(crate::share::ShareManager::with_persister(
+                crate::config::share_group_config(&config)?,
+                Arc::new(share_persister),
+            )),
             controller,
             replicas,
             io,
@@ -644,6 +655,12 @@ impl LeadershipListener for BrokerLink {
         }
         if tp.0 == TRANSACTION_STATE_TOPIC {
             b.components.txn.unload_txns(tp.1);
+        }
+        if tp.0 == SHARE_GROUP_STATE_TOPIC {
+            b.components.share.on_state_resign(tp.1);
+        }
+        if let Some(topic) = b.components.cache.topic(&tp.0) {
+            b.components.share.on_resign(topic.id, tp.1);
         }
     }
 }

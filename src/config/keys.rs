@@ -159,6 +159,11 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("group.max.session.timeout.ms", "1800000"),
     ("transaction.state.log.num.partitions", "50"),
     ("transaction.state.log.segment.bytes", "104857600"),
+    ("share.coordinator.state.topic.num.partitions", "50"),
+    ("share.coordinator.state.topic.replication.factor", "3"),
+    ("share.coordinator.state.topic.segment.bytes", "104857600"),
+    ("share.coordinator.state.topic.min.isr", "2"),
+    ("share.coordinator.snapshot.update.records.per.snapshot", "500"),
 ];
 
 /// The broker keys that can be changed at run time through `/config/brokers/<id>` and

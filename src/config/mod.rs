@@ -160,6 +160,8 @@ pub struct BrokerConfig {
     pub client_telemetry: client_telemetry::ClientTelemetryConfig,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
+    /// How `__share_group_state` is created (`share.coordinator.state.topic.*`).
+    pub share_state_topic: InternalTopicConfig,
     /// `offset.metadata.max.bytes`: the longest metadata string an offset commit may carry.
     pub offset_metadata_max_bytes: usize,
     /// `offsets.commit.timeout.ms`: how long an offset commit waits for its append to
@@ -318,6 +320,7 @@ impl BrokerConfig {
             )?,
             client_telemetry: client_telemetry::ClientTelemetryConfig::parse(&values)?,
             transaction_state_log: coord.transaction_state_log,
+            share_state_topic: coord.share_state_topic,
             offset_metadata_max_bytes: coord.offset_metadata_max_bytes,
             offsets_commit_timeout: coord.offsets_commit_timeout,
             replica_fetch_backoff: repl.replica_fetch_backoff,
