@@ -18,7 +18,7 @@ use crate::metadata::{
     zk_data, BrokerInfo, EmbeddedStore, MetadataCache, MetadataListener, StoreError, ZkSync, ZnodeStore,
 };
 use crate::metrics::BrokerMetrics;
-use crate::protocol::internal_topics::TRANSACTION_STATE_TOPIC;
+use crate::protocol::internal_topics::{SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::protocol::ErrorCode;
 use crate::replication::alter_partition::ControllerGateway;
 use crate::replication::{LeadershipListener, ReplicaHandles, ReplicaManager, TopicPartition};
@@ -30,6 +30,7 @@ const EMBEDDED_STORE_FILE: &str = "gregor-metadata.json";
 mod controlled_shutdown;
 mod group_links;
 mod registration;
+mod share_links;
 mod txn_links;
 use group_links::OffsetsTopicLink;
 use registration::{register, resolve_broker_id, write_meta_properties};
@@ -56,6 +57,8 @@ impl Broker {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", dir.display()))?;
         }
+        crate::log::fd_cache::configure(config.segment_fd_cache_size, config.open_files_reserved)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let (dirs, defaults) = (config.log_dirs.clone(), config.log.clone());
         let logs = tokio::task::spawn_blocking(move || LogManager::open(dirs, defaults))
             .await?
@@ -175,8 +178,18 @@ impl Broker {
             markers: markers.clone(),
         });
         let zk_sync = ZkSync::new(&config, store.clone(), cache.clone());
+        let share_persister = crate::share::LogPersister::new(crate::share::PersisterHandles {
+            partitions: replicas.clone(),
+            topic: Arc::new(share_links::ShareStateTopicLink { controller: controller.clone(), cache: cache.clone() }),
+            io: io.clone(),
+            write_timeout: config.request_timeout,
+            updates_per_snapshot: crate::config::share_group_config(&config)?.update_records_per_snapshot,
+        });
         let components = Arc::new(Components {
-            share: Arc::new(crate::share::ShareManager::new(crate::config::share_group_config(&config)?)),
+            share: Arc::new(crate::share::ShareManager::with_persister(
+                crate::config::share_group_config(&config)?,
+                Arc::new(share_persister),
+            )),
             controller,
             replicas,
             io,
@@ -356,6 +369,14 @@ impl Broker {
             ZnodeStore::Embedded(_) => None,
         };
         let (controller_events_queued, controller_events_processed) = self.components.controller.event_counts();
+        let files = crate::log::fd_cache::segment_files().stats();
+        let segment_files = crate::metrics::SegmentFilesSample {
+            hits: files.hits,
+            misses: files.misses,
+            evictions: files.evictions,
+            open: files.open,
+            capacity: files.capacity,
+        };
         StateSample {
             active_controller,
             partitions,
@@ -365,6 +386,7 @@ impl Broker {
             controller_events_queued,
             controller_events_processed,
             zookeeper,
+            segment_files,
         }
     }
 
@@ -633,6 +655,12 @@ impl LeadershipListener for BrokerLink {
         }
         if tp.0 == TRANSACTION_STATE_TOPIC {
             b.components.txn.unload_txns(tp.1);
+        }
+        if tp.0 == SHARE_GROUP_STATE_TOPIC {
+            b.components.share.on_state_resign(tp.1);
+        }
+        if let Some(topic) = b.components.cache.topic(&tp.0) {
+            b.components.share.on_resign(topic.id, tp.1);
         }
     }
 }

@@ -341,7 +341,7 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ShareGroupHeartbeat(r) => ResponseKind::ShareGroupHeartbeat(share::share_group_heartbeat(ctx, r)),
         RequestKind::ShareGroupDescribe(r) => ResponseKind::ShareGroupDescribe(share::share_group_describe(ctx, r)),
         RequestKind::ShareFetch(r) => ResponseKind::ShareFetch(share::share_fetch(ctx, r).await),
-        RequestKind::ShareAcknowledge(r) => ResponseKind::ShareAcknowledge(share::share_acknowledge(ctx, r)),
+        RequestKind::ShareAcknowledge(r) => ResponseKind::ShareAcknowledge(share::share_acknowledge(ctx, r).await),
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe_acls(ctx, r)),
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(off_runtime(ctx, move |c| acls::create_acls(c, r)).await?)

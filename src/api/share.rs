@@ -242,10 +242,12 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
     };
     // Each partition's answer, in (topic, partition) order.
     let mut out: BTreeMap<(Uuid, i32), PartitionData> = BTreeMap::new();
+    let mut acked = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
             let d = entry(&mut out, (t.topic_id, p.partition_index));
             if !p.acknowledgement_batches.is_empty() {
+                acked.push((t.topic_id, p.partition_index));
                 let batches = ack_batches(
                     p.acknowledgement_batches
                         .iter()
@@ -258,6 +260,7 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
     }
     if req.share_session_epoch == -1 {
         share.close_session(&group, &member);
+        flush(ctx, &acked, &mut out).await;
         return finish(r, out);
     }
     let limits = (
@@ -267,6 +270,7 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let waiter = Arc::new(tokio::sync::Notify::new());
     loop {
+        load_round(ctx, &group, &session).await;
         let (got, keys) = acquire_round(ctx, &group, &member, &session, limits, &waiter, &mut out);
         if got || Instant::now() >= deadline || session.is_empty() {
             break;
@@ -276,7 +280,35 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
         ctx.park();
         let _ = tokio::time::timeout_at(until, waiter.notified()).await;
     }
+    flush(ctx, &acked, &mut out).await;
     finish(r, out)
+}
+
+/// Loads the session's share-partitions this broker leads that it has not served yet.
+async fn load_round(ctx: &RequestContext, group: &str, session: &[(Uuid, i32)]) {
+    let share = &ctx.components.share;
+    for &(topic_id, index) in session {
+        let key = (group.to_string(), topic_id, index);
+        if !share.needs_load(&key) {
+            continue;
+        }
+        if let Ok(partition) = led_partition(ctx, topic_id, index) {
+            share.ensure_loaded(&key, &*partition).await;
+        }
+    }
+}
+
+/// Makes the request's state changes durable before it is answered: acknowledgements that
+/// cannot be written get the error instead of success.
+async fn flush(ctx: &RequestContext, acked: &[(Uuid, i32)], out: &mut BTreeMap<(Uuid, i32), PartitionData>) {
+    if let Err(code) = ctx.components.share.flush().await {
+        for key in acked {
+            let d = entry(out, *key);
+            if d.acknowledge_error_code == 0 {
+                d.acknowledge_error_code = code;
+            }
+        }
+    }
 }
 
 fn entry(out: &mut BTreeMap<(Uuid, i32), PartitionData>, key: (Uuid, i32)) -> &mut PartitionData {
@@ -361,7 +393,7 @@ fn finish(mut r: ShareFetchResponse, out: BTreeMap<(Uuid, i32), PartitionData>) 
     r
 }
 
-pub fn share_acknowledge(ctx: &RequestContext, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
+pub async fn share_acknowledge(ctx: &RequestContext, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
     let mut r = ShareAcknowledgeResponse::default();
     let share = &ctx.components.share;
     let (group, member) = match member_of(ctx, &req.group_id, &req.member_id) {
@@ -393,6 +425,11 @@ pub fn share_acknowledge(ctx: &RequestContext, req: ShareAcknowledgeRequest) -> 
     }
     if req.share_session_epoch == -1 {
         share.close_session(&group, &member);
+    }
+    if let Err(code) = share.flush().await {
+        for d in r.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()).filter(|d| d.error_code == 0) {
+            d.error_code = code;
+        }
     }
     r
 }

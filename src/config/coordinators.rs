@@ -13,6 +13,7 @@ pub(super) struct Coordinators {
     pub offsets_zk_mirror_interval: Option<Duration>,
     pub offsets_zk_mirror_max_writes: usize,
     pub transaction_state_log: InternalTopicConfig,
+    pub share_state_topic: InternalTopicConfig,
     pub offset_metadata_max_bytes: usize,
     pub offsets_commit_timeout: Duration,
 }
@@ -33,6 +34,7 @@ impl Coordinators {
                 get("gregor.offsets.zookeeper.mirror.max.writes"),
             )?,
             transaction_state_log: InternalTopicConfig::parse("transaction.state.log", &get)?,
+            share_state_topic: InternalTopicConfig::parse("share.coordinator.state.topic", &get)?,
             offset_metadata_max_bytes: num::<usize>("offset.metadata.max.bytes", get("offset.metadata.max.bytes"))?,
             offsets_commit_timeout: Duration::from_millis(positive::<u64>(
                 "offsets.commit.timeout.ms",
@@ -282,6 +284,9 @@ pub struct ShareGroupConfig {
     pub partition_max_record_locks: usize,
     /// `group.share.max.share.sessions`: share sessions this broker keeps.
     pub max_share_sessions: usize,
+    /// `share.coordinator.snapshot.update.records.per.snapshot`: ShareUpdate records written
+    /// for a share-partition before the next is a ShareSnapshot.
+    pub update_records_per_snapshot: u32,
 }
 
 impl Default for ShareGroupConfig {
@@ -295,6 +300,7 @@ impl Default for ShareGroupConfig {
             delivery_count_limit: 5,
             partition_max_record_locks: 2_000,
             max_share_sessions: 2_000,
+            update_records_per_snapshot: 500,
         }
     }
 }
@@ -368,6 +374,16 @@ pub fn share_group_config(config: &BrokerConfig) -> anyhow::Result<ShareGroupCon
         delivery_count_limit: deliveries as i16,
         partition_max_record_locks: locks as usize,
         max_share_sessions: get("group.share.max.share.sessions", 2_000)? as usize,
+        // Kafka's bounds: at least 0 (0 makes every write a snapshot), at most 500.
+        update_records_per_snapshot: match config.values.get("share.coordinator.snapshot.update.records.per.snapshot") {
+            None => 500,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if n <= 500 => n,
+                _ => anyhow::bail!(
+                    "invalid value {v:?} for configuration share.coordinator.snapshot.update.records.per.snapshot: must be within 0 and 500"
+                ),
+            },
+        },
     })
 }
 

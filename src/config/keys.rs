@@ -36,9 +36,13 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // A client that reconnects in a loop after each refusal would otherwise write one log
     // line per attempt, thousands a second; Kafka has no such key.
     ("gregor.connection.log.interval.ms", "60000"),
-    // Descriptors kept for connections, the ZooKeeper session and rolls when new partitions
-    // are weighed against the open-file limit (one descriptor per segment file).
+    // Descriptors of the open-file limit kept for connections, the ZooKeeper session, index
+    // files being mapped and reads in flight: segment files may take the rest.
     ("gregor.open.files.reserved", "1024"),
+    // Segment `.log` files kept open at once, broker-wide (Kafka has no such bound: it keeps
+    // one descriptor per segment). -1: the open-file limit less gregor.open.files.reserved,
+    // within [64, 10000].
+    ("gregor.log.segment.fd.cache.size", "-1"),
     // Memory the arrays and tagged fields of one decoded request may take. A follower fetching
     // 20,000 partitions needs about 2 MB of it, a Metadata request naming 100,000 topics under
     // 10 MB; a frame of empty elements would otherwise decode into forty times its size.
@@ -155,6 +159,11 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("group.max.session.timeout.ms", "1800000"),
     ("transaction.state.log.num.partitions", "50"),
     ("transaction.state.log.segment.bytes", "104857600"),
+    ("share.coordinator.state.topic.num.partitions", "50"),
+    ("share.coordinator.state.topic.replication.factor", "3"),
+    ("share.coordinator.state.topic.segment.bytes", "104857600"),
+    ("share.coordinator.state.topic.min.isr", "2"),
+    ("share.coordinator.snapshot.update.records.per.snapshot", "500"),
 ];
 
 /// The broker keys that can be changed at run time through `/config/brokers/<id>` and

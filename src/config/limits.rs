@@ -88,6 +88,17 @@ pub(super) fn per_ip_overrides(value: &str) -> Result<Vec<(std::net::IpAddr, usi
     Ok(out)
 }
 
+/// `gregor.log.segment.fd.cache.size`: -1 (None: sized from the open-file limit at start) or
+/// 1..=1,000,000 (more would be more descriptors than any limit a kernel lets one process have).
+fn segment_fd_cache_size(value: &str) -> Result<Option<usize>, ConfigError> {
+    const KEY: &str = "gregor.log.segment.fd.cache.size";
+    match num::<i64>(KEY, value)? {
+        -1 => Ok(None),
+        n if (1..=1_000_000).contains(&n) => Ok(Some(n as usize)),
+        _ => Err(invalid(KEY, value, "must be -1 (from the open-file limit) or between 1 and 1000000")),
+    }
+}
+
 /// The limits, as parsed.
 pub(super) struct Limits {
     pub max_request_partition_size_limit: i32,
@@ -95,6 +106,7 @@ pub(super) struct Limits {
     pub max_partitions_per_request: i64,
     pub connection_log_interval: Duration,
     pub open_files_reserved: u64,
+    pub segment_fd_cache_size: Option<usize>,
     pub socket_request_max_bytes: usize,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
@@ -130,6 +142,7 @@ impl Limits {
                 get("gregor.connection.log.interval.ms"),
             )?),
             open_files_reserved: num::<u64>("gregor.open.files.reserved", get("gregor.open.files.reserved"))?,
+            segment_fd_cache_size: segment_fd_cache_size(get("gregor.log.segment.fd.cache.size"))?,
             socket_request_max_bytes: positive::<usize>("socket.request.max.bytes", get("socket.request.max.bytes"))?,
             max_connections: non_negative_usize("max.connections", get("max.connections"))?,
             max_connections_per_ip: non_negative_usize("max.connections.per.ip", get("max.connections.per.ip"))?,

@@ -89,8 +89,11 @@ pub struct BrokerConfig {
     /// `gregor.connection.log.interval.ms`: per client address, at most one line about a
     /// refused or closed connection in this interval; the rest are counted in the next one.
     pub connection_log_interval: std::time::Duration,
-    /// `gregor.open.files.reserved`: of the open-file limit, what new partitions may not take.
+    /// `gregor.open.files.reserved`: of the open-file limit, what segment files may not take.
     pub open_files_reserved: u64,
+    /// `gregor.log.segment.fd.cache.size`: segment files open at once; None: sized at start
+    /// from the open-file limit.
+    pub segment_fd_cache_size: Option<usize>,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
@@ -157,6 +160,8 @@ pub struct BrokerConfig {
     pub client_telemetry: client_telemetry::ClientTelemetryConfig,
     /// How `__transaction_state` is created.
     pub transaction_state_log: InternalTopicConfig,
+    /// How `__share_group_state` is created (`share.coordinator.state.topic.*`).
+    pub share_state_topic: InternalTopicConfig,
     /// `offset.metadata.max.bytes`: the longest metadata string an offset commit may carry.
     pub offset_metadata_max_bytes: usize,
     /// `offsets.commit.timeout.ms`: how long an offset commit waits for its append to
@@ -265,6 +270,7 @@ impl BrokerConfig {
             max_partitions_per_request: limits.max_partitions_per_request,
             connection_log_interval: limits.connection_log_interval,
             open_files_reserved: limits.open_files_reserved,
+            segment_fd_cache_size: limits.segment_fd_cache_size,
             default_replication_factor: repl.default_replication_factor,
             auto_create_topics_enable: parse::boolean("auto.create.topics.enable", get("auto.create.topics.enable"))?,
             delete_topic_enable: parse::boolean("delete.topic.enable", get("delete.topic.enable"))?,
@@ -314,6 +320,7 @@ impl BrokerConfig {
             )?,
             client_telemetry: client_telemetry::ClientTelemetryConfig::parse(&values)?,
             transaction_state_log: coord.transaction_state_log,
+            share_state_topic: coord.share_state_topic,
             offset_metadata_max_bytes: coord.offset_metadata_max_bytes,
             offsets_commit_timeout: coord.offsets_commit_timeout,
             replica_fetch_backoff: repl.replica_fetch_backoff,

@@ -14,11 +14,11 @@ use super::Controller;
 use super::TopicRequest;
 use crate::config::InternalTopicConfig;
 use crate::metadata::TopicInfo;
-use crate::protocol::internal_topics::{OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
+use crate::protocol::internal_topics::{OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::protocol::ApiError;
 
 impl Controller {
-    /// What auto-creation asks for `name`: Kafka's coordinator settings for the two internal
+    /// What auto-creation asks for `name`: Kafka's coordinator settings for the internal
     /// topics, the broker defaults (-1) for any other.
     pub fn auto_topic_request(&self, name: &str) -> TopicRequest {
         let internal = |shape: &InternalTopicConfig, configs: BTreeMap<String, String>| TopicRequest {
@@ -48,6 +48,21 @@ impl Controller {
                     ("segment.bytes", t.segment_bytes.to_string()),
                     ("compression.type", "uncompressed".into()),
                     ("unclean.leader.election.enable", "false".into()),
+                ]);
+                if let Some(min_isr) = t.min_isr {
+                    configs.insert("min.insync.replicas".into(), min_isr.to_string());
+                }
+                internal(t, configs)
+            }
+            SHARE_GROUP_STATE_TOPIC => {
+                // As Kafka's share coordinator creates it: compaction would keep only the last
+                // ShareUpdate after a snapshot, and loading needs every one of them.
+                let t = &self.config.share_state_topic;
+                let mut configs: BTreeMap<String, String> = pairs(&[
+                    ("cleanup.policy", "delete".into()),
+                    ("retention.ms", "-1".into()),
+                    ("segment.bytes", t.segment_bytes.to_string()),
+                    ("compression.type", "producer".into()),
                 ]);
                 if let Some(min_isr) = t.min_isr {
                     configs.insert("min.insync.replicas".into(), min_isr.to_string());

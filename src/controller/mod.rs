@@ -134,47 +134,6 @@ impl Controller {
         Ok(())
     }
 
-    /// Refuses new replicas that would take a broker past its open-file limit (less
-    /// `gregor.open.files.reserved`): a log holds one descriptor per segment, and a broker out
-    /// of descriptors can no longer accept connections or roll segments. This broker is
-    /// weighed by the descriptors it has open; another by the replicas it hosts, at this
-    /// broker's limit (brokers of a cluster are set up alike).
-    fn check_descriptor_budget<'a>(&self, added: impl IntoIterator<Item = &'a Vec<i32>>) -> Result<(), ApiError> {
-        let Some(limit) = open_file_limit() else { return Ok(()) };
-        let budget = limit.saturating_sub(self.config.open_files_reserved);
-        let mut new_on: BTreeMap<i32, u64> = BTreeMap::new();
-        for replicas in added {
-            for b in replicas {
-                *new_on.entry(*b).or_default() += 1;
-            }
-        }
-        if new_on.is_empty() {
-            return Ok(());
-        }
-        let snapshot = self.cache.snapshot();
-        for (&broker, &new) in &new_on {
-            let now = if broker == self.config.broker_id {
-                open_descriptors()
-            } else {
-                let hosted =
-                    snapshot.topics.values().flat_map(|t| &t.partitions).filter(|p| p.replicas.contains(&broker));
-                hosted.count() as u64
-            };
-            if now + new > budget {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidPartitions,
-                    format!(
-                        "{new} more replicas on broker {broker} would need about {} open files, over its open-file \
-                         limit ({limit}) less gregor.open.files.reserved ({}).",
-                        now + new,
-                        self.config.open_files_reserved
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
     fn live_broker_ids(&self) -> Vec<i32> {
         self.cache.snapshot().brokers.iter().map(|b| b.id).collect()
     }
@@ -253,7 +212,6 @@ impl Controller {
             req.num_partitions = req.assignment.len() as i32;
             req.replication_factor = req.assignment.values().next().map(|r| r.len() as i16).unwrap_or(0);
         }
-        self.check_descriptor_budget(req.assignment.values())?;
         Ok(req)
     }
 
@@ -606,7 +564,6 @@ impl Controller {
                 assign_replicas(&live, current, count - current, rf)
             }
         };
-        self.check_descriptor_budget(added.values())?;
         if validate_only {
             return Ok(());
         }
@@ -703,19 +660,6 @@ impl Controller {
         }
         Ok(())
     }
-}
-
-/// The process's soft open-file limit; None when unlimited or unknown.
-fn open_file_limit() -> Option<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes the struct it is given and nothing else.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    (rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
-}
-
-/// How many descriptors this process has open now (0 where /proc is not mounted).
-fn open_descriptors() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
 }
 
 #[cfg(test)]

@@ -169,6 +169,12 @@ impl From<LogError> for Abort {
     }
 }
 
+/// A view's file, opened now: one gone since the view was taken was deleted or replaced, so
+/// the log changed under the cleaner.
+fn open_segment(s: &SegmentView) -> Result<std::sync::Arc<std::fs::File>, Abort> {
+    s.file().map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { Abort::Changed } else { e.into() })
+}
+
 impl From<std::io::Error> for Abort {
     fn from(e: std::io::Error) -> Self {
         Abort::Failed(LogError::Io(e))
@@ -453,14 +459,15 @@ impl LogCleaner {
         s: &SegmentView,
         mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool, Abort>,
     ) -> Result<(), Abort> {
-        let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.cfg().io_buffer_size);
+        let file = open_segment(s)?;
+        let mut sc = HeaderScanner::new(file.clone(), 0, s.size, self.cfg().io_buffer_size);
         let mut buf = Vec::new();
         while let Some((pos, h)) = sc.next_header()? {
             if self.stopped() {
                 return Err(Abort::Stopped);
             }
             buf.resize(h.total_size(), 0);
-            s.file.read_exact_at(&mut buf, pos)?;
+            file.read_exact_at(&mut buf, pos)?;
             let h = batch::check_stored_batch(&buf)?;
             self.throttle(buf.len() as u64);
             if !f(&h, &buf)? {
@@ -474,7 +481,7 @@ impl LogCleaner {
     fn producer_last_batches(&self, view: &CleanerView) -> Result<HashMap<i64, i64>, Abort> {
         let mut out = HashMap::new();
         for s in view.inactive.iter().chain(std::iter::once(&view.active)) {
-            let mut sc = HeaderScanner::new(&s.file, 0, s.size, self.cfg().io_buffer_size);
+            let mut sc = HeaderScanner::new(open_segment(s)?, 0, s.size, self.cfg().io_buffer_size);
             while let Some((_, h)) = sc.next_header()? {
                 if h.producer_id >= 0 {
                     out.insert(h.producer_id, h.base_offset);

@@ -16,6 +16,7 @@ pub mod checkpoint;
 pub mod cleaner;
 pub mod compression;
 pub mod dir_failure;
+pub mod fd_cache;
 pub mod index;
 pub mod legacy;
 pub mod manager;

@@ -15,14 +15,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, HEADER_SIZE};
+use super::fd_cache::{self, segment_files};
 use super::index::{OffsetIndex, TimeIndex};
 use super::{index_file_path, log_file_path, time_index_file_path, LogConfig, LogError};
 
 /// Reads batch headers one after another without touching records. It
 /// fetches `cap` bytes at a time so that runs of small batches cost one
 /// pread, and jumps over large batches with a fresh pread.
-pub struct HeaderScanner<'a> {
-    file: &'a File,
+pub struct HeaderScanner {
+    file: Arc<File>,
     pos: u64,
     end: u64,
     buf: Vec<u8>,
@@ -30,8 +31,8 @@ pub struct HeaderScanner<'a> {
     buf_len: usize,
 }
 
-impl<'a> HeaderScanner<'a> {
-    pub fn new(file: &'a File, from: u64, end: u64, cap: usize) -> Self {
+impl HeaderScanner {
+    pub fn new(file: Arc<File>, from: u64, end: u64, cap: usize) -> Self {
         HeaderScanner { file, pos: from, end, buf: vec![0; cap.max(HEADER_SIZE)], buf_start: 0, buf_len: 0 }
     }
 
@@ -71,7 +72,9 @@ impl<'a> HeaderScanner<'a> {
 pub struct LogSegment {
     base_offset: i64,
     log_path: PathBuf,
-    log: Arc<File>,
+    /// This segment's key in the process's [`fd_cache`]: the `.log` file is opened on
+    /// demand through it, never held here.
+    id: u64,
     size: u64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
@@ -203,10 +206,13 @@ impl LogSegment {
         let size = file.metadata()?.len();
         let offset_index = OffsetIndex::open(&paths[1], base_offset, config.max_index_size, active)?;
         let time_index = TimeIndex::open(&paths[2], base_offset, config.max_index_size, active)?;
+        let id = fd_cache::next_segment_id();
+        // Loading reads the file next: hand it to the cache rather than open it twice.
+        segment_files().insert(id, file);
         Ok(LogSegment {
             base_offset,
             log_path: paths[0].clone(),
-            log: Arc::new(file),
+            id,
             size,
             offset_index,
             time_index,
@@ -237,8 +243,15 @@ impl LogSegment {
     pub fn max_timestamp(&self) -> i64 {
         self.max_timestamp
     }
-    pub fn log_file(&self) -> &Arc<File> {
-        &self.log
+    /// The `.log` file, opened again if the cache closed it. Hold it only as long as a read
+    /// or a response needs it: each holder keeps a descriptor open.
+    pub fn log_file(&self) -> Result<Arc<File>, LogError> {
+        Ok(segment_files().get(self.id, &self.log_path)?)
+    }
+    /// Identifies this segment for its life (a cleaner pass checks it is swapping out the
+    /// segments it read).
+    pub fn id(&self) -> u64 {
+        self.id
     }
     pub fn log_path(&self) -> &Path {
         &self.log_path
@@ -261,8 +274,8 @@ impl LogSegment {
 
     /// The log file's mtime in ms (0 if unreadable): what ListOffsets v0 calls a segment's time.
     pub fn last_modified_ms(&self) -> i64 {
-        self.log
-            .metadata()
+        // By path: a stat needs no descriptor (and the file's name is its own while it lives).
+        std::fs::metadata(&self.log_path)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -275,8 +288,8 @@ impl LogSegment {
         self.max_index_size = config.max_index_size;
     }
 
-    pub fn scanner(&self, from: u64, cap: usize) -> HeaderScanner<'_> {
-        HeaderScanner::new(&self.log, from, self.size, cap)
+    pub fn scanner(&self, from: u64, cap: usize) -> Result<HeaderScanner, LogError> {
+        Ok(HeaderScanner::new(self.log_file()?, from, self.size, cap))
     }
 
     /// Trusts the segment after cheap checks: both indexes pass their sanity
@@ -324,7 +337,8 @@ impl LogSegment {
         // Judge fullness against the configured size: an inactive index is
         // trimmed to exactly its entries and so always looks full.
         let check_missing = strict && self.offset_index.entries() + 1 < self.max_index_size as usize / 8;
-        let mut sc = HeaderScanner::new(&self.log, entry_pos, self.size, 64 * 1024);
+        let log = self.log_file()?;
+        let mut sc = HeaderScanner::new(log.clone(), entry_pos, self.size, 64 * 1024);
         loop {
             let (_, h) = match sc.next_header() {
                 Ok(Some(x)) => x,
@@ -360,7 +374,7 @@ impl LogSegment {
         self.bytes_since_last_index_entry = self.size.saturating_sub(entry_pos);
         if self.size > 0 {
             let mut hb = [0u8; HEADER_SIZE];
-            self.log.read_exact_at(&mut hb, 0)?;
+            log.read_exact_at(&mut hb, 0)?;
             if let Some(h) = BatchHeader::parse(&hb) {
                 if h.max_timestamp >= 0 {
                     self.rolling_base_timestamp = Some(h.max_timestamp);
@@ -381,7 +395,8 @@ impl LogSegment {
         self.offset_of_max_timestamp = -1;
         self.rolling_base_timestamp = None;
         self.bytes_since_last_index_entry = 0;
-        let file_len = self.log.metadata()?.len();
+        let log = self.log_file()?;
+        let file_len = log.metadata()?.len();
         let mut reader = BufReader::with_capacity(1 << 20, File::open(&self.log_path)?);
         let mut pos = 0u64;
         let mut buf = Vec::new();
@@ -416,7 +431,7 @@ impl LogSegment {
         self.size = pos;
         let cut = file_len - pos;
         if cut > 0 {
-            self.log.set_len(pos)?;
+            log.set_len(pos)?;
         }
         Ok(cut)
     }
@@ -458,14 +473,15 @@ impl LogSegment {
         heads: &[[u8; PATCHED_HEAD]],
     ) -> Result<(), LogError> {
         self.ensure_active()?;
+        let log = self.log_file()?;
         let start = self.size;
         let written = if heads.is_empty() {
-            self.log.write_all_at(records, start)
+            log.write_all_at(records, start)
         } else {
-            write_patched_at(&self.log, records, headers, heads, start)
+            write_patched_at(&log, records, headers, heads, start)
         };
         if let Err(e) = written {
-            if let Err(e2) = self.log.set_len(start) {
+            if let Err(e2) = log.set_len(start) {
                 tracing::error!(segment = %self.log_path.display(), error = %e2, "could not cut back a failed append");
             }
             return Err(LogError::Io(e));
@@ -517,7 +533,7 @@ impl LogSegment {
     /// First batch whose last offset is >= `offset`, as (position, header).
     pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
         let (_, pos) = self.offset_index.lookup(offset);
-        let mut sc = self.scanner(u64::from(pos), 16 * 1024);
+        let mut sc = self.scanner(u64::from(pos), 16 * 1024)?;
         while let Some((p, h)) = sc.next_header()? {
             if h.last_offset() >= offset {
                 return Ok(Some((p, h)));
@@ -534,7 +550,7 @@ impl LogSegment {
         }
         let start_offset = self.time_index.lookup(ts).max(min_offset);
         let (_, pos) = self.offset_index.lookup(start_offset);
-        let mut sc = self.scanner(u64::from(pos), 16 * 1024);
+        let mut sc = self.scanner(u64::from(pos), 16 * 1024)?;
         while let Some((_, h)) = sc.next_header()? {
             if h.max_timestamp >= ts && h.last_offset() >= min_offset {
                 return Ok(Some(h));
@@ -550,7 +566,7 @@ impl LogSegment {
             None => return Ok(0),
             Some((pos, _)) => pos,
         };
-        self.log.set_len(cut)?;
+        self.log_file()?.set_len(cut)?;
         let removed = self.size - cut;
         self.size = cut;
         self.offset_index.truncate_to(offset);
@@ -588,14 +604,14 @@ impl LogSegment {
     }
 
     pub fn flush(&self) -> Result<(), LogError> {
-        self.log.sync_data()?;
+        self.log_file()?.sync_data()?;
         self.offset_index.flush()?;
         self.time_index.flush()?;
         Ok(())
     }
 
     /// Renames the files to `*.deleted` and removes them. Readers holding a
-    /// `FileRange` keep their open file.
+    /// `FileRange` keep their open file; the cache's is closed first.
     pub fn delete_files(self) -> Result<(), LogError> {
         // The aborted-transaction index goes with its segment (it only exists for segments
         // where a transaction was aborted).
@@ -620,6 +636,13 @@ impl LogSegment {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for LogSegment {
+    /// A segment that goes (deleted, replaced, its log closed) takes its cache entry with it.
+    fn drop(&mut self) {
+        segment_files().remove(self.id);
     }
 }
 

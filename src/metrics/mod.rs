@@ -517,6 +517,18 @@ pub struct StateSample {
     pub controller_events_processed: u64,
     /// None in standalone mode, which has no ZooKeeper session.
     pub zookeeper: Option<ZooKeeperSample>,
+    pub segment_files: SegmentFilesSample,
+}
+
+/// The segment file cache (`gregor.log.segment.fd.cache.size`): lookups that found the file
+/// open, those that had to open it, files closed to stay within the size, files open now.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SegmentFilesSample {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub open: u64,
+    pub capacity: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -600,6 +612,35 @@ impl StateSample {
                 vec![counter_metric(vec![], self.controller_events_processed as f64)],
             ),
         ];
+        let counter = |name: &str, help: &str, v: u64| {
+            family(name, help, MetricType::COUNTER, vec![counter_metric(vec![], v as f64)])
+        };
+        let files = &self.segment_files;
+        out.push(counter(
+            "gregor_log_segment_fd_cache_hits_total",
+            "Segment file lookups that found the file open",
+            files.hits,
+        ));
+        out.push(counter(
+            "gregor_log_segment_fd_cache_misses_total",
+            "Segment file lookups that opened the file",
+            files.misses,
+        ));
+        out.push(counter(
+            "gregor_log_segment_fd_cache_evictions_total",
+            "Segment files closed to stay within gregor.log.segment.fd.cache.size (least recently used first)",
+            files.evictions,
+        ));
+        out.push(gauge(
+            "gregor_log_segment_fd_cache_open",
+            "Segment files the cache holds open (a read in flight may hold an evicted one a little longer)",
+            files.open as f64,
+        ));
+        out.push(gauge(
+            "gregor_log_segment_fd_cache_size",
+            "gregor.log.segment.fd.cache.size as in force",
+            files.capacity as f64,
+        ));
         if let Some(zk) = self.zookeeper {
             out.push(gauge(
                 "kafka_server_sessionexpirelistener_sessionstate",

@@ -135,12 +135,18 @@ fn state_gauges_are_computed_from_the_sample() {
         controller_events_queued: 3,
         controller_events_processed: 9,
         zookeeper: Some(ZooKeeperSample { connected: true, expired_sessions: 1 }),
+        segment_files: SegmentFilesSample { hits: 7, misses: 3, evictions: 2, open: 1, capacity: 64 },
     };
     let text = m.render(&state);
     let v = |s: &str| sample(&text, s);
     assert_eq!(v("kafka_server_replicamanager_partitioncount"), Some(4.0));
     assert_eq!(v("kafka_controller_controllereventmanager_eventqueuesize"), Some(3.0));
     assert_eq!(v("gregor_controller_events_total"), Some(9.0));
+    assert_eq!(v("gregor_log_segment_fd_cache_hits_total"), Some(7.0));
+    assert_eq!(v("gregor_log_segment_fd_cache_misses_total"), Some(3.0));
+    assert_eq!(v("gregor_log_segment_fd_cache_evictions_total"), Some(2.0));
+    assert_eq!(v("gregor_log_segment_fd_cache_open"), Some(1.0));
+    assert_eq!(v("gregor_log_segment_fd_cache_size"), Some(64.0));
     assert_eq!(v("kafka_server_replicamanager_leadercount"), Some(3.0));
     // A follower's view of its ISR is not its to report.
     assert_eq!(v("kafka_server_replicamanager_underreplicatedpartitions"), Some(2.0));

@@ -4,10 +4,12 @@
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// Share-partition state (KIP-932), written by the share coordinator.
+pub const SHARE_GROUP_STATE_TOPIC: &str = "__share_group_state";
 
 /// Kafka's `Topic.isInternal`.
 pub fn is_internal(name: &str) -> bool {
-    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC
+    name == OFFSETS_TOPIC || name == TRANSACTION_STATE_TOPIC || name == SHARE_GROUP_STATE_TOPIC
 }
 
 #[cfg(test)]
@@ -16,6 +18,7 @@ mod tests {
     fn only_the_coordinators_topics_are_internal() {
         assert!(super::is_internal("__consumer_offsets"));
         assert!(super::is_internal("__transaction_state"));
+        assert!(super::is_internal("__share_group_state"));
         assert!(!super::is_internal("__consumer_offsets2"));
         assert!(!super::is_internal("_consumer_offsets"));
     }

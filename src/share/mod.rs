@@ -1,23 +1,27 @@
 //! Share-partitions (KIP-932) on their partition's leader: which records each share-group
 //! member holds, and the share sessions ShareFetch and ShareAcknowledge run in.
 //!
-//! State is in memory in this phase: a broker restart or a leader move starts each
-//! share-partition again at the group's reset point. Everything a persister would record goes
-//! through [`SharePersister`], whose only implementation keeps nothing.
+//! With a persister (`persister`), each share-partition is loaded from `__share_group_state`
+//! before it is first served, and every change is written there: a restarted or new leader
+//! goes on where the old one stopped. Without one (or while its state partition is led by
+//! another broker) a share-partition lives in memory and starts again at the reset point.
 //!
-//! Locks: `partitions`, then nothing; `sessions` is never held with it. The log is read with
-//! neither held; a step re-checks what it read against the state it then finds.
+//! Locks: `partitions`, then the persister's queue; `sessions` is never held with it. The log
+//! is read with neither held; a step re-checks what it read against the state it then finds.
 
 pub mod partition;
+pub mod persister;
+pub mod state_log;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
 pub use partition::{AckBatch, AcquiredRange, Limits, SharePartition};
+pub use persister::{Loaded, LogPersister, PersisterHandles, StateTopic};
 
 use crate::config::ShareGroupConfig;
 use crate::log::BatchHeader;
@@ -27,28 +31,12 @@ use crate::sync::MutexExt;
 /// A share-partition: (group, topic id, partition).
 pub type SharePartitionKey = (String, Uuid, i32);
 
-/// Where share-partition state would be made durable (`__share_group_state`, phase 2).
-pub trait SharePersister: Send + Sync {
-    /// The start offset recorded for a share-partition, if any.
-    fn initial_start(&self, key: &SharePartitionKey) -> Option<i64>;
-    /// Called after each change to a share-partition, with the lock held.
-    fn changed(&self, key: &SharePartitionKey, state: &SharePartition);
-}
-
-/// The phase-1 persister: nothing survives the process.
-pub struct InMemory;
-
-impl SharePersister for InMemory {
-    fn initial_start(&self, _: &SharePartitionKey) -> Option<i64> {
-        None
-    }
-    fn changed(&self, _: &SharePartitionKey, _: &SharePartition) {}
-}
-
 /// What a share-partition reads from its partition's log.
 pub trait ShareLog {
     /// (log start, high watermark).
     fn bounds(&self) -> (i64, i64);
+    /// The partition's leader epoch, recorded with its share-partitions' state.
+    fn leader_epoch(&self) -> i32;
     /// Whole batches from the one containing `offset`, about `max_bytes`, below the high
     /// watermark; Err is a Kafka error code.
     fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, i16>;
@@ -57,6 +45,10 @@ pub trait ShareLog {
 impl ShareLog for crate::replication::partition::Partition {
     fn bounds(&self) -> (i64, i64) {
         (self.log_start_offset(), self.high_watermark())
+    }
+
+    fn leader_epoch(&self) -> i32 {
+        self.role().1
     }
 
     fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, i16> {
@@ -86,7 +78,7 @@ pub struct ShareManager {
     config: ShareGroupConfig,
     partitions: Mutex<HashMap<SharePartitionKey, SharePartition>>,
     sessions: Mutex<HashMap<(String, String), ShareSession>>,
-    persister: Box<dyn SharePersister>,
+    persister: Option<Arc<LogPersister>>,
 }
 
 /// A session step's outcome: the partitions of the session, or a Kafka error code.
@@ -98,7 +90,90 @@ impl ShareManager {
             config,
             partitions: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
-            persister: Box::new(InMemory),
+            persister: None,
+        }
+    }
+
+    /// A manager whose share-partitions are durable through `persister`.
+    pub fn with_persister(config: ShareGroupConfig, persister: Arc<LogPersister>) -> ShareManager {
+        ShareManager { persister: Some(persister), ..ShareManager::new(config) }
+    }
+
+    fn changed(&self, key: &SharePartitionKey, p: &mut SharePartition) {
+        if let Some(persister) = &self.persister {
+            persister.changed(key, p);
+        }
+    }
+
+    /// Whether `key` must be loaded (ensure_loaded) before it is served.
+    pub fn needs_load(&self, key: &SharePartitionKey) -> bool {
+        self.persister.is_some() && !self.partitions.lock_unpoisoned().contains_key(key)
+    }
+
+    /// Makes `key` ready to serve on this leader: its state read back from the persister, or
+    /// a new share-partition at the reset point. False while the state cannot be read yet (the
+    /// state topic is being created): the share-partition hands out nothing meanwhile, as
+    /// serving it from the reset point could deliver again what was acknowledged.
+    pub async fn ensure_loaded(&self, key: &SharePartitionKey, log: &(dyn ShareLog + Sync)) -> bool {
+        let Some(persister) = &self.persister else { return true };
+        if self.partitions.lock_unpoisoned().contains_key(key) {
+            return true;
+        }
+        let loaded = persister.load(key, log.leader_epoch()).await;
+        let limits = self.limits();
+        let (_, hw) = log.bounds();
+        let mut partitions = self.partitions.lock_unpoisoned();
+        if partitions.contains_key(key) {
+            return true;
+        }
+        let (p, write) = match loaded {
+            Loaded::NotReady => return false,
+            Loaded::Durable(Some(s)) => (SharePartition::from_persisted(s.start_offset, &s.offsets, &limits), false),
+            // share.auto.offset.reset's default, latest: records from now on. Written at once,
+            // so a restart before anything is acquired keeps this start.
+            Loaded::Durable(None) => (SharePartition::new(hw), true),
+            Loaded::Memory => (SharePartition::new(hw), false),
+        };
+        let p = partitions.entry(key.clone()).or_insert(p);
+        if write {
+            self.changed(key, p);
+        }
+        true
+    }
+
+    /// This broker no longer leads partition `index` of topic `topic_id`: its share-partitions
+    /// go, so a later term here reads their state back instead of serving what it held.
+    pub fn on_resign(&self, topic_id: Uuid, index: i32) {
+        let mut partitions = self.partitions.lock_unpoisoned();
+        let gone: Vec<SharePartitionKey> =
+            partitions.keys().filter(|k| k.1 == topic_id && k.2 == index).cloned().collect();
+        for k in &gone {
+            partitions.remove(k);
+        }
+        drop(partitions);
+        if let Some(p) = &self.persister {
+            p.forget(&gone);
+        }
+    }
+
+    /// This broker no longer leads `__share_group_state` partition `index`: the
+    /// share-partitions whose state it held are loaded again before they are next served
+    /// (from the new state leader's log, or in memory when that is another broker).
+    pub fn on_state_resign(&self, index: i32) {
+        let Some(p) = &self.persister else { return };
+        let gone = p.forget_state_partition(index);
+        let mut partitions = self.partitions.lock_unpoisoned();
+        for k in &gone {
+            partitions.remove(k);
+        }
+    }
+
+    /// Makes what the steps changed durable; the request that made them answers after this.
+    /// Err: a Kafka error code for the acknowledgements the request carried.
+    pub async fn flush(&self) -> Result<(), i16> {
+        match &self.persister {
+            Some(p) => p.flush().await,
+            None => Ok(()),
         }
     }
 
@@ -187,7 +262,7 @@ impl ShareManager {
         let mut partitions = self.partitions.lock_unpoisoned();
         for (key, p) in partitions.iter_mut().filter(|(k, _)| k.0 == group) {
             if p.release_member(member, &limits) > 0 {
-                self.persister.changed(key, p);
+                self.changed(key, p);
             }
         }
     }
@@ -199,8 +274,10 @@ impl ShareManager {
         let mut partitions = self.partitions.lock_unpoisoned();
         let p = partitions.get_mut(key).ok_or(ErrorCode::InvalidRecordState.code())?;
         p.expire_locks(now, &limits);
-        p.acknowledge(member, batches, now, &limits)?;
-        self.persister.changed(key, p);
+        let result = p.acknowledge(member, batches, now, &limits);
+        // Locks that ran out changed state even when the acknowledgement is refused.
+        self.changed(key, p);
+        result?;
         Ok(())
     }
 
@@ -219,12 +296,17 @@ impl ShareManager {
         // Which offset to read from, and whether it is a redelivery.
         let from = {
             let mut partitions = self.partitions.lock_unpoisoned();
-            let p = partitions.entry(key.clone()).or_insert_with(|| {
+            let p = match (partitions.contains_key(key), &self.persister) {
+                (true, _) => partitions.get_mut(key),
                 // share.auto.offset.reset's default, latest: records from now on.
-                SharePartition::new(self.persister.initial_start(key).unwrap_or(hw))
-            });
+                (false, None) => Some(partitions.entry(key.clone()).or_insert_with(|| SharePartition::new(hw))),
+                // Not loaded yet (ensure_loaded said so): nothing to hand out.
+                (false, Some(_)) => None,
+            };
+            let Some(p) = p else { return Ok(None) };
             p.move_start_to(log_start);
             p.expire_locks(Instant::now(), &limits);
+            self.changed(key, p);
             match p.first_available() {
                 Some(o) => (o, true),
                 None if p.next_offset() < hw && p.has_room(&limits) => (p.next_offset(), false),
@@ -240,10 +322,10 @@ impl ShareManager {
             (o, true) => p.acquire_available(member, o, end, max_records, now, &limits),
             (o, false) => p.acquire_new(member, o, end, max_records, now, &limits),
         };
+        self.changed(key, p);
         if ranges.is_empty() {
             return Ok(None);
         }
-        self.persister.changed(key, p);
         Ok(Some(Acquired { records, ranges }))
     }
 

@@ -70,11 +70,63 @@ pub struct SharePartition {
     next: i64,
     /// Every offset of [start, next) that is not yet settled below `start`.
     in_flight: BTreeMap<i64, InFlight>,
+    /// The offsets changed since the persister last took them: one range, as the changes of
+    /// a step lie within the in-flight window anyway.
+    dirty: Option<(i64, i64)>,
 }
 
 impl SharePartition {
     pub fn new(start_offset: i64) -> SharePartition {
-        SharePartition { start: start_offset, next: start_offset, in_flight: BTreeMap::new() }
+        SharePartition { start: start_offset, next: start_offset, in_flight: BTreeMap::new(), dirty: None }
+    }
+
+    /// A share-partition as its persisted state left it: each offset's (delivery state,
+    /// delivery count) from `start` on, in Kafka's persisted state ids. A record acquired when
+    /// the state was written has no owner now: it is available again (archived if it was
+    /// delivered as often as the limit allows), its delivery count kept.
+    pub fn from_persisted(start: i64, offsets: &BTreeMap<i64, (i8, i16)>, limits: &Limits) -> SharePartition {
+        let mut p = SharePartition::new(start);
+        for (&offset, &(state, count)) in offsets.range(start..) {
+            // An offset never written between two that were had been acquired once at most
+            // with nothing recorded: available, as if never delivered.
+            for gap in p.next..offset {
+                p.in_flight.insert(
+                    gap,
+                    InFlight { state: RecordState::Available, delivery_count: 0, owner: None, lock_until: None },
+                );
+            }
+            let state = match state {
+                super::state_log::ACKNOWLEDGED => RecordState::Acknowledged,
+                super::state_log::ARCHIVED => RecordState::Archived,
+                _ if count >= limits.delivery_count_limit => RecordState::Archived,
+                _ => RecordState::Available,
+            };
+            p.in_flight.insert(offset, InFlight { state, delivery_count: count.max(0), owner: None, lock_until: None });
+            p.next = offset + 1;
+        }
+        p.advance_start();
+        p
+    }
+
+    /// Every in-flight offset as it is persisted: (offset, (delivery state, delivery count)).
+    pub fn persisted(&self) -> impl Iterator<Item = (i64, (i8, i16))> + '_ {
+        self.in_flight.iter().map(|(o, r)| (*o, persisted_state(r)))
+    }
+
+    /// The in-flight offsets changed since the last call, as they are persisted; the persister
+    /// writes them with the start offset.
+    pub fn take_changes(&mut self) -> Vec<(i64, (i8, i16))> {
+        match self.dirty.take() {
+            Some((first, last)) => self.in_flight.range(first..=last).map(|(o, r)| (*o, persisted_state(r))).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn touch(&mut self, first: i64, last: i64) {
+        self.dirty = Some(match self.dirty {
+            Some((f, l)) => (f.min(first), l.max(last)),
+            None => (first, last),
+        });
     }
 
     pub fn start_offset(&self) -> i64 {
@@ -101,10 +153,15 @@ impl SharePartition {
     /// Locks that ran out: the record is available again, or archived once delivered as often
     /// as the limit allows.
     pub fn expire_locks(&mut self, now: Instant, limits: &Limits) {
-        for r in self.in_flight.values_mut() {
+        let mut changed: Option<(i64, i64)> = None;
+        for (o, r) in self.in_flight.iter_mut() {
             if r.state == RecordState::Acquired && r.lock_until.is_some_and(|t| t <= now) {
                 release(r, limits);
+                changed = Some(changed.map_or((*o, *o), |(f, _)| (f, *o)));
             }
+        }
+        if let Some((f, l)) = changed {
+            self.touch(f, l);
         }
         self.advance_start();
     }
@@ -133,6 +190,9 @@ impl SharePartition {
                 acquire(r, member, now, limits);
                 taken.push((*offset, r.delivery_count));
             }
+        }
+        if let (Some(first), Some(last)) = (taken.first(), taken.last()) {
+            self.touch(first.0, last.0);
         }
         ranges(&taken)
     }
@@ -163,6 +223,7 @@ impl SharePartition {
             self.in_flight.insert(offset, r);
         }
         self.next = last + 1;
+        self.touch(from, last);
         vec![(from, last, 1)]
     }
 
@@ -219,6 +280,7 @@ impl SharePartition {
                     _ => settle(r, RecordState::Archived),
                 }
             }
+            self.touch(b.first_offset, b.last_offset);
         }
         self.advance_start();
         Ok(())
@@ -228,11 +290,16 @@ impl SharePartition {
     /// without waiting for the locks, the delivery counts kept.
     pub fn release_member(&mut self, member: &str, limits: &Limits) -> usize {
         let mut n = 0;
-        for r in self.in_flight.values_mut() {
+        let mut changed: Option<(i64, i64)> = None;
+        for (o, r) in self.in_flight.iter_mut() {
             if r.state == RecordState::Acquired && r.owner.as_deref() == Some(member) {
                 release(r, limits);
                 n += 1;
+                changed = Some(changed.map_or((*o, *o), |(f, _)| (f, *o)));
             }
+        }
+        if let Some((f, l)) = changed {
+            self.touch(f, l);
         }
         self.advance_start();
         n
@@ -256,6 +323,15 @@ impl SharePartition {
             self.start = self.next;
         }
     }
+}
+
+fn persisted_state(r: &InFlight) -> (i8, i16) {
+    let state = match r.state {
+        RecordState::Acknowledged => super::state_log::ACKNOWLEDGED,
+        RecordState::Archived => super::state_log::ARCHIVED,
+        RecordState::Available | RecordState::Acquired => super::state_log::AVAILABLE,
+    };
+    (state, r.delivery_count)
 }
 
 fn acquire(r: &mut InFlight, member: &str, now: Instant, limits: &Limits) {

@@ -9,7 +9,8 @@ impl Log {
         self.check_live()?;
         let view = |s: &LogSegment| SegmentView {
             base_offset: s.base_offset(),
-            file: s.log_file().clone(),
+            id: s.id(),
+            path: s.log_path().to_path_buf(),
             size: s.size(),
             next_offset: s.next_offset(),
             largest_timestamp: s.largest_timestamp(),
@@ -52,10 +53,7 @@ impl Log {
         let unchanged = !old.is_empty()
             && old.iter().all(|o| {
                 Some(o.base_offset) != active_base
-                    && self
-                        .segments
-                        .get(&o.base_offset)
-                        .is_some_and(|s| Arc::ptr_eq(s.log_file(), &o.file) && s.size() == o.size)
+                    && self.segments.get(&o.base_offset).is_some_and(|s| s.id() == o.id && s.size() == o.size)
             });
         if !unchanged {
             return Ok(false);

@@ -72,17 +72,26 @@ pub struct Log {
 }
 
 /// What the log cleaner needs of one segment, taken under the log lock and used without it.
-/// The open file keeps the bytes readable whatever happens to the log meanwhile; `file` and
-/// `size` identify the segment when the cleaner comes back to swap.
+/// The file is opened when the cleaner reads it (through the segment file cache, outside the
+/// log lock); a segment deleted meanwhile fails that pass, and `id` and `size` identify the
+/// segment when the cleaner comes back to swap.
 #[derive(Clone, Debug)]
 pub struct SegmentView {
     pub base_offset: i64,
-    pub file: Arc<std::fs::File>,
+    pub id: u64,
+    pub path: PathBuf,
     pub size: u64,
     pub next_offset: i64,
     pub largest_timestamp: i64,
     pub first_batch_timestamp: Option<i64>,
     pub index_entries: usize,
+}
+
+impl SegmentView {
+    /// The segment's `.log` file; hold it for one read pass.
+    pub fn file(&self) -> std::io::Result<Arc<std::fs::File>> {
+        crate::log::fd_cache::segment_files().get(self.id, &self.path)
+    }
 }
 
 /// A log as the cleaner sees it: every inactive segment, and the active one (read only for
@@ -505,7 +514,7 @@ impl Log {
             };
             let mut range: Option<(u64, usize)> = None;
             let mut end_offset = 0;
-            let mut sc = seg.scanner(start_pos, cap);
+            let mut sc = seg.scanner(start_pos, cap)?;
             let mut done = false;
             while let Some((p, h)) = sc.next_header()? {
                 if max_offset.is_some_and(|m| h.base_offset >= m) {
@@ -530,7 +539,7 @@ impl Log {
                 }
             }
             if let Some((position, len)) = range {
-                out.push(FileRange { file: seg.log_file().clone(), position, len, end_offset });
+                out.push(FileRange { file: seg.log_file()?, position, len, end_offset });
             }
             if done {
                 break 'segments;
@@ -586,7 +595,7 @@ impl Log {
         for seg in self.segments.range(first..).map(|(_, s)| s) {
             // The offset index finds where `offset` starts in its segment (a lower bound).
             let from = if seg.base_offset() == first { u64::from(seg.offset_index().lookup(offset).1) } else { 0 };
-            let mut sc = seg.scanner(from, 64 * 1024);
+            let mut sc = seg.scanner(from, 64 * 1024)?;
             while let Some((pos, h)) = sc.next_header()? {
                 if h.producer_id < 0 || h.base_offset < self.log_start_offset || h.base_offset < offset {
                     continue;
@@ -595,7 +604,7 @@ impl Log {
                     // A marker is one small record: read it to learn which way it went and which
                     // coordinator epoch wrote it.
                     let mut buf = vec![0u8; h.total_size().min(HEADER_SIZE + 64)];
-                    seg.log_file().read_exact_at(&mut buf, pos)?;
+                    seg.log_file()?.read_exact_at(&mut buf, pos)?;
                     out.push((h, batch::end_txn_marker(&buf)));
                 } else if h.base_sequence >= 0 || h.is_transactional() {
                     out.push((h, None));

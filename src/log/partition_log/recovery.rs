@@ -22,10 +22,10 @@ pub(super) fn parse_segment_name(name: &str, ext: &str) -> Option<i64> {
 /// updated to match.
 pub(super) fn complete_swap(dir: &Path, base: i64, bases: &mut Vec<i64>) -> Result<(), LogError> {
     let [log, _, _] = LogSegment::paths(dir, base, SWAP_SUFFIX);
-    let file = fs::File::open(&log)?;
+    let file = std::sync::Arc::new(fs::File::open(&log)?);
     let len = file.metadata()?.len();
     let mut next = base;
-    let mut sc = crate::log::segment::HeaderScanner::new(&file, 0, len, 64 * 1024);
+    let mut sc = crate::log::segment::HeaderScanner::new(file, 0, len, 64 * 1024);
     while let Ok(Some((_, h))) = sc.next_header() {
         next = h.next_offset();
     }

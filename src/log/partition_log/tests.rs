@@ -259,7 +259,7 @@ fn build_crash_log(dir: &Path) -> (i64, Vec<(i64, u64, usize)>) {
     let mut log = open(dir, c);
     let batches_in_last = |log: &Log| {
         let seg = log.segments().last().unwrap();
-        let mut sc = seg.scanner(0, 4096);
+        let mut sc = seg.scanner(0, 4096).unwrap();
         let mut n = 0;
         while sc.next_header().unwrap().is_some() {
             n += 1;
@@ -274,7 +274,7 @@ fn build_crash_log(dir: &Path) -> (i64, Vec<(i64, u64, usize)>) {
     let last_base = *log.segment_base_offsets().last().unwrap();
     let mut sc_batches = Vec::new();
     let seg = log.segments().last().unwrap();
-    let mut sc = seg.scanner(0, 4096);
+    let mut sc = seg.scanner(0, 4096).unwrap();
     while let Some((p, h)) = sc.next_header().unwrap() {
         sc_batches.push((h.base_offset, p, h.total_size()));
     }
