@@ -315,34 +315,10 @@ impl ConsumerGroupCoordinator {
         let mut names = sub.topics;
         names.sort();
         names.dedup();
-        let mut bump = before.as_ref().is_none_or(|b| b.subscribed_topic_names != names);
+        let bump = before.as_ref().is_none_or(|b| b.subscribed_topic_names != names);
         m.subscribed_topic_names = names;
-        if before.as_ref() != Some(&m.metadata()) {
-            let record = ConsumerRecord::Member {
-                group: group.id.clone(),
-                member: member_id.clone(),
-                value: Some(m.metadata()),
-            };
-            let joined = m.registration();
-            fx.append(&group.id, vec![record]);
-            fx.0.push((group.id.clone(), Effect::MemberJoined(joined)));
-        }
-        group.refresh_regexes(&*self.topics, now);
-        let metadata = self.subscription_metadata(group);
-        if metadata != group.subscribed_metadata {
-            group.subscribed_metadata = metadata;
-            bump = true;
-        }
-        if bump {
-            group.epoch += 1;
-            fx.append(
-                &group.id,
-                vec![ConsumerRecord::GroupMetadata { group: group.id.clone(), epoch: Some(group.epoch) }],
-            );
-        }
-        if group.epoch > group.assignment_epoch {
-            self.compute_target(group, fx);
-        }
+        let changed = before.as_ref() != Some(&m.metadata());
+        self.member_updated(group, fx, &member_id, changed, bump, now);
         // A classic member owns at JoinGroup what its subscription lists (nothing after an
         // eager revocation): one step revokes what must move, and a second takes the new
         // epoch at once when none of that is still owned.

@@ -642,32 +642,7 @@ impl ConsumerGroupCoordinator {
             m.instance_id = req.instance_id.clone();
             metadata_changed = true;
         }
-        if metadata_changed {
-            let record = ConsumerRecord::Member {
-                group: group.id.clone(),
-                member: member_id.clone(),
-                value: Some(m.metadata()),
-            };
-            let joined = m.registration();
-            fx.append(&group.id, vec![record]);
-            fx.0.push((group.id.clone(), Effect::MemberJoined(joined)));
-        }
-        group.refresh_regexes(&*self.topics, now);
-        let metadata = self.subscription_metadata(group);
-        if metadata != group.subscribed_metadata {
-            group.subscribed_metadata = metadata;
-            bump = true;
-        }
-        if bump {
-            group.epoch += 1;
-            fx.append(
-                &group.id,
-                vec![ConsumerRecord::GroupMetadata { group: group.id.clone(), epoch: Some(group.epoch) }],
-            );
-        }
-        if group.epoch > group.assignment_epoch {
-            self.compute_target(group, fx);
-        }
+        self.member_updated(group, fx, &member_id, metadata_changed, bump, now);
         if reconcile(group, &member_id, req.owned.as_ref(), now) {
             self.member_changed(group, fx, &member_id);
         }
@@ -691,6 +666,47 @@ impl ConsumerGroupCoordinator {
     }
 
     /// The target assignment at the group epoch, with records for what changed.
+    /// What follows a member's join or update, whichever protocol it speaks: its record and
+    /// membership effect when its metadata `changed`, the subscribed topics' metadata again, a
+    /// new group epoch when that or the subscriptions moved (`bump`), and the target
+    /// assignment for a new epoch.
+    fn member_updated(
+        &self,
+        group: &mut ConsumerGroup,
+        fx: &mut Effects,
+        member_id: &str,
+        changed: bool,
+        mut bump: bool,
+        now: Instant,
+    ) {
+        if let Some(m) = group.members.get(member_id).filter(|_| changed) {
+            let record = ConsumerRecord::Member {
+                group: group.id.clone(),
+                member: member_id.to_string(),
+                value: Some(m.metadata()),
+            };
+            let joined = m.registration();
+            fx.append(&group.id, vec![record]);
+            fx.0.push((group.id.clone(), Effect::MemberJoined(joined)));
+        }
+        group.refresh_regexes(&*self.topics, now);
+        let metadata = self.subscription_metadata(group);
+        if metadata != group.subscribed_metadata {
+            group.subscribed_metadata = metadata;
+            bump = true;
+        }
+        if bump {
+            group.epoch += 1;
+            fx.append(
+                &group.id,
+                vec![ConsumerRecord::GroupMetadata { group: group.id.clone(), epoch: Some(group.epoch) }],
+            );
+        }
+        if group.epoch > group.assignment_epoch {
+            self.compute_target(group, fx);
+        }
+    }
+
     fn compute_target(&self, group: &mut ConsumerGroup, fx: &mut Effects) {
         // The assignor most members ask for; Kafka's default when none asks.
         let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
