@@ -73,11 +73,33 @@ pub struct SharePartition {
     /// The offsets changed since the persister last took them: one range, as the changes of
     /// a step lie within the in-flight window anyway.
     dirty: Option<(i64, i64)>,
+    /// Bytes per record in what was last handed out (0: nothing yet), which sizes the next
+    /// read from the log.
+    record_bytes: usize,
 }
 
 impl SharePartition {
     pub fn new(start_offset: i64) -> SharePartition {
-        SharePartition { start: start_offset, next: start_offset, in_flight: BTreeMap::new(), dirty: None }
+        SharePartition {
+            start: start_offset,
+            next: start_offset,
+            in_flight: BTreeMap::new(),
+            dirty: None,
+            record_bytes: 0,
+        }
+    }
+
+    pub fn record_bytes(&self) -> usize {
+        self.record_bytes
+    }
+
+    /// Remembers the size of what was handed out: `bytes` for `records` offsets.
+    pub fn note_record_bytes(&mut self, bytes: usize, records: i64) {
+        if let Ok(n) = usize::try_from(records) {
+            if n > 0 {
+                self.record_bytes = bytes.div_ceil(n).max(1);
+            }
+        }
     }
 
     /// A share-partition as its persisted state left it: each offset's (delivery state,
