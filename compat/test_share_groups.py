@@ -411,3 +411,69 @@ def test_share_group_on_three_brokers_and_its_members_in_zookeeper(cluster, work
     assert len(seen) == len(set(seen)), "a record was delivered twice"
     ws[0].close()
     wait_until(lambda: len(zk_ids(c, group)) == 1, WAIT, "the closed member gone from ZooKeeper", interval=0.2)
+
+
+def java_hash(s: str) -> int:
+    h = 0
+    for ch in s.encode("utf-16-be").decode("utf-16-be"):
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def state_partition(group: str, topic_id: str, partition: int, partitions: int) -> int:
+    """Kafka's share coordinator key hashed as a group id over `__share_group_state`."""
+    h = java_hash(f"{group}:{topic_id}:{partition}")
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def test_state_kept_by_another_brokers_share_coordinator_survives_the_leaders_kill(cluster, workers, report):
+    """The leader of a user partition whose `__share_group_state` partition another broker leads
+    writes each acknowledgement there (WriteShareGroupState): killing that leader loses none, and
+    the next leader delivers only what was not acknowledged."""
+    c = cluster
+    topic = uniq("share")
+    a = c.admin(c.controller())
+    a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(timeout=WAIT)
+    c.wait_topic_online(topic, 1)
+    topic_id = c.topic_znode(topic)["topic_id"]
+    p = producer(c.bootstrap())
+    # A first share group makes the state topic exist; its leaders then decide the group used.
+    opener = InProcess(c.bootstrap(), uniq("open"), topic)
+    try:
+        warm_up(p, topic, lambda: bool(opener.seen), opener.poll)
+    finally:
+        opener.c.close()
+    states = c.wait_topic_online("__share_group_state", 50)
+    leader = c.partition_state(topic, 0)["leader"]
+    # The coordinator is the replica that neither leads now nor takes over (the next one in
+    # the assignment): both the writes and the next leader's read cross brokers.
+    replicas = c.zk_assignment(topic)[0]
+    after = [r for r in replicas if r != leader]
+    group = next(g for g in (f"sg-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+                 if states[state_partition(g, topic_id, 0, 50)]["leader"] == after[-1])
+    coordinator = after[-1]
+    first = InProcess(c.bootstrap(), group, topic)
+    acked = [f"acked-{i}" for i in range(10)]
+    try:
+        warm_up(p, topic, lambda: bool(first.seen), first.poll)
+        produce(p, topic, acked)
+        first.until(lambda: set(acked) <= set(first.values()), "the acknowledged records")
+    finally:
+        first.c.close()
+    pending = [f"pending-{i}" for i in range(10)]
+    produce(p, topic, pending)
+    c.brokers[leader].kill()
+    killed = time.time()
+    wait_until(lambda: c.partition_state(topic, 0)["leader"] not in (leader, -1), WAIT, "a new leader", interval=0.1)
+    second = InProcess(c.bootstrap(), group, topic)
+    try:
+        second.until(lambda: set(pending) <= set(second.values()), "the unacknowledged records from the new leader")
+        took = time.time() - killed
+        for _ in range(5):
+            second.poll()
+        assert sorted(second.values()) == sorted(pending), second.seen
+    finally:
+        second.c.close()
+    report(f"share group: state on broker {coordinator}'s coordinator, leader {leader} killed: the new leader "
+           f"({c.partition_state(topic, 0)['leader']}) delivered the {len(pending)} unacknowledged records in "
+           f"{took:.2f}s, none of the {len(acked)} acknowledged")

@@ -13,10 +13,15 @@ from kproto import R, W
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
 
+# The share coordinator's, between brokers.
+READ_SHARE_GROUP_STATE, WRITE_SHARE_GROUP_STATE = 84, 85
+
 NAMES = {SHARE_GROUP_HEARTBEAT: "ShareGroupHeartbeat", SHARE_GROUP_DESCRIBE: "ShareGroupDescribe",
-         SHARE_FETCH: "ShareFetch", SHARE_ACKNOWLEDGE: "ShareAcknowledge"}
+         SHARE_FETCH: "ShareFetch", SHARE_ACKNOWLEDGE: "ShareAcknowledge",
+         READ_SHARE_GROUP_STATE: "ReadShareGroupState", WRITE_SHARE_GROUP_STATE: "WriteShareGroupState"}
 FLEX = {k: 0 for k in NAMES}
 ENCODER_RANGES = {k: (1, 1) for k in NAMES}
+ENCODER_RANGES.update({READ_SHARE_GROUP_STATE: (0, 0), WRITE_SHARE_GROUP_STATE: (0, 0)})
 kp.API_NAMES.update(NAMES)
 kp.FLEX.update(FLEX)
 
@@ -24,6 +29,8 @@ kp.FLEX.update(FLEX)
 INVALID_REQUEST = 42
 UNKNOWN_MEMBER_ID = 25
 FENCED_MEMBER_EPOCH = 110
+NOT_COORDINATOR = 16
+FENCED_LEADER_EPOCH = 74
 INVALID_RECORD_STATE = 121
 SHARE_SESSION_NOT_FOUND = 122
 INVALID_SHARE_SESSION_EPOCH = 123
@@ -202,12 +209,85 @@ def decode_share_acknowledge(r: R) -> dict:
     return out
 
 
+def read_share_group_state_request(group: str, parts: List[Tuple[bytes, int, int]]) -> bytes:
+    """parts: (topic id, partition, leader epoch)."""
+    by_topic: Dict[bytes, list] = {}
+    for t, p, e in parts:
+        by_topic.setdefault(t, []).append((p, e))
+
+    def topic(w, item):
+        w.uuid(item[0]).array(item[1], lambda w, pe: w.i32(pe[0]).i32(pe[1]).tags())
+        w.tags()
+    return _w().string(group).array(list(by_topic.items()), topic).tags().done()
+
+
+def _state_batches(r: R) -> list:
+    def batch(r):
+        b = (r.i64(), r.i64(), r.i8(), r.i16())
+        r.tags()
+        return b
+    return r.array(batch)
+
+
+def decode_read_share_group_state(r: R) -> dict:
+    def part(r):
+        p = {"partition": r.i32(), "error_code": r.i16(), "error_message": r.string(), "state_epoch": r.i32(),
+             "start_offset": r.i64(), "state_batches": _state_batches(r)}
+        r.tags()
+        return p
+
+    def topic(r):
+        t = {"topic_id": r.uuid(), "partitions": r.array(part)}
+        r.tags()
+        return t
+    out = {"results": r.array(topic)}
+    r.tags()
+    r.end()
+    return out
+
+
+def write_share_group_state_request(group: str, parts: list) -> bytes:
+    """parts: (topic id, partition, state epoch, leader epoch, start offset,
+    [(first, last, delivery state, delivery count)])."""
+    by_topic: Dict[bytes, list] = {}
+    for t, *rest in parts:
+        by_topic.setdefault(t, []).append(rest)
+
+    def part(w, x):
+        w.i32(x[0]).i32(x[1]).i32(x[2]).i64(x[3])
+        w.array(x[4], lambda w, b: w.i64(b[0]).i64(b[1]).i8(b[2]).i16(b[3]).tags())
+        w.tags()
+
+    def topic(w, item):
+        w.uuid(item[0]).array(item[1], part)
+        w.tags()
+    return _w().string(group).array(list(by_topic.items()), topic).tags().done()
+
+
+def decode_write_share_group_state(r: R) -> dict:
+    def part(r):
+        p = {"partition": r.i32(), "error_code": r.i16(), "error_message": r.string()}
+        r.tags()
+        return p
+
+    def topic(r):
+        t = {"topic_id": r.uuid(), "partitions": r.array(part)}
+        r.tags()
+        return t
+    out = {"results": r.array(topic)}
+    r.tags()
+    r.end()
+    return out
+
+
 _DECODERS = {SHARE_GROUP_HEARTBEAT: decode_share_group_heartbeat, SHARE_GROUP_DESCRIBE: decode_share_group_describe,
-             SHARE_FETCH: decode_share_fetch, SHARE_ACKNOWLEDGE: decode_share_acknowledge}
+             SHARE_FETCH: decode_share_fetch, SHARE_ACKNOWLEDGE: decode_share_acknowledge,
+             READ_SHARE_GROUP_STATE: decode_read_share_group_state,
+             WRITE_SHARE_GROUP_STATE: decode_write_share_group_state}
 
 
 def call(c: kp.Conn, api: int, body: bytes) -> dict:
-    return _DECODERS[api](c.call(api, 1, body))
+    return _DECODERS[api](c.call(api, ENCODER_RANGES[api][1], body))
 
 
 def partition_of(resp: dict) -> dict:

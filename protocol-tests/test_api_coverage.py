@@ -66,6 +66,8 @@ COVERAGE = {
     ks.SHARE_GROUP_DESCRIBE: ("test_share_apis", "test_share_group_heartbeat_and_describe"),
     ks.SHARE_FETCH: ("test_share_apis", "test_share_fetch_and_acknowledge"),
     ks.SHARE_ACKNOWLEDGE: ("test_share_apis", "test_share_fetch_and_acknowledge"),
+    ks.READ_SHARE_GROUP_STATE: ("test_share_apis", "test_share_coordinator_reads_and_writes_state"),
+    ks.WRITE_SHARE_GROUP_STATE: ("test_share_apis", "test_share_coordinator_reads_and_writes_state"),
 }
 
 # APIs a plaintext test broker cannot exercise, covered by real clients on secured listeners

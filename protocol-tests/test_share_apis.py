@@ -105,3 +105,40 @@ def test_share_fetch_and_acknowledge(broker_factory):
         # The final request closes the session; a next one must start again at epoch 0.
         assert fetch(a, -1)["error_code"] == 0
         assert fetch(a, 6)["error_code"] == ks.SHARE_SESSION_NOT_FOUND
+
+
+def test_share_coordinator_reads_and_writes_state(broker_factory):
+    """ReadShareGroupState / WriteShareGroupState, as another broker's share-partition leader
+    sends them to this one, the leader of the share-partition's `__share_group_state` partition."""
+    b = broker_factory(overrides={**SHARE_ON, "share.coordinator.state.topic.replication.factor": "1",
+                                  "share.coordinator.state.topic.min.isr": "1",
+                                  "share.coordinator.state.topic.num.partitions": "1"})
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+
+        def read(epoch=0):
+            r = ks.call(c, ks.READ_SHARE_GROUP_STATE, ks.read_share_group_state_request(group, [(tid, 0, epoch)]))
+            return r["results"][0]["partitions"][0]
+
+        def write(epoch, start, batches):
+            r = ks.call(c, ks.WRITE_SHARE_GROUP_STATE,
+                        ks.write_share_group_state_request(group, [(tid, 0, 0, epoch, start, batches)]))
+            return r["results"][0]["partitions"][0]
+
+        # No state topic yet: this broker coordinates nothing.
+        assert read()["error_code"] == ks.NOT_COORDINATOR
+        # Another group's share fetch makes the state topic exist.
+        ks.call(c, ks.SHARE_FETCH, ks.share_fetch_request("other-" + group, uuid.uuid4().hex, 0, [(tid, 0)]))
+        fresh = wait_until(lambda: (lambda p: p if p["error_code"] == 0 else None)(read()), WAIT,
+                           "the coordinator to answer", interval=0.1)
+        assert (fresh["start_offset"], fresh["state_batches"]) == (-1, []), fresh
+        assert write(5, 10, [(10, 19, 0, 1)])["error_code"] == 0
+        assert write(5, 12, [(12, 13, 2, 1), (15, 15, 4, 3)])["error_code"] == 0
+        back = read()
+        assert back["error_code"] == 0 and back["start_offset"] == 12, back
+        assert back["state_batches"] == [(12, 13, 2, 1), (14, 14, 0, 1), (15, 15, 4, 3), (16, 19, 0, 1)], back
+        # An older leader's write is fenced and changes nothing.
+        assert write(4, 19, [])["error_code"] == ks.FENCED_LEADER_EPOCH
+        assert read() == back

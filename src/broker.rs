@@ -184,6 +184,11 @@ impl Broker {
             io: io.clone(),
             write_timeout: config.request_timeout,
             updates_per_snapshot: crate::config::share_group_config(&config)?.update_records_per_snapshot,
+            remote: Some(crate::share::RemoteHandles {
+                inter_broker: security.inter_broker.clone(),
+                client_id: format!("gregor-share-state-{id}"),
+                max_bytes: config.socket_request_max_bytes,
+            }),
         });
         let components = Arc::new(Components {
             share: Arc::new(crate::share::ShareManager::with_persister(

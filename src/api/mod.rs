@@ -18,6 +18,7 @@ mod producer_id;
 mod quotas;
 mod scram_credentials;
 mod share;
+mod share_state;
 mod telemetry;
 mod topics;
 mod txn;
@@ -81,6 +82,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    // The share coordinator's, between brokers (see `share_state`).
+    (ApiKey::ReadShareGroupState, 0, 0),
+    (ApiKey::WriteShareGroupState, 0, 0),
     // Answered on the connection itself (network): they change who the connection is.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -135,7 +139,9 @@ pub fn served_versions(broker: &Components, key: ApiKey) -> Option<(i16, i16)> {
     if consumer_group::KEYS.contains(&key) && !broker.groups.consumer_groups().config().enabled {
         return None;
     }
-    if share::KEYS.contains(&key) && !broker.groups.share_groups().config().enabled {
+    if (share::KEYS.contains(&key) || share_state::KEYS.contains(&key))
+        && !broker.groups.share_groups().config().enabled
+    {
         return None;
     }
     supported_versions(key)
@@ -342,6 +348,12 @@ pub async fn handle(ctx: &RequestContext, request: RequestKind) -> Result<Option
         RequestKind::ShareGroupDescribe(r) => ResponseKind::ShareGroupDescribe(share::share_group_describe(ctx, r)),
         RequestKind::ShareFetch(r) => ResponseKind::ShareFetch(share::share_fetch(ctx, r).await),
         RequestKind::ShareAcknowledge(r) => ResponseKind::ShareAcknowledge(share::share_acknowledge(ctx, r).await),
+        RequestKind::ReadShareGroupState(r) => {
+            ResponseKind::ReadShareGroupState(share_state::read_share_group_state(ctx, r).await)
+        }
+        RequestKind::WriteShareGroupState(r) => {
+            ResponseKind::WriteShareGroupState(share_state::write_share_group_state(ctx, r).await)
+        }
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe_acls(ctx, r)),
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(off_runtime(ctx, move |c| acls::create_acls(c, r)).await?)

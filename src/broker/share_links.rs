@@ -25,6 +25,11 @@ impl StateTopic for ShareStateTopicLink {
         Some(leaders)
     }
 
+    fn address(&self, id: i32) -> Option<(String, u16)> {
+        let snapshot = self.cache.snapshot();
+        snapshot.brokers.iter().find(|b| b.id == id).map(|b| (b.host.clone(), b.port))
+    }
+
     fn create(&self) -> Result<(), i16> {
         self.controller.auto_create(SHARE_GROUP_STATE_TOPIC).map(|_| ()).map_err(|e| e.code)
     }

@@ -21,7 +21,7 @@ use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
 pub use partition::{AckBatch, AcquiredRange, Limits, SharePartition};
-pub use persister::{Loaded, LogPersister, PersisterHandles, StateTopic};
+pub use persister::{Loaded, LogPersister, PersisterHandles, RemoteHandles, RemoteWrite, StateTopic};
 
 use crate::config::ShareGroupConfig;
 use crate::log::BatchHeader;
@@ -97,6 +97,11 @@ impl ShareManager {
     /// A manager whose share-partitions are durable through `persister`.
     pub fn with_persister(config: ShareGroupConfig, persister: Arc<LogPersister>) -> ShareManager {
         ShareManager { persister: Some(persister), ..ShareManager::new(config) }
+    }
+
+    /// The share coordinator of the state partitions led here (None in memory-only mode).
+    pub fn persister(&self) -> Option<&Arc<LogPersister>> {
+        self.persister.as_ref()
     }
 
     fn changed(&self, key: &SharePartitionKey, p: &mut SharePartition) {

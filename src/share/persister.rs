@@ -10,9 +10,10 @@
 //! appends at a time.
 //!
 //! The state of a share-partition lives on the `__share_group_state` partition its key
-//! ("group:topicId:partition") hashes to. Only a broker that leads that partition reads and
-//! writes it: another broker serving the user partition keeps the share-partition in memory
-//! (Kafka reaches the coordinator with WriteShareGroupState, which gregor does not send yet).
+//! ("group:topicId:partition") hashes to, and the broker that leads that partition is its
+//! share coordinator. A broker serving a user partition whose state partition another broker
+//! leads reads and writes the state there, with ReadShareGroupState and WriteShareGroupState
+//! ([`remote`]), as Kafka's persister does.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -31,6 +32,10 @@ use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
 use crate::txn::handles::{LocalPartitions, TxnPartition};
 
+mod remote;
+pub use remote::{RemoteHandles, RemoteWrite};
+use remote::{RemoteKey, Served};
+
 /// What the persister needs to know of `__share_group_state` beyond the partitions led here.
 pub trait StateTopic: Send + Sync {
     /// The leader of each partition (-1: none), from the metadata image; None while the topic
@@ -39,6 +44,8 @@ pub trait StateTopic: Send + Sync {
     /// Creates the topic as the share coordinator does on first use (a ZooKeeper write: called
     /// on the blocking pool). Err is the Kafka error code creation failed with.
     fn create(&self) -> Result<(), i16>;
+    /// Where broker `id` takes inter-broker requests, from the metadata image.
+    fn address(&self, id: i32) -> Option<(String, u16)>;
 }
 
 /// The handles the persister is built from, wired by the broker.
@@ -50,6 +57,9 @@ pub struct PersisterHandles {
     pub write_timeout: Duration,
     /// `share.coordinator.snapshot.update.records.per.snapshot`
     pub updates_per_snapshot: u32,
+    /// How to reach other brokers' share coordinators; None: state led elsewhere stays in
+    /// memory.
+    pub remote: Option<RemoteHandles>,
 }
 
 /// What loading a share-partition found.
@@ -86,6 +96,13 @@ pub struct LogPersister {
     appending: tokio::sync::Mutex<()>,
     /// State partitions already reported as led elsewhere (one log line each).
     warned: Mutex<HashSet<i32>>,
+    /// Share-partitions served here whose state partition another broker leads.
+    remote: Mutex<HashMap<SharePartitionKey, RemoteKey>>,
+    /// Their writes queued by steps, in order.
+    pending_remote: Mutex<Vec<(SharePartitionKey, RemoteWrite)>>,
+    /// As the share coordinator of the state partitions led here: the state of each key other
+    /// brokers read or wrote, as the log has it.
+    served: Mutex<HashMap<SharePartitionKey, Served>>,
 }
 
 impl LogPersister {
@@ -96,6 +113,9 @@ impl LogPersister {
             pending: Mutex::new(Vec::new()),
             appending: tokio::sync::Mutex::new(()),
             warned: Mutex::new(HashSet::new()),
+            remote: Mutex::new(HashMap::new()),
+            pending_remote: Mutex::new(Vec::new()),
+            served: Mutex::new(HashMap::new()),
         }
     }
 
@@ -129,6 +149,9 @@ impl LogPersister {
             if leader < 0 {
                 return Loaded::NotReady;
             }
+            if self.h.remote.is_some() {
+                return self.load_remote(key, index, leader, leader_epoch).await;
+            }
             if self.warned.lock_unpoisoned().insert(index) {
                 tracing::warn!(
                     partition = index,
@@ -138,6 +161,9 @@ impl LogPersister {
             }
             return Loaded::Memory;
         };
+        // Written from here from now on: what this broker cached as a coordinator is stale.
+        self.served.lock_unpoisoned().remove(key);
+        self.remote.lock_unpoisoned().remove(key);
         let k = key.clone();
         let read = self.h.io.run(move || replay(&*partition, &k)).await;
         let Ok(found) = read else { return Loaded::NotReady };
@@ -168,8 +194,10 @@ impl LogPersister {
     /// Stops writing the state of `keys` (their user partition is no longer led here).
     pub fn forget(&self, keys: &[SharePartitionKey]) {
         let mut written = self.written.lock_unpoisoned();
+        let mut remote = self.remote.lock_unpoisoned();
         for k in keys {
             written.remove(k);
+            remote.remove(k);
         }
     }
 
@@ -181,6 +209,7 @@ impl LogPersister {
         for k in &gone {
             written.remove(k);
         }
+        self.served.lock_unpoisoned().retain(|_, s| s.index != index);
         gone
     }
 
@@ -188,6 +217,9 @@ impl LogPersister {
     /// lock held: no I/O). A ShareUpdate with the changed offsets, or a ShareSnapshot of the
     /// whole state when the share-partition has none yet or enough updates followed the last.
     pub fn changed(&self, key: &SharePartitionKey, p: &mut SharePartition) {
+        if self.changed_remote(key, p) {
+            return;
+        }
         let changes = p.take_changes();
         let mut written = self.written.lock_unpoisoned();
         let Some(w) = written.get_mut(key) else { return };
@@ -224,9 +256,11 @@ impl LogPersister {
     /// did not catch up in time).
     pub async fn flush(&self) -> Result<(), i16> {
         let order = self.appending.lock().await;
+        let remote = std::mem::take(&mut *self.pending_remote.lock_unpoisoned());
+        let remote_result = if remote.is_empty() { Ok(()) } else { self.flush_remote(remote).await };
         let queued = std::mem::take(&mut *self.pending.lock_unpoisoned());
         if queued.is_empty() {
-            return Ok(());
+            return remote_result;
         }
         let mut by_partition: BTreeMap<i32, Vec<(Bytes, Bytes)>> = BTreeMap::new();
         for (index, k, v) in queued {
@@ -269,7 +303,7 @@ impl LogPersister {
                 result = Err(code);
             }
         }
-        result
+        result.and(remote_result)
     }
 }
 
@@ -414,6 +448,9 @@ mod tests {
         fn create(&self) -> Result<(), i16> {
             Ok(())
         }
+        fn address(&self, _: i32) -> Option<(String, u16)> {
+            None
+        }
     }
 
     fn persister(log: &Arc<MemLog>, updates_per_snapshot: u32) -> LogPersister {
@@ -428,6 +465,7 @@ mod tests {
             )),
             write_timeout: Duration::from_secs(1),
             updates_per_snapshot,
+            remote: None,
         })
     }
 
@@ -498,5 +536,56 @@ mod tests {
         p.changed(&key(), &mut sp);
         p.flush().await.unwrap();
         assert_eq!(log.batches.lock_unpoisoned().len(), batches);
+    }
+
+    fn write(leader_epoch: i32, start_offset: i64, batches: Vec<(i64, i64, i8, i16)>) -> RemoteWrite {
+        RemoteWrite {
+            index: -1,
+            state_epoch: 0,
+            leader_epoch,
+            start_offset,
+            batches: batches
+                .into_iter()
+                .map(|(f, l, s, c)| state_log::StateBatch {
+                    first_offset: f,
+                    last_offset: l,
+                    delivery_state: s,
+                    delivery_count: c,
+                })
+                .collect(),
+        }
+    }
+
+    /// As a share coordinator: writes from another broker merge into the state, a snapshot
+    /// follows every `updates_per_snapshot` updates, a new coordinator reads the same state
+    /// back from the log, and a write from an older leader epoch is fenced.
+    #[tokio::test]
+    async fn a_coordinator_merges_remote_writes_and_fences_older_leaders() {
+        let log = Arc::new(MemLog::default());
+        let p = persister(&log, 2);
+        assert_eq!(p.serve_read(&key()).await, Ok(None));
+        p.serve_write(&key(), write(3, 10, vec![(10, 19, 1, 1)])).await.unwrap();
+        p.serve_write(&key(), write(3, 12, vec![(12, 13, 2, 1)])).await.unwrap();
+        p.serve_write(&key(), write(3, 15, vec![])).await.unwrap();
+        p.serve_write(&key(), write(4, 15, vec![(16, 16, 4, 1)])).await.unwrap();
+        p.flush().await.unwrap();
+        let types: Vec<i16> = log
+            .batches
+            .lock_unpoisoned()
+            .iter()
+            .flat_map(|(_, b)| crate::group::offsets_log::batch_records(b))
+            .filter_map(|kv| state_log::decode_key(&kv.key).map(|(t, _)| t))
+            .collect();
+        assert_eq!(types, vec![SNAPSHOT, UPDATE, UPDATE, SNAPSHOT]);
+        let want = |s: Option<ReplayedState>| {
+            let s = s.unwrap();
+            (s.start_offset, s.offsets.into_iter().collect::<Vec<_>>())
+        };
+        let expected = (15, vec![(15, (1, 1)), (16, (4, 1)), (17, (1, 1)), (18, (1, 1)), (19, (1, 1))]);
+        assert_eq!(want(p.serve_read(&key()).await.unwrap()), expected);
+        // A new coordinator (this one restarted) replays the log to the same state.
+        let again = persister(&log, 2);
+        assert_eq!(want(again.serve_read(&key()).await.unwrap()), expected);
+        assert_eq!(again.serve_write(&key(), write(3, 19, vec![])).await, Err(ErrorCode::FencedLeaderEpoch.code()));
     }
 }

@@ -25,7 +25,7 @@ pub(super) fn by_topic(tps: &[(String, i32)]) -> Vec<(TopicName, Vec<i32>)> {
 /// and the request goes once more on a fresh connection: both requests sent this way may
 /// arrive twice (a verify-only question, a marker a leader writes again harmlessly).
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn pooled_round_trip<Req, Resp>(
+pub async fn pooled_round_trip<Req, Resp>(
     connector: &crate::security::client::InterBrokerClient,
     host: &str,
     port: u16,

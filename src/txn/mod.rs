@@ -13,5 +13,6 @@ pub mod state;
 pub mod txn_log;
 
 pub use coordinator::TransactionCoordinator;
+pub use inter_broker::pooled_round_trip;
 pub use producer_id::ProducerIdManager;
 pub use service::{TransactionHandles, TransactionService};
