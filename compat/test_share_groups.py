@@ -426,46 +426,68 @@ def state_partition(group: str, topic_id: str, partition: int, partitions: int) 
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
-def test_state_kept_by_another_brokers_share_coordinator_survives_the_leaders_kill(cluster, workers, report):
+class RemoteState:
+    """A one-partition topic (rf 3) on the cluster and a share group whose share coordinator
+    (the leader of its `__share_group_state` partition) is broker `coordinator`, chosen by
+    `pick(leader, replicas)`, while broker `leader` leads the topic's partition."""
+
+    def __init__(self, c: Cluster, pick):
+        self.c, self.topic = c, uniq("share")
+        self.admin = c.admin(c.controller())
+        self.admin.create_topics([NewTopic(self.topic, num_partitions=1, replication_factor=3)])[self.topic].result(
+            timeout=WAIT)
+        c.wait_topic_online(self.topic, 1)
+        topic_id = c.topic_znode(self.topic)["topic_id"]
+        self.p = producer(c.bootstrap())
+        # A first share group makes the state topic exist; its leaders then decide the group.
+        opener = InProcess(c.bootstrap(), uniq("open"), self.topic)
+        try:
+            warm_up(self.p, self.topic, lambda: bool(opener.seen), opener.poll)
+        finally:
+            opener.c.close()
+        states = c.wait_topic_online("__share_group_state", 50)
+        self.leader = c.partition_state(self.topic, 0)["leader"]
+        self.coordinator = pick(self.leader, c.zk_assignment(self.topic)[0])
+        self.state_partition = None
+        for _ in range(1000):
+            g = f"sg-{uuid.uuid4().hex[:8]}"
+            sp = state_partition(g, topic_id, 0, 50)
+            if states[sp]["leader"] == self.coordinator:
+                self.group, self.state_partition = g, sp
+                break
+        assert self.state_partition is not None
+
+    def consumer(self) -> InProcess:
+        return InProcess(self.c.bootstrap(), self.group, self.topic)
+
+    def accept(self, consumer: InProcess, values: List[str], what: str) -> None:
+        produce(self.p, self.topic, values)
+        consumer.until(lambda: set(values) <= set(consumer.values()), what)
+
+
+def test_state_kept_by_another_brokers_share_coordinator_survives_the_leaders_kill(cluster, report):
     """The leader of a user partition whose `__share_group_state` partition another broker leads
     writes each acknowledgement there (WriteShareGroupState): killing that leader loses none, and
-    the next leader delivers only what was not acknowledged."""
+    the next leader reads the state back (ReadShareGroupState) and delivers only what was not
+    acknowledged."""
     c = cluster
-    topic = uniq("share")
-    a = c.admin(c.controller())
-    a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(timeout=WAIT)
-    c.wait_topic_online(topic, 1)
-    topic_id = c.topic_znode(topic)["topic_id"]
-    p = producer(c.bootstrap())
-    # A first share group makes the state topic exist; its leaders then decide the group used.
-    opener = InProcess(c.bootstrap(), uniq("open"), topic)
-    try:
-        warm_up(p, topic, lambda: bool(opener.seen), opener.poll)
-    finally:
-        opener.c.close()
-    states = c.wait_topic_online("__share_group_state", 50)
-    leader = c.partition_state(topic, 0)["leader"]
     # The coordinator is the replica that neither leads now nor takes over (the next one in
     # the assignment): both the writes and the next leader's read cross brokers.
-    replicas = c.zk_assignment(topic)[0]
-    after = [r for r in replicas if r != leader]
-    group = next(g for g in (f"sg-{uuid.uuid4().hex[:8]}" for _ in range(1000))
-                 if states[state_partition(g, topic_id, 0, 50)]["leader"] == after[-1])
-    coordinator = after[-1]
-    first = InProcess(c.bootstrap(), group, topic)
+    rs = RemoteState(c, lambda leader, replicas: [r for r in replicas if r != leader][-1])
+    first = rs.consumer()
     acked = [f"acked-{i}" for i in range(10)]
     try:
-        warm_up(p, topic, lambda: bool(first.seen), first.poll)
-        produce(p, topic, acked)
-        first.until(lambda: set(acked) <= set(first.values()), "the acknowledged records")
+        warm_up(rs.p, rs.topic, lambda: bool(first.seen), first.poll)
+        rs.accept(first, acked, "the acknowledged records")
     finally:
         first.c.close()
     pending = [f"pending-{i}" for i in range(10)]
-    produce(p, topic, pending)
-    c.brokers[leader].kill()
+    produce(rs.p, rs.topic, pending)
+    c.brokers[rs.leader].kill()
     killed = time.time()
-    wait_until(lambda: c.partition_state(topic, 0)["leader"] not in (leader, -1), WAIT, "a new leader", interval=0.1)
-    second = InProcess(c.bootstrap(), group, topic)
+    wait_until(lambda: c.partition_state(rs.topic, 0)["leader"] not in (rs.leader, -1), WAIT, "a new leader",
+               interval=0.1)
+    second = rs.consumer()
     try:
         second.until(lambda: set(pending) <= set(second.values()), "the unacknowledged records from the new leader")
         took = time.time() - killed
@@ -474,6 +496,58 @@ def test_state_kept_by_another_brokers_share_coordinator_survives_the_leaders_ki
         assert sorted(second.values()) == sorted(pending), second.seen
     finally:
         second.c.close()
-    report(f"share group: state on broker {coordinator}'s coordinator, leader {leader} killed: the new leader "
-           f"({c.partition_state(topic, 0)['leader']}) delivered the {len(pending)} unacknowledged records in "
-           f"{took:.2f}s, none of the {len(acked)} acknowledged")
+    report(f"share group: state on broker {rs.coordinator}'s coordinator, leader {rs.leader} killed: the new "
+           f"leader ({c.partition_state(rs.topic, 0)['leader']}) delivered the {len(pending)} unacknowledged "
+           f"records in {took:.2f}s, none of the {len(acked)} acknowledged")
+
+
+def test_share_coordinators_kill_mid_stream_loses_no_acknowledgement(cluster, report):
+    """kill -9 of the share coordinator's broker while a member consumes: the state partition's
+    next leader takes over from the log, acknowledgements go on, and when the user partition's
+    leader dies later its successor redelivers none of the accepted records and loses none."""
+    c = cluster
+    rs = RemoteState(c, lambda leader, replicas: next(r for r in replicas if r != leader))
+    member = rs.consumer()
+    acked = [f"acked-{i}" for i in range(10)]
+    more = [f"more-{i}" for i in range(10)]
+    try:
+        warm_up(rs.p, rs.topic, lambda: bool(member.seen), member.poll)
+        rs.accept(member, acked, "records before the coordinator's kill")
+        dead = c.brokers[rs.coordinator]
+        dead.kill()
+        killed = time.time()
+        moved = wait_until(
+            lambda: (lambda s: s if s["leader"] not in (rs.coordinator, -1) else None)(
+                c.partition_state("__share_group_state", rs.state_partition)),
+            WAIT, "a new share coordinator", interval=0.1)
+        rs.accept(member, more, "records after the coordinator moved")
+        took = time.time() - killed
+        # Back to three brokers (the state topic's min.insync.replicas is 2), then the user
+        # partition's leader goes too.
+        dead._fixed_port = True
+        dead.start()
+        c.wait_topic_online("__share_group_state", 50)
+        wait_until(lambda: len(c.partition_state(rs.topic, 0)["isr"]) == 3, WAIT, "a full ISR", interval=0.1)
+        wait_until(lambda: len(c.partition_state("__share_group_state", rs.state_partition)["isr"]) == 3, WAIT,
+                   "the state partition's full ISR", interval=0.1)
+    finally:
+        member.c.close()
+    c.brokers[rs.leader].kill()
+    wait_until(lambda: c.partition_state(rs.topic, 0)["leader"] not in (rs.leader, -1), WAIT, "a new leader",
+               interval=0.1)
+    # Produced before any member fetches from the new leader: only the state read back from
+    # the coordinator says where the group stands (without it the share-partition would start
+    # at the log end and skip them).
+    tail = [f"tail-{i}" for i in range(10)]
+    produce(rs.p, rs.topic, tail)
+    after = rs.consumer()
+    try:
+        after.until(lambda: set(tail) <= set(after.values()), "records produced after the leader's kill")
+        for _ in range(5):
+            after.poll()
+        assert sorted(after.values()) == sorted(tail), after.seen
+    finally:
+        after.c.close()
+    report(f"share group: coordinator {rs.coordinator} killed mid-stream, broker {moved['leader']} took over; "
+           f"acknowledgements went on within {took:.2f}s; after leader {rs.leader}'s kill none of the "
+           f"{len(acked) + len(more)} accepted records came back and all {len(tail)} new ones arrived")

@@ -288,22 +288,36 @@ impl LogPersister {
                 Ok(partition.append(batch))
             };
             match written {
-                Ok((0, last)) => appended.push((partition, last)),
+                Ok((0, last)) => appended.push((index, partition, last)),
                 Ok((code, _)) => {
                     tracing::warn!(partition = index, error = code, "cannot write share-partition state");
+                    self.snapshot_next(index);
                     result = Err(ErrorCode::CoordinatorNotAvailable.code());
                 }
-                Err(_) => result = Err(ErrorCode::CoordinatorNotAvailable.code()),
+                Err(_) => {
+                    self.snapshot_next(index);
+                    result = Err(ErrorCode::CoordinatorNotAvailable.code());
+                }
             }
         }
         drop(order);
         let deadline = Instant::now() + self.h.write_timeout;
-        for (partition, last) in appended {
+        for (index, partition, last) in appended {
             if let Err(code) = replicated(&*partition, last, deadline).await {
+                self.snapshot_next(index);
                 result = Err(code);
             }
         }
         result.and(remote_result)
+    }
+
+    /// After a write to state partition `index` that may be lost, the next record of each of
+    /// its share-partitions is a whole snapshot: an update only carries what its step changed,
+    /// so the changes of the lost one would otherwise never reach the log.
+    fn snapshot_next(&self, index: i32) {
+        for w in self.written.lock_unpoisoned().values_mut().filter(|w| w.index == index) {
+            w.updates_since_snapshot = None;
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub(super) struct RemoteKey {
     index: i32,
     leader_epoch: i32,
     state_epoch: i32,
-    /// Nothing written yet: the first write carries the whole state.
+    /// Nothing written yet, or the last write may be lost: the next carries the whole state.
     first: bool,
 }
 
@@ -153,18 +153,20 @@ impl LogPersister {
     pub(super) async fn flush_remote(&self, queued: Vec<(SharePartitionKey, RemoteWrite)>) -> Result<(), i16> {
         let leaders = self.h.topic.leaders().unwrap_or_default();
         // Writes of one key stay in order within a request: Kafka applies them in order.
-        let mut requests: BTreeMap<(i32, String), WriteShareGroupStateRequest> = BTreeMap::new();
+        let mut requests: BTreeMap<(i32, String), (WriteShareGroupStateRequest, Vec<SharePartitionKey>)> =
+            BTreeMap::new();
         let mut result = Ok(());
         for (key, w) in queued {
             let Some(&leader) = leaders.get(w.index as usize).filter(|l| **l >= 0) else {
                 result = Err(ErrorCode::CoordinatorNotAvailable.code());
                 continue;
             };
-            let req = requests.entry((leader, key.0.clone())).or_insert_with(|| {
+            let (req, keys) = requests.entry((leader, key.0.clone())).or_insert_with(|| {
                 let mut r = WriteShareGroupStateRequest::default();
                 r.group_id = StrBytes::from_string(key.0.clone());
-                r
+                (r, Vec::new())
             });
+            keys.push(key.clone());
             let mut p = write_share_group_state_request::PartitionData::default();
             p.partition = key.2;
             p.state_epoch = w.state_epoch;
@@ -181,10 +183,11 @@ impl LogPersister {
                 }
             }
         }
-        for ((leader, _), req) in requests {
+        for ((leader, _), (req, keys)) in requests {
             let resp: WriteShareGroupStateResponse = match self.call(leader, ApiKey::WriteShareGroupState, &req).await {
                 Ok(r) => r,
                 Err(code) => {
+                    self.write_whole_next(&keys);
                     result = Err(code);
                     continue;
                 }
@@ -192,10 +195,22 @@ impl LogPersister {
             let refused = resp.results.iter().flat_map(|t| t.partitions.iter()).find(|p| p.error_code != 0);
             if let Some(p) = refused {
                 tracing::warn!(leader, error = p.error_code, "share coordinator refused a state write");
+                self.write_whole_next(&keys);
                 result = Err(ErrorCode::CoordinatorNotAvailable.code());
             }
         }
         result
+    }
+
+    /// After a write that may be lost (a coordinator moving, say), the next write of these
+    /// share-partitions carries their whole state, not only the next step's changes.
+    fn write_whole_next(&self, keys: &[SharePartitionKey]) {
+        let mut remote = self.remote.lock_unpoisoned();
+        for k in keys {
+            if let Some(r) = remote.get_mut(k) {
+                r.first = true;
+            }
+        }
     }
 
     async fn call<Req, Resp>(&self, leader: i32, key: ApiKey, req: &Req) -> Result<Resp, i16>
