@@ -105,3 +105,87 @@ def test_share_fetch_and_acknowledge(broker_factory):
         # The final request closes the session; a next one must start again at epoch 0.
         assert fetch(a, -1)["error_code"] == 0
         assert fetch(a, 6)["error_code"] == ks.SHARE_SESSION_NOT_FOUND
+
+
+RESOURCE_GROUP = 32
+INVALID_CONFIG = 40
+SET, DELETE, APPEND = 0, 1, 2
+
+
+def _describe_group(c, group, keys=None):
+    v = 4
+    r = c.call(kp.DESCRIBE_CONFIGS, v, kp.describe_configs_request(v, [(RESOURCE_GROUP, group, keys)], True))
+    [res] = kp.decode_describe_configs(r, v)["results"]
+    return res
+
+
+def _alter_group(c, group, ops, validate_only=False):
+    v = 1
+    body = kp.incremental_alter_configs_request(v, [(RESOURCE_GROUP, group, ops)], validate_only)
+    [res] = kp.decode_incremental_alter_configs(c.call(kp.INCREMENTAL_ALTER_CONFIGS, v, body), v)["responses"]
+    return res["error_code"]
+
+
+def test_group_configs_are_described_altered_and_checked(broker_factory):
+    b = broker_factory(overrides=SHARE_ON)
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    with kp.Conn(b.host, b.port) as c:
+        res = _describe_group(c, group)
+        assert res["error_code"] == 0, res
+        assert {e["name"]: (e["value"], e["config_source"]) for e in res["configs"]} == {
+            "share.auto.offset.reset": ("latest", 5), "share.isolation.level": ("read_uncommitted", 5),
+            "share.record.lock.duration.ms": ("30000", 5), "share.session.timeout.ms": ("45000", 5),
+            "share.heartbeat.interval.ms": ("5000", 5)}, res
+        ok = [("share.record.lock.duration.ms", SET, "20000"), ("share.isolation.level", SET, "read_committed"),
+              ("share.auto.offset.reset", SET, "by_duration:PT1H")]
+        assert _alter_group(c, group, ok, validate_only=True) == 0
+        assert _describe_group(c, group, ["share.isolation.level"])["configs"][0]["value"] == "read_uncommitted"
+        assert _alter_group(c, group, ok) == 0
+        lock = _describe_group(c, group, ["share.record.lock.duration.ms"])["configs"][0]
+        assert (lock["value"], lock["config_source"]) == ("20000", 8), lock
+        assert [(s["name"], s["source"]) for s in lock["synonyms"]] == [
+            ("share.record.lock.duration.ms", 8), ("group.share.record.lock.duration.ms", 5)], lock
+        # Refused as Kafka refuses them, and nothing changes.
+        for bad in ([("share.unknown", SET, "1")],
+                    [("share.record.lock.duration.ms", SET, "1000")],
+                    [("share.session.timeout.ms", SET, "soon")],
+                    [("share.heartbeat.interval.ms", SET, "16000")],
+                    [("share.isolation.level", SET, "committed")],
+                    [("share.auto.offset.reset", SET, "by_duration:-PT1H")],
+                    [("share.isolation.level", APPEND, "read_committed")]):
+            assert _alter_group(c, group, bad) == INVALID_CONFIG, bad
+        assert _alter_group(c, "", ok) == kp.INVALID_REQUEST
+        assert _describe_group(c, "")["error_code"] == kp.INVALID_REQUEST
+        now = {e["name"]: e["value"] for e in _describe_group(c, group)["configs"]}
+        assert (now["share.record.lock.duration.ms"], now["share.isolation.level"]) == ("20000", "read_committed")
+        assert _alter_group(c, group, [("share.isolation.level", DELETE, None)]) == 0
+        assert _describe_group(c, group, ["share.isolation.level"])["configs"][0]["config_source"] == 5
+
+
+def test_group_configs_reach_heartbeats_fetches_and_the_reset_point(broker_factory):
+    b = broker_factory(overrides=SHARE_ON)
+    group, me = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+        assert kp.produce(c, topic, 0, kp.build_batch(sample_records(3)))["error_code"] == 0
+        assert _alter_group(c, group, [("share.heartbeat.interval.ms", SET, "6000"),
+                                       ("share.record.lock.duration.ms", SET, "16000"),
+                                       ("share.auto.offset.reset", SET, "earliest")]) == 0
+        find_coordinator(c, 4, group)
+        joined = wait_until(lambda: (lambda r: r if r["error_code"] != kg.COORDINATOR_LOAD_IN_PROGRESS else None)(
+            ks.call(c, ks.SHARE_GROUP_HEARTBEAT, ks.share_group_heartbeat_request(group, me, 0, [topic]))),
+            WAIT, "the first heartbeat", interval=0.1)
+        assert (joined["error_code"], joined["heartbeat_interval_ms"]) == (0, 6000), joined
+        # earliest: records produced before the share-partition existed are delivered.
+        epoch = [0]
+
+        def fetch():
+            r = ks.call(c, ks.SHARE_FETCH, ks.share_fetch_request(group, me, epoch[0], [(tid, 0)], None,
+                                                                  max_wait_ms=500))
+            epoch[0] += 1
+            assert r["error_code"] == 0 and r["acquisition_lock_timeout_ms"] == 16000, r
+            return r if ks.partition_of(r)["acquired"] else None
+
+        r = wait_until(fetch, WAIT, "the first records", interval=0.1)
+        assert ks.partition_of(r)["acquired"] == [(0, 2, 1)], r

@@ -223,6 +223,7 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
             return r;
         }
     };
+    r.acquisition_lock_timeout_ms = share.lock_duration_ms(&group);
     let has_acks = req.topics.iter().flat_map(|t| &t.partitions).any(|p| !p.acknowledgement_batches.is_empty());
     if req.share_session_epoch == 0 && has_acks {
         r.error_code = ErrorCode::InvalidRequest.code();
