@@ -13,8 +13,10 @@ the test.  Every wait polls a condition; [measure] lines are measurements, never
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Callable, Dict, List
 
 import pytest
@@ -500,11 +502,15 @@ def test_group_configs_live_in_zookeeper_and_reach_every_leader(cluster):
     set_group_configs(c.brokers[writer].bootstrap, group, {"share.auto.offset.reset": "earliest"})
     assert c.get_json(f"/config/groups/{group}") == {"version": 1, "config": {"share.auto.offset.reset": "earliest"}}
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto as kp
+
     def seen_by(broker_id: int) -> bool:
-        res = ConfigResource(ResourceType.GROUP, group)
-        admin = c.admin(broker_id)
-        got = admin.describe_configs([res])[res].result(timeout=WAIT)
-        return got["share.auto.offset.reset"].value == "earliest"
+        b = c.brokers[broker_id]
+        v, body = 4, kp.describe_configs_request(4, [(32, group, ["share.auto.offset.reset"])])
+        with kp.Conn(b.host, b.port, timeout=10) as conn:
+            [res] = kp.decode_describe_configs(conn.call(kp.DESCRIBE_CONFIGS, v, body), v)["results"]
+        return res["configs"][0]["value"] == "earliest"
 
     for b in c.live_ids():
         wait_until(lambda: seen_by(b), WAIT, f"broker {b} to see the group config", interval=0.2)

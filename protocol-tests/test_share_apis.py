@@ -189,3 +189,17 @@ def test_group_configs_reach_heartbeats_fetches_and_the_reset_point(broker_facto
 
         r = wait_until(fetch, WAIT, "the first records", interval=0.1)
         assert ks.partition_of(r)["acquired"] == [(0, 2, 1)], r
+
+        def ack(acks):
+            r = ks.call(c, ks.SHARE_ACKNOWLEDGE, ks.share_acknowledge_request(group, me, epoch[0], acks))
+            epoch[0] += 1
+            assert r["error_code"] == 0, r
+            return r["responses"][0]["partitions"][0]["error_code"]
+
+        # A range past what was handed out, or overlapping another, refuses the whole request:
+        # offset 0, accepted in the same request, is still held (accepting it again works).
+        tp = (tid, 0)
+        assert ack({tp: [(0, 0, [ks.ACCEPT]), (10, 10, [ks.ACCEPT])]}) == ks.INVALID_RECORD_STATE
+        assert ack({tp: [(0, 1, [ks.ACCEPT]), (1, 2, [ks.ACCEPT])]}) == ks.INVALID_REQUEST
+        assert ack({tp: [(0, 2, [ks.ACCEPT])]}) == 0
+        assert ack({tp: [(0, 0, [ks.ACCEPT])]}) == ks.INVALID_RECORD_STATE, "accepted twice"

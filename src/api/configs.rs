@@ -602,8 +602,7 @@ fn alter_group(
 ) -> Result<(), ApiError> {
     let group = group_name(name)?;
     let configs = &ctx.components.group_configs;
-    configs.exclusive(|| {
-        let mut current = configs.read_stored(group)?;
+    configs.update(group, validate_only, |mut current| {
         for (key, op, value) in ops {
             match (*op, value) {
                 (OP_SET, Some(v)) => {
@@ -623,7 +622,8 @@ fn alter_group(
                 }
             }
         }
-        store_group_checked(ctx, group, current, validate_only)
+        configs.validate(&current).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
+        Ok(current)
     })
 }
 
@@ -635,19 +635,7 @@ fn store_group(
     validate_only: bool,
 ) -> Result<(), ApiError> {
     let group = group_name(name)?;
-    ctx.components.group_configs.exclusive(|| store_group_checked(ctx, group, configs, validate_only))
-}
-
-fn store_group_checked(
-    ctx: &RequestContext,
-    group: &str,
-    configs: BTreeMap<String, String>,
-    validate_only: bool,
-) -> Result<(), ApiError> {
     let group_configs = &ctx.components.group_configs;
     group_configs.validate(&configs).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
-    if validate_only {
-        return Ok(());
-    }
-    group_configs.store(group, &configs).map_err(ApiError::from)
+    group_configs.update(group, validate_only, |_| Ok::<_, ApiError>(configs.clone()))
 }

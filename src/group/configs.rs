@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::config::ShareGroupConfig;
 use crate::metadata::{zk_data, StoreError, ZnodeStore};
-use crate::sync::{MutexExt, RwLockExt};
+use crate::sync::RwLockExt;
 
 pub const CONFIG_GROUPS: &str = "/config/groups";
 
@@ -56,8 +56,6 @@ pub struct GroupConfigs {
     store: Option<Arc<ZnodeStore>>,
     defaults: ShareGroupConfig,
     overrides: RwLock<HashMap<String, BTreeMap<String, String>>>,
-    /// Serialises read-modify-write of one group's znode by this broker's handlers.
-    writes: std::sync::Mutex<()>,
 }
 
 impl GroupConfigs {
@@ -67,7 +65,7 @@ impl GroupConfigs {
 
     /// Defaults only, nothing stored (unit tests).
     pub fn in_memory(defaults: ShareGroupConfig) -> GroupConfigs {
-        GroupConfigs { store: None, defaults, overrides: RwLock::default(), writes: std::sync::Mutex::new(()) }
+        GroupConfigs { store: None, defaults, overrides: RwLock::default() }
     }
 
     pub fn defaults(&self) -> &ShareGroupConfig {
@@ -195,32 +193,48 @@ impl GroupConfigs {
         })
     }
 
-    /// Runs `f` with this broker's writes of group configs serialised, so a read-modify-write
-    /// of one group's overrides is not lost to another handler's.
-    pub fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _guard = self.writes.lock_unpoisoned();
-        f()
-    }
-
-    /// The overrides stored for `group` now (read from the store, not the cache).
-    pub fn read_stored(&self, group: &str) -> Result<BTreeMap<String, String>, StoreError> {
-        let Some(store) = &self.store else { return Ok(self.overrides(group)) };
-        Ok(store.try_get(&group_path(group))?.map(|d| zk_data::parse_topic_config(&d)).unwrap_or_default())
-    }
-
-    /// Stores a group's overrides (none: its znode goes) and applies them here at once; the
-    /// other brokers follow through their metadata watch.
-    pub fn store(&self, group: &str, configs: &BTreeMap<String, String>) -> Result<(), StoreError> {
-        if let Some(store) = &self.store {
-            let path = group_path(group);
-            if configs.is_empty() {
-                store.delete_recursive(&path)?;
-            } else {
-                store.set(&path, &zk_data::topic_config_json(configs))?;
+    /// A read-modify-write of `group`'s overrides: `change` turns the stored ones into the
+    /// new ones (or refuses), which are then written with a compare-and-set on the znode, so
+    /// a concurrent writer's change is never lost (the step runs again on its result). They
+    /// apply here at once; the other brokers follow through their metadata watch.
+    pub fn update<E: From<StoreError>>(
+        &self,
+        group: &str,
+        validate_only: bool,
+        change: impl Fn(BTreeMap<String, String>) -> Result<BTreeMap<String, String>, E>,
+    ) -> Result<(), E> {
+        let Some(store) = &self.store else {
+            let next = change(self.overrides(group))?;
+            if !validate_only {
+                self.apply(group, next);
+            }
+            return Ok(());
+        };
+        let path = group_path(group);
+        // Each retry follows another writer's success: a bound only against a storm of them.
+        for _ in 0..16 {
+            let stored = store.get_versioned(&path)?;
+            let version = stored.as_ref().map(|(_, v)| *v);
+            let next = change(stored.map(|(d, _)| zk_data::parse_topic_config(&d)).unwrap_or_default())?;
+            if validate_only {
+                return Ok(());
+            }
+            let written = match (version, next.is_empty()) {
+                (None, true) => Ok(()),
+                (None, false) => store.create(&path, &zk_data::topic_config_json(&next), false),
+                (Some(v), true) => store.delete_if_version(&path, v),
+                (Some(v), false) => store.set_if_version(&path, &zk_data::topic_config_json(&next), v),
+            };
+            match written {
+                Ok(()) => {
+                    self.apply(group, next);
+                    return Ok(());
+                }
+                Err(StoreError::BadVersion(_) | StoreError::NodeExists(_) | StoreError::NoNode(_)) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
-        self.apply(group, configs.clone());
-        Ok(())
+        Err(StoreError::BadVersion(path).into())
     }
 
     fn apply(&self, group: &str, configs: BTreeMap<String, String>) {
@@ -242,13 +256,20 @@ impl GroupConfigs {
         let mut read = Vec::with_capacity(names.len());
         for child in &names {
             let data = store.try_get(&format!("{CONFIG_GROUPS}/{child}"))?;
-            read.push((crate::security::scram::desanitize(child), data.map(|d| zk_data::parse_topic_config(&d))));
+            let configs = data.map(|d| zk_data::parse_topic_config(&d)).unwrap_or_default();
+            read.push((crate::security::scram::desanitize(child), configs));
         }
+        // One swap: a reader never sees the groups between a clear and their refill.
+        let mut overrides = self.overrides.write_unpoisoned();
         if groups.is_none() {
-            self.overrides.write_unpoisoned().clear();
+            overrides.clear();
         }
         for (group, configs) in read {
-            self.apply(&group, configs.unwrap_or_default());
+            if configs.is_empty() {
+                overrides.remove(&group);
+            } else {
+                overrides.insert(group, configs);
+            }
         }
         Ok(())
     }
@@ -346,7 +367,7 @@ mod tests {
         ] {
             assert!(c.validate(&set(&bad)).is_err(), "{bad:?}");
         }
-        c.store("g", &set(&[(SHARE_AUTO_OFFSET_RESET, "earliest")])).unwrap();
+        c.update("g", false, |_| Ok::<_, StoreError>(set(&[(SHARE_AUTO_OFFSET_RESET, "earliest")]))).unwrap();
         assert_eq!(c.share("g").auto_offset_reset, OffsetReset::Earliest);
         assert_eq!(c.share("other").auto_offset_reset, OffsetReset::Latest);
     }

@@ -434,6 +434,23 @@ mod tests {
     }
 
     #[test]
+    fn skipped_offsets_are_archived_never_handed_out() {
+        let (l, now) = (limits(), Instant::now());
+        let mut p = SharePartition::new(0);
+        // 0..=1 an aborted transaction's records, 2 its marker, 3..=4 data.
+        assert_eq!(p.acquire_new("a", 0, 4, 10, &[(0, 2)], now, &l), vec![(3, 4, 1)]);
+        assert_eq!(p.start_offset(), 3, "skipped offsets settle at once");
+        assert_eq!(p.acknowledge("a", &[ack(1, 1, &[1])], now, &l), Err(ErrorCode::InvalidRecordState.code()));
+        // Records delivered before (e.g. under read_uncommitted) and released are archived as
+        // a redelivery passes them.
+        let mut q = SharePartition::new(0);
+        q.acquire_new("a", 0, 3, 10, &[], now, &l);
+        q.release_member("a", &l);
+        assert_eq!(q.acquire_available("b", 0, 3, 10, &[(1, 1)], now, &l), vec![(0, 0, 2), (2, 3, 2)]);
+        assert_eq!(q.state_of(1), Some((RecordState::Archived, 1)));
+    }
+
+    #[test]
     fn locks_expire_and_a_closed_session_releases() {
         let (l, now) = (limits(), Instant::now());
         let mut p = SharePartition::new(0);
