@@ -3,6 +3,7 @@ frames (kproto_share.py): ShareGroupHeartbeat and ShareGroupDescribe on the coor
 ShareFetch and ShareAcknowledge on the leader, with the errors for a fenced epoch, an unknown
 member, a share session out of step and malformed or foreign acknowledgements.
 """
+import threading
 import uuid
 
 import kproto as kp
@@ -203,3 +204,36 @@ def test_group_configs_reach_heartbeats_fetches_and_the_reset_point(broker_facto
         assert ack({tp: [(0, 1, [ks.ACCEPT]), (1, 2, [ks.ACCEPT])]}) == ks.INVALID_REQUEST
         assert ack({tp: [(0, 2, [ks.ACCEPT])]}) == 0
         assert ack({tp: [(0, 0, [ks.ACCEPT])]}) == ks.INVALID_RECORD_STATE, "accepted twice"
+
+
+def test_share_fetch_waits_for_min_bytes(broker_factory):
+    """A ShareFetch with MinBytes answers once that much could be handed out (or MaxWaitMs runs
+    out), acquiring nothing meanwhile: batches produced one at a time while it waits all come
+    back in its one answer."""
+    b = broker_factory(overrides=SHARE_ON)
+    group, me = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c, kp.Conn(b.host, b.port) as fetcher:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+        assert _alter_group(c, group, [("share.auto.offset.reset", SET, "earliest")]) == 0
+        opened = ks.call(fetcher, ks.SHARE_FETCH, ks.share_fetch_request(group, me, 0, [(tid, 0)]))
+        assert opened["error_code"] == 0, opened
+        batch = kp.build_batch([kp.Record(value=b"x" * 1000, key=b"k")])
+        want = 4 * len(batch)
+        answer = {}
+
+        def fetch():
+            body = ks.share_fetch_request(group, me, 1, [(tid, 0)], max_wait_ms=30000, min_bytes=want)
+            answer["r"] = ks.call(fetcher, ks.SHARE_FETCH, body)
+
+        waiting = threading.Thread(target=fetch)
+        waiting.start()
+        produced = 0
+        while waiting.is_alive() and produced < 20:
+            assert kp.produce(c, topic, 0, batch)["error_code"] == 0
+            produced += 1
+            waiting.join(0.2)
+        waiting.join(WAIT)
+        p = ks.partition_of(answer["r"])
+        assert len(p["records"]) >= want, (produced, p["acquired"])
+        assert p["acquired"][0][0] == 0 and p["acquired"][-1][1] >= 3, p["acquired"]

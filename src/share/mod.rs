@@ -411,6 +411,30 @@ impl ShareManager {
         Ok(Step::Acquired(Acquired { records: read.records, ranges }))
     }
 
+    /// About how many bytes `member` could acquire from one share-partition now, counted up
+    /// to `enough` (ShareFetch's MinBytes), without acquiring anything: records available
+    /// again count as `enough` (they are ready at once), new ones by the size of their
+    /// batches below the high watermark (read_committed: the last stable offset).
+    pub fn fetchable_bytes(&self, key: &SharePartitionKey, log: &dyn ShareLog, enough: usize) -> usize {
+        let limits = self.limits(&key.0);
+        let committed = self.group_configs.share(&key.0).read_committed;
+        let (_, hw) = log.bounds();
+        let end_limit = if committed { log.last_stable_offset().min(hw) } else { hw };
+        let next = {
+            let partitions = self.partitions.lock_unpoisoned();
+            let Some(p) = partitions.get(key) else { return 0 };
+            if p.first_available().is_some() {
+                return enough;
+            }
+            if p.next_offset() >= end_limit || !p.has_room(&limits) {
+                return 0;
+            }
+            p.next_offset()
+        };
+        let Ok(read) = log.read(next, enough, committed) else { return 0 };
+        bytes_below(&read.records, end_limit)
+    }
+
     /// When the earliest lock among these share-partitions runs out: a waiting ShareFetch
     /// looks again then.
     pub fn next_lock_expiry(&self, keys: &[SharePartitionKey]) -> Option<Instant> {
@@ -425,6 +449,21 @@ enum Step {
     /// Only records never to be delivered were met (and archived): look again.
     Skipped,
     Nothing,
+}
+
+/// The size of the whole batches in `records` that begin below `end`.
+fn bytes_below(records: &[u8], end: i64) -> usize {
+    let mut rest = records;
+    let mut total = 0;
+    while let Some(h) = BatchHeader::parse(rest) {
+        let size = h.total_size();
+        if size > rest.len() || size == 0 || h.base_offset >= end {
+            break;
+        }
+        total += size;
+        rest = &rest[size..];
+    }
+    total
 }
 
 /// The last offset of the last whole batch in `records`.
