@@ -408,7 +408,11 @@ impl ShareManager {
         if ranges.is_empty() {
             return Ok(if moved || !skip.is_empty() { Step::Skipped } else { Step::Nothing });
         }
-        Ok(Step::Acquired(Acquired { records: read.records, ranges }))
+        // The read may hold far more than was acquired (up to the request's MaxBytes): only
+        // the batches up to the last acquired record go back to the member.
+        let last = ranges.last().map_or(from.0, |r| r.1);
+        let records = read.records.slice(..batches_through(&read.records, last));
+        Ok(Step::Acquired(Acquired { records, ranges }))
     }
 
     /// About how many bytes `member` could acquire from one share-partition now, counted up
@@ -449,6 +453,24 @@ enum Step {
     /// Only records never to be delivered were met (and archived): look again.
     Skipped,
     Nothing,
+}
+
+/// The length of the whole batches in `records` up to the one holding `offset`.
+fn batches_through(records: &[u8], offset: i64) -> usize {
+    let mut len = 0;
+    let mut rest = records;
+    while let Some(h) = BatchHeader::parse(rest) {
+        let size = h.total_size();
+        if size > rest.len() || size == 0 || h.base_offset > offset {
+            break;
+        }
+        len += size;
+        rest = &rest[size..];
+        if h.last_offset() >= offset {
+            break;
+        }
+    }
+    len
 }
 
 /// The size of the whole batches in `records` that begin below `end`.
