@@ -237,3 +237,28 @@ def test_share_fetch_waits_for_min_bytes(broker_factory):
         p = ks.partition_of(answer["r"])
         assert len(p["records"]) >= want, (produced, p["acquired"])
         assert p["acquired"][0][0] == 0 and p["acquired"][-1][1] >= 3, p["acquired"]
+
+
+def test_share_fetch_answers_only_what_it_acquired(broker_factory):
+    """MaxRecords 1 over three one-record batches: one acquired, and only its batch is sent
+    (the read behind it may hold up to MaxBytes)."""
+    b = broker_factory(overrides=SHARE_ON)
+    group, me = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+        assert _alter_group(c, group, [("share.auto.offset.reset", SET, "earliest")]) == 0
+        batches = [kp.build_batch([kp.Record(value=b"v%d" % i * 100, key=b"k")]) for i in range(3)]
+        for batch in batches:
+            assert kp.produce(c, topic, 0, batch)["error_code"] == 0
+        epoch = [0]
+
+        def fetch():
+            body = ks.share_fetch_request(group, me, epoch[0], [(tid, 0)], max_wait_ms=500, max_records=1)
+            r = ks.call(c, ks.SHARE_FETCH, body)
+            epoch[0] += 1
+            return r if ks.partition_of(r)["acquired"] else None
+
+        p = ks.partition_of(wait_until(fetch, WAIT, "the first record", interval=0.1))
+        assert p["acquired"] == [(0, 0, 1)], p
+        assert len(p["records"]) == len(batches[0]), (len(p["records"]), [len(x) for x in batches])
