@@ -13,15 +13,18 @@ the test.  Every wait polls a condition; [measure] lines are measurements, never
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Callable, Dict, List
 
 import pytest
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType)
 
 if not hasattr(ck, "ShareConsumer"):
     pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
@@ -361,6 +364,74 @@ def test_share_partition_state_survives_a_broker_kill(broker_factory, workers, r
            f"{len(acked)} acknowledged")
 
 
+TXN = {"transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
+       "transaction.state.log.num.partitions": "1"}
+
+
+def set_group_configs(bootstrap: str, group: str, configs: Dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET on the GROUP config resource (type 32 on the wire)."""
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([res])[res].result(timeout=WAIT)
+
+
+def test_read_committed_share_group_receives_only_committed_records(broker_factory):
+    """A transactional producer commits some transactions and aborts others. A share group
+    set to read_committed receives exactly the committed records, and nothing past an open
+    transaction until it ends; one left at read_uncommitted receives every data record. Both
+    start at the earliest offset (share.auto.offset.reset), so no warm-up is needed."""
+    b = broker_factory(overrides={**OVERRIDES, **TXN})
+    topic, rc_group, ru_group = uniq("share"), uniq("sg-rc"), uniq("sg-ru")
+    create_topic(b.bootstrap, topic)
+    set_group_configs(b.bootstrap, rc_group, {"share.isolation.level": "read_committed",
+                                              "share.auto.offset.reset": "earliest"})
+    set_group_configs(b.bootstrap, ru_group, {"share.auto.offset.reset": "earliest"})
+    tp = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": uniq("tx"), "log_level": 2})
+    tp.init_transactions(WAIT)
+    committed: List[str] = []
+    data: List[str] = []
+    for i in range(6):
+        values = [f"t{i}-{j}" for j in range(5)]
+        tp.begin_transaction()
+        for v in values:
+            tp.produce(topic, value=v.encode())
+        # Written before the abort: an abort drops what the producer has not sent yet.
+        assert tp.flush(WAIT) == 0
+        if i % 2 == 0:
+            tp.commit_transaction(WAIT)
+            committed += values
+        else:
+            tp.abort_transaction(WAIT)
+        data += values
+    plain = producer(b.bootstrap)
+    produce(plain, topic, ["end"])
+    rc = InProcess(b.bootstrap, rc_group, topic)
+    ru = InProcess(b.bootstrap, ru_group, topic)
+    try:
+        rc.until(lambda: "end" in rc.values(), "read_committed to reach the plain record")
+        ru.until(lambda: "end" in ru.values(), "read_uncommitted to reach the plain record")
+        assert sorted(rc.values()) == sorted(committed + ["end"]), rc.seen
+        assert sorted(ru.values()) == sorted(data + ["end"]), ru.seen
+        assert all(dc == 1 for _, _, dc in rc.seen + ru.seen), (rc.seen, ru.seen)
+        # An open transaction holds back what follows it under read_committed.
+        tp.begin_transaction()
+        for j in range(3):
+            tp.produce(topic, value=f"open-{j}".encode())
+        tp.flush(WAIT)
+        produce(plain, topic, ["after-open"])
+        ru.until(lambda: "after-open" in ru.values(), "read_uncommitted to read past the open transaction")
+        for _ in range(10):
+            rc.poll()
+        assert not [v for v in rc.values() if v.startswith("open-") or v == "after-open"], rc.seen
+        tp.commit_transaction(WAIT)
+        rc.until(lambda: "after-open" in rc.values(), "read_committed after the commit")
+        assert sorted(rc.values()) == sorted(committed + ["end", "open-0", "open-1", "open-2", "after-open"]), rc.seen
+    finally:
+        rc.c.close()
+        ru.c.close()
+
+
 @pytest.fixture
 def cluster(request, zookeeper):
     c = Cluster(zookeeper, 3, overrides={**OVERRIDES, "offsets.topic.replication.factor": "3"},
@@ -551,3 +622,42 @@ def test_share_coordinators_kill_mid_stream_loses_no_acknowledgement(cluster, re
     report(f"share group: coordinator {rs.coordinator} killed mid-stream, broker {moved['leader']} took over; "
            f"acknowledgements went on within {took:.2f}s; after leader {rs.leader}'s kill none of the "
            f"{len(acked) + len(more)} accepted records came back and all {len(tail)} new ones arrived")
+
+
+def test_group_configs_live_in_zookeeper_and_reach_every_leader(cluster):
+    """A group config written through one broker is a znode every broker follows: with
+    share.auto.offset.reset=earliest each partition's leader (three brokers) starts the group
+    at the log start, so records produced before the group existed are all delivered."""
+    c = cluster
+    topic, group = uniq("share"), uniq("sg")
+    a = c.admin(c.controller())
+    a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(timeout=WAIT)
+    c.wait_topic_online(topic, 3)
+    p = producer(c.bootstrap())
+    want = [f"r-{i}" for i in range(60)]
+    for i, v in enumerate(want):
+        p.produce(topic, value=v.encode(), partition=i % 3)
+    assert p.flush(WAIT) == 0
+    writer = c.live()[0].broker_id
+    set_group_configs(c.brokers[writer].bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    assert c.get_json(f"/config/groups/{group}") == {"version": 1, "config": {"share.auto.offset.reset": "earliest"}}
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "protocol-tests"))
+    import kproto as kp
+
+    def seen_by(broker_id: int) -> bool:
+        b = c.brokers[broker_id]
+        v, body = 4, kp.describe_configs_request(4, [(32, group, ["share.auto.offset.reset"])])
+        with kp.Conn(b.host, b.port, timeout=10) as conn:
+            [res] = kp.decode_describe_configs(conn.call(kp.DESCRIBE_CONFIGS, v, body), v)["results"]
+        return res["configs"][0]["value"] == "earliest"
+
+    for b in c.live_ids():
+        wait_until(lambda: seen_by(b), WAIT, f"broker {b} to see the group config", interval=0.2)
+    leaders = {c.partition_state(topic, part)["leader"] for part in range(3)}
+    consumer = InProcess(c.bootstrap(), group, topic)
+    try:
+        consumer.until(lambda: set(want) <= set(consumer.values()), f"every record (leaders {sorted(leaders)})")
+        assert sorted(consumer.values()) == sorted(want), consumer.seen
+    finally:
+        consumer.c.close()

@@ -113,10 +113,10 @@ def _by_topic(parts: List[Tuple[bytes, int]]) -> Dict[bytes, List[int]]:
 
 def share_fetch_request(group: Optional[str], member: Optional[str], epoch: int, partitions: List[Tuple[bytes, int]],
                         acks: Optional[Acks] = None, max_wait_ms: int = 0, max_records: int = 500,
-                        forgotten: Optional[List[Tuple[bytes, int]]] = None) -> bytes:
+                        forgotten: Optional[List[Tuple[bytes, int]]] = None, min_bytes: int = 1) -> bytes:
     acks = acks or {}
     w = _w().nullable_string(group).nullable_string(member).i32(epoch)
-    w.i32(max_wait_ms).i32(1).i32(1 << 20).i32(max_records).i32(max_records)
+    w.i32(max_wait_ms).i32(min_bytes).i32(1 << 20).i32(max_records).i32(max_records)
 
     def part(topic):
         def f(w, p):

@@ -3,6 +3,7 @@ frames (kproto_share.py): ShareGroupHeartbeat and ShareGroupDescribe on the coor
 ShareFetch and ShareAcknowledge on the leader, with the errors for a fenced epoch, an unknown
 member, a share session out of step and malformed or foreign acknowledgements.
 """
+import threading
 import uuid
 
 import kproto as kp
@@ -142,3 +143,159 @@ def test_share_coordinator_reads_and_writes_state(broker_factory):
         # An older leader's write is fenced and changes nothing.
         assert write(4, 19, [])["error_code"] == ks.FENCED_LEADER_EPOCH
         assert read() == back
+
+
+RESOURCE_GROUP = 32
+INVALID_CONFIG = 40
+SET, DELETE, APPEND = 0, 1, 2
+
+
+def _describe_group(c, group, keys=None):
+    v = 4
+    r = c.call(kp.DESCRIBE_CONFIGS, v, kp.describe_configs_request(v, [(RESOURCE_GROUP, group, keys)], True))
+    [res] = kp.decode_describe_configs(r, v)["results"]
+    return res
+
+
+def _alter_group(c, group, ops, validate_only=False):
+    v = 1
+    body = kp.incremental_alter_configs_request(v, [(RESOURCE_GROUP, group, ops)], validate_only)
+    [res] = kp.decode_incremental_alter_configs(c.call(kp.INCREMENTAL_ALTER_CONFIGS, v, body), v)["responses"]
+    return res["error_code"]
+
+
+def test_group_configs_are_described_altered_and_checked(broker_factory):
+    b = broker_factory(overrides=SHARE_ON)
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    with kp.Conn(b.host, b.port) as c:
+        res = _describe_group(c, group)
+        assert res["error_code"] == 0, res
+        assert {e["name"]: (e["value"], e["config_source"]) for e in res["configs"]} == {
+            "share.auto.offset.reset": ("latest", 5), "share.isolation.level": ("read_uncommitted", 5),
+            "share.record.lock.duration.ms": ("30000", 5), "share.session.timeout.ms": ("45000", 5),
+            "share.heartbeat.interval.ms": ("5000", 5)}, res
+        ok = [("share.record.lock.duration.ms", SET, "20000"), ("share.isolation.level", SET, "read_committed"),
+              ("share.auto.offset.reset", SET, "by_duration:PT1H")]
+        assert _alter_group(c, group, ok, validate_only=True) == 0
+        assert _describe_group(c, group, ["share.isolation.level"])["configs"][0]["value"] == "read_uncommitted"
+        assert _alter_group(c, group, ok) == 0
+        lock = _describe_group(c, group, ["share.record.lock.duration.ms"])["configs"][0]
+        assert (lock["value"], lock["config_source"]) == ("20000", 8), lock
+        assert [(s["name"], s["source"]) for s in lock["synonyms"]] == [
+            ("share.record.lock.duration.ms", 8), ("group.share.record.lock.duration.ms", 5)], lock
+        # Refused as Kafka refuses them, and nothing changes.
+        for bad in ([("share.unknown", SET, "1")],
+                    [("share.record.lock.duration.ms", SET, "1000")],
+                    [("share.session.timeout.ms", SET, "soon")],
+                    [("share.heartbeat.interval.ms", SET, "16000")],
+                    [("share.isolation.level", SET, "committed")],
+                    [("share.auto.offset.reset", SET, "by_duration:-PT1H")],
+                    [("share.isolation.level", APPEND, "read_committed")]):
+            assert _alter_group(c, group, bad) == INVALID_CONFIG, bad
+        assert _alter_group(c, "", ok) == kp.INVALID_REQUEST
+        assert _describe_group(c, "")["error_code"] == kp.INVALID_REQUEST
+        now = {e["name"]: e["value"] for e in _describe_group(c, group)["configs"]}
+        assert (now["share.record.lock.duration.ms"], now["share.isolation.level"]) == ("20000", "read_committed")
+        assert _alter_group(c, group, [("share.isolation.level", DELETE, None)]) == 0
+        assert _describe_group(c, group, ["share.isolation.level"])["configs"][0]["config_source"] == 5
+
+
+def test_group_configs_reach_heartbeats_fetches_and_the_reset_point(broker_factory):
+    b = broker_factory(overrides=SHARE_ON)
+    group, me = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+        assert kp.produce(c, topic, 0, kp.build_batch(sample_records(3)))["error_code"] == 0
+        assert _alter_group(c, group, [("share.heartbeat.interval.ms", SET, "6000"),
+                                       ("share.record.lock.duration.ms", SET, "16000"),
+                                       ("share.auto.offset.reset", SET, "earliest")]) == 0
+        find_coordinator(c, 4, group)
+        joined = wait_until(lambda: (lambda r: r if r["error_code"] != kg.COORDINATOR_LOAD_IN_PROGRESS else None)(
+            ks.call(c, ks.SHARE_GROUP_HEARTBEAT, ks.share_group_heartbeat_request(group, me, 0, [topic]))),
+            WAIT, "the first heartbeat", interval=0.1)
+        assert (joined["error_code"], joined["heartbeat_interval_ms"]) == (0, 6000), joined
+        # earliest: records produced before the share-partition existed are delivered.
+        epoch = [0]
+
+        def fetch():
+            r = ks.call(c, ks.SHARE_FETCH, ks.share_fetch_request(group, me, epoch[0], [(tid, 0)], None,
+                                                                  max_wait_ms=500))
+            epoch[0] += 1
+            assert r["error_code"] == 0 and r["acquisition_lock_timeout_ms"] == 16000, r
+            return r if ks.partition_of(r)["acquired"] else None
+
+        r = wait_until(fetch, WAIT, "the first records", interval=0.1)
+        assert ks.partition_of(r)["acquired"] == [(0, 2, 1)], r
+
+        def ack(acks):
+            r = ks.call(c, ks.SHARE_ACKNOWLEDGE, ks.share_acknowledge_request(group, me, epoch[0], acks))
+            epoch[0] += 1
+            assert r["error_code"] == 0, r
+            return r["responses"][0]["partitions"][0]["error_code"]
+
+        # A range past what was handed out, or overlapping another, refuses the whole request:
+        # offset 0, accepted in the same request, is still held (accepting it again works).
+        tp = (tid, 0)
+        assert ack({tp: [(0, 0, [ks.ACCEPT]), (10, 10, [ks.ACCEPT])]}) == ks.INVALID_RECORD_STATE
+        assert ack({tp: [(0, 1, [ks.ACCEPT]), (1, 2, [ks.ACCEPT])]}) == ks.INVALID_REQUEST
+        assert ack({tp: [(0, 2, [ks.ACCEPT])]}) == 0
+        assert ack({tp: [(0, 0, [ks.ACCEPT])]}) == ks.INVALID_RECORD_STATE, "accepted twice"
+
+
+def test_share_fetch_waits_for_min_bytes(broker_factory):
+    """A ShareFetch with MinBytes answers once that much could be handed out (or MaxWaitMs runs
+    out), acquiring nothing meanwhile: batches produced one at a time while it waits all come
+    back in its one answer."""
+    b = broker_factory(overrides=SHARE_ON)
+    group, me = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c, kp.Conn(b.host, b.port) as fetcher:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+        assert _alter_group(c, group, [("share.auto.offset.reset", SET, "earliest")]) == 0
+        opened = ks.call(fetcher, ks.SHARE_FETCH, ks.share_fetch_request(group, me, 0, [(tid, 0)]))
+        assert opened["error_code"] == 0, opened
+        batch = kp.build_batch([kp.Record(value=b"x" * 1000, key=b"k")])
+        want = 4 * len(batch)
+        answer = {}
+
+        def fetch():
+            body = ks.share_fetch_request(group, me, 1, [(tid, 0)], max_wait_ms=30000, min_bytes=want)
+            answer["r"] = ks.call(fetcher, ks.SHARE_FETCH, body)
+
+        waiting = threading.Thread(target=fetch)
+        waiting.start()
+        produced = 0
+        while waiting.is_alive() and produced < 20:
+            assert kp.produce(c, topic, 0, batch)["error_code"] == 0
+            produced += 1
+            waiting.join(0.2)
+        waiting.join(WAIT)
+        p = ks.partition_of(answer["r"])
+        assert len(p["records"]) >= want, (produced, p["acquired"])
+        assert p["acquired"][0][0] == 0 and p["acquired"][-1][1] >= 3, p["acquired"]
+
+
+def test_share_fetch_answers_only_what_it_acquired(broker_factory):
+    """MaxRecords 1 over three one-record batches: one acquired, and only its batch is sent
+    (the read behind it may hold up to MaxBytes)."""
+    b = broker_factory(overrides=SHARE_ON)
+    group, me = f"sg-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with kp.Conn(b.host, b.port) as c:
+        topic = new_topic(c)
+        tid = kp.topic_id(c, topic)
+        assert _alter_group(c, group, [("share.auto.offset.reset", SET, "earliest")]) == 0
+        batches = [kp.build_batch([kp.Record(value=b"v%d" % i * 100, key=b"k")]) for i in range(3)]
+        for batch in batches:
+            assert kp.produce(c, topic, 0, batch)["error_code"] == 0
+        epoch = [0]
+
+        def fetch():
+            body = ks.share_fetch_request(group, me, epoch[0], [(tid, 0)], max_wait_ms=500, max_records=1)
+            r = ks.call(c, ks.SHARE_FETCH, body)
+            epoch[0] += 1
+            return r if ks.partition_of(r)["acquired"] else None
+
+        p = ks.partition_of(wait_until(fetch, WAIT, "the first record", interval=0.1))
+        assert p["acquired"] == [(0, 0, 1)], p
+        assert len(p["records"]) == len(batches[0]), (len(p["records"]), [len(x) for x in batches])

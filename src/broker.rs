@@ -150,6 +150,10 @@ impl Broker {
             metrics.io_jobs.clone(),
             metrics.io_threads.clone(),
         ));
+        let group_configs = Arc::new(crate::group::configs::GroupConfigs::new(
+            store.clone(),
+            crate::config::share_group_config(&config)?,
+        ));
         let groups = Arc::new(GroupCoordinatorService::new(GroupServiceHandles {
             broker_id: id,
             coordinator: crate::config::coordinator_config(&config)?,
@@ -162,6 +166,7 @@ impl Broker {
             consumer: crate::config::consumer_group_config(&config)?,
             topics: cache.clone(),
             share: crate::config::share_group_config(&config)?,
+            group_configs: group_configs.clone(),
         }));
         // The group coordinator is not built yet: markers reach it through the broker.
         let markers = Arc::new(MarkerLink(std::sync::OnceLock::new()));
@@ -194,7 +199,9 @@ impl Broker {
             share: Arc::new(crate::share::ShareManager::with_persister(
                 crate::config::share_group_config(&config)?,
                 Arc::new(share_persister),
+                group_configs.clone(),
             )),
+            group_configs,
             controller,
             replicas,
             io,
@@ -242,6 +249,7 @@ impl Broker {
         c.dynamic.reload().map_err(|e| anyhow::anyhow!("cannot read dynamic broker configs: {e}"))?;
         c.quotas.reload_client_quotas().map_err(|e| anyhow::anyhow!("cannot read client quotas: {e}"))?;
         c.client_metrics.reload().map_err(|e| anyhow::anyhow!("cannot read client metrics subscriptions: {e}"))?;
+        c.group_configs.reload(None).map_err(|e| anyhow::anyhow!("cannot read group configs: {e}"))?;
         if c.store.is_zookeeper() {
             c.zk_sync.reconcile().map_err(|e| anyhow::anyhow!("cannot read cluster state from ZooKeeper: {e}"))?;
         } else {
@@ -305,6 +313,7 @@ impl Broker {
         sync.subscribe(self.components.dynamic.clone());
         sync.subscribe(self.components.quotas.clone());
         sync.subscribe(self.components.client_metrics.clone());
+        sync.subscribe(self.components.group_configs.clone());
         sync.subscribe(self.components.controller.clone());
         sync.subscribe(Arc::new(crate::security::SecurityListener {
             security: self.components.security.clone(),

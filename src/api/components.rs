@@ -29,6 +29,8 @@ pub struct Components {
     pub groups: Arc<GroupCoordinatorService>,
     /// Share-partitions led here and the share sessions of their consumers (KIP-932).
     pub share: Arc<crate::share::ShareManager>,
+    /// Groups' own configs (config resource type GROUP), from `/config/groups`.
+    pub group_configs: Arc<crate::group::configs::GroupConfigs>,
     /// Producer ids and transactions.
     pub txn: Arc<TransactionService>,
     /// Client quotas from `/config/users` and `/config/clients`, and their byte counts.

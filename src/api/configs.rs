@@ -21,6 +21,8 @@ use crate::security::authorizer::{Operation, ResourceType};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+/// Kafka 4.x's GROUP config resource (KIP-848/KIP-932 group configs).
+const RESOURCE_GROUP: i8 = 32;
 use super::telemetry::RESOURCE_CLIENT_METRICS;
 /// DescribeConfigs config sources (Kafka's `ConfigSource`).
 const SOURCE_TOPIC: i8 = 1;
@@ -172,6 +174,9 @@ fn config_access(ctx: &RequestContext, resource_type: i8, name: &str, op: Operat
         RESOURCE_TOPIC if !ctx.authorized(op, ResourceType::Topic, name) => {
             Err(ApiError::new(ErrorCode::TopicAuthorizationFailed, "Topic authorization failed."))
         }
+        RESOURCE_GROUP if !ctx.authorized(op, ResourceType::Group, name) => {
+            Err(ApiError::new(ErrorCode::GroupAuthorizationFailed, "Group authorization failed."))
+        }
         RESOURCE_BROKER | RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS if !ctx.authorized_cluster(op) => {
             Err(ApiError::new(ErrorCode::ClusterAuthorizationFailed, "Cluster authorization failed."))
         }
@@ -230,6 +235,13 @@ pub fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> De
                     .filter(|e| wanted(e.name.as_str()))
                     .collect();
             }
+            RESOURCE_GROUP => match group_entries(ctx, res.resource_name.as_str(), req.include_synonyms) {
+                Ok(entries) => out.configs = entries.into_iter().filter(|e| wanted(e.name.as_str())).collect(),
+                Err(e) => {
+                    out.error_code = e.code;
+                    out.error_message = Some(StrBytes::from_string(e.message));
+                }
+            },
             RESOURCE_CLIENT_METRICS => {
                 match super::telemetry::describe_client_metrics(ctx, res.resource_name.as_str(), wanted) {
                     Ok(configs) => out.configs = configs,
@@ -316,12 +328,13 @@ pub fn incremental_alter_configs(
         let result = allowed.and_then(|()| match res.resource_type {
             RESOURCE_TOPIC => alter_topic(ctx, res.resource_name.as_str(), &ops, req.validate_only),
             RESOURCE_BROKER => alter_broker(ctx, res.resource_name.as_str(), &ops, req.validate_only),
+            RESOURCE_GROUP => alter_group(ctx, res.resource_name.as_str(), &ops, req.validate_only),
             RESOURCE_CLIENT_METRICS => {
                 super::telemetry::alter_client_metrics(ctx, res.resource_name.as_str(), &ops, req.validate_only)
             }
             _ => Err(ApiError::new(
                 ErrorCode::InvalidRequest,
-                "Only topic, broker and client-metrics configs can be altered",
+                "Only topic, broker, group and client-metrics configs can be altered",
             )),
         });
         if let Err(e) = result {
@@ -509,12 +522,16 @@ pub fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterCon
                 let configs = entries.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
                 store_broker_entity(ctx, &entity, configs, req.validate_only)
             }),
+            RESOURCE_GROUP => {
+                let configs = entries.iter().filter_map(|(k, v)| Some((k.clone(), v.clone()?))).collect();
+                store_group(ctx, res.resource_name.as_str(), configs, req.validate_only)
+            }
             RESOURCE_CLIENT_METRICS => {
                 super::telemetry::replace_client_metrics(ctx, res.resource_name.as_str(), &entries, req.validate_only)
             }
             _ => Err(ApiError::new(
                 ErrorCode::InvalidRequest,
-                "Only topic, broker and client-metrics configs can be altered",
+                "Only topic, broker, group and client-metrics configs can be altered",
             )),
         });
         if let Err(e) = result {
@@ -537,4 +554,88 @@ pub(super) fn list_op(mut items: Vec<String>, values: Vec<String>, append: bool)
         }
     }
     items.join(",")
+}
+
+/// Kafka's source for a group's own override (`ConfigSource.GROUP_CONFIG`).
+const SOURCE_GROUP: i8 = 8;
+
+fn group_name(name: &str) -> Result<&str, ApiError> {
+    match name {
+        "" => Err(ApiError::new(ErrorCode::InvalidRequest, "Default group resources are not allowed.")),
+        n => Ok(n),
+    }
+}
+
+/// A group's configs: each name's value in force, the group's own at GROUP_CONFIG, else the
+/// default (with the broker key it comes from as a synonym).
+fn group_entries(
+    ctx: &RequestContext,
+    name: &str,
+    include_synonyms: bool,
+) -> Result<Vec<DescribeConfigsResourceResult>, ApiError> {
+    let group = group_name(name)?;
+    let configs = &ctx.components.group_configs;
+    Ok(configs
+        .entries(group)
+        .into_iter()
+        .map(|(key, value, own, default)| {
+            let source = if own { SOURCE_GROUP } else { SOURCE_DEFAULT };
+            let mut synonyms = vec![(key.to_string(), value.clone(), source)];
+            let broker_key = crate::group::configs::NAMES.iter().find(|(n, _)| *n == key).and_then(|(_, b)| *b);
+            if let (true, Some(b)) = (own, broker_key) {
+                synonyms.push((b.to_string(), default, SOURCE_DEFAULT));
+            }
+            let mut e = with_synonyms(entry(key, value, source), synonyms, include_synonyms);
+            e.config_type = if key.ends_with(".ms") { 3 } else { 2 };
+            e
+        })
+        .collect())
+}
+
+/// IncrementalAlterConfigs on a group: SET and DELETE only (no group config is a list), the
+/// result checked whole as Kafka's `GroupConfig.validate` does.
+fn alter_group(
+    ctx: &RequestContext,
+    name: &str,
+    ops: &[(String, i8, Option<String>)],
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let group = group_name(name)?;
+    let configs = &ctx.components.group_configs;
+    configs.update(group, validate_only, |mut current| {
+        for (key, op, value) in ops {
+            match (*op, value) {
+                (OP_SET, Some(v)) => {
+                    current.insert(key.clone(), v.clone());
+                }
+                (OP_DELETE, _) => {
+                    current.remove(key);
+                }
+                (OP_SET, None) => {
+                    return Err(ApiError::new(ErrorCode::InvalidRequest, format!("Null value for {key}")));
+                }
+                _ => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidConfig,
+                        format!("Operation {op} is not valid for {key}: it is not a list"),
+                    ));
+                }
+            }
+        }
+        configs.validate(&current).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
+        Ok(current)
+    })
+}
+
+/// AlterConfigs on a group: its overrides become exactly `configs`.
+fn store_group(
+    ctx: &RequestContext,
+    name: &str,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let group = group_name(name)?;
+    let group_configs = &ctx.components.group_configs;
+    group_configs.validate(&configs).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
+    group_configs.update(group, validate_only, |_| Ok::<_, ApiError>(configs.clone()))
 }

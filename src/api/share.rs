@@ -223,6 +223,7 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
             return r;
         }
     };
+    r.acquisition_lock_timeout_ms = share.lock_duration_ms(&group);
     let has_acks = req.topics.iter().flat_map(|t| &t.partitions).any(|p| !p.acknowledgement_batches.is_empty());
     if req.share_session_epoch == 0 && has_acks {
         r.error_code = ErrorCode::InvalidRequest.code();
@@ -268,10 +269,16 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
         usize::try_from(req.max_bytes).ok().filter(|n| *n > 0).unwrap_or(52_428_800),
     );
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let waiter = Arc::new(tokio::sync::Notify::new());
     loop {
         load_round(ctx, &group, &session).await;
-        let (got, keys) = acquire_round(ctx, &group, &member, &session, limits, &waiter, &mut out);
+        // MinBytes, as Kafka's delayed share fetch: nothing is acquired (and locked) while
+        // less than that could be handed out and MaxWaitMs has not run out.
+        let (got, keys) = match Instant::now() < deadline && !enough_bytes(ctx, &group, &session, min_bytes, &waiter) {
+            true => (false, session.iter().map(|&(t, p)| (group.clone(), t, p)).collect()),
+            false => acquire_round(ctx, &group, &member, &session, limits, &waiter, &mut out),
+        };
         if got || Instant::now() >= deadline || session.is_empty() {
             break;
         }
@@ -282,6 +289,32 @@ pub async fn share_fetch(ctx: &RequestContext, req: ShareFetchRequest) -> ShareF
     }
     flush(ctx, &acked, &mut out).await;
     finish(r, out)
+}
+
+/// Whether the session's share-partitions led here could hand out `min_bytes` now. `waiter`
+/// is registered with each partition before it is looked at, so a record produced meanwhile
+/// wakes the wait.
+fn enough_bytes(
+    ctx: &RequestContext,
+    group: &str,
+    session: &[(Uuid, i32)],
+    min_bytes: usize,
+    waiter: &Arc<tokio::sync::Notify>,
+) -> bool {
+    if min_bytes <= 1 {
+        return true;
+    }
+    let mut total = 0;
+    for &(topic_id, index) in session {
+        let Ok(partition) = led_partition(ctx, topic_id, index) else { continue };
+        partition.watch(waiter);
+        let key = (group.to_string(), topic_id, index);
+        total += ctx.components.share.fetchable_bytes(&key, &*partition, min_bytes - total);
+        if total >= min_bytes {
+            return true;
+        }
+    }
+    false
 }
 
 /// Loads the session's share-partitions this broker leads that it has not served yet.

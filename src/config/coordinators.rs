@@ -287,6 +287,12 @@ pub struct ShareGroupConfig {
     /// `share.coordinator.snapshot.update.records.per.snapshot`: ShareUpdate records written
     /// for a share-partition before the next is a ShareSnapshot.
     pub update_records_per_snapshot: u32,
+    /// `group.share.{min,max}.session.timeout.ms`: what a group config may set.
+    pub session_timeout_bounds_ms: (i32, i32),
+    /// `group.share.{min,max}.heartbeat.interval.ms`
+    pub heartbeat_interval_bounds_ms: (i32, i32),
+    /// `group.share.{min,max}.record.lock.duration.ms`
+    pub record_lock_duration_bounds_ms: (i32, i32),
 }
 
 impl Default for ShareGroupConfig {
@@ -301,6 +307,9 @@ impl Default for ShareGroupConfig {
             partition_max_record_locks: 2_000,
             max_share_sessions: 2_000,
             update_records_per_snapshot: 500,
+            session_timeout_bounds_ms: (45_000, 60_000),
+            heartbeat_interval_bounds_ms: (5_000, 15_000),
+            record_lock_duration_bounds_ms: (15_000, 60_000),
         }
     }
 }
@@ -317,14 +326,20 @@ pub fn share_group_config(config: &BrokerConfig) -> anyhow::Result<ShareGroupCon
             },
         }
     };
-    let within = |k: &str, default: i64, min_key: &str, min: i64, max_key: &str, max: i64| -> anyhow::Result<i64> {
+    let within = |k: &str,
+                  default: i64,
+                  min_key: &str,
+                  min: i64,
+                  max_key: &str,
+                  max: i64|
+     -> anyhow::Result<(i64, (i32, i32))> {
         let (v, lo, hi) = (get(k, default)?, get(min_key, min)?, get(max_key, max)?);
         if !(lo..=hi).contains(&v) {
             anyhow::bail!("{k} {v} must be within {min_key} {lo} and {max_key} {hi}");
         }
-        Ok(v)
+        Ok((v, (lo as i32, hi as i32)))
     };
-    let session = within(
+    let (session, session_bounds) = within(
         "group.share.session.timeout.ms",
         45_000,
         "group.share.min.session.timeout.ms",
@@ -332,7 +347,7 @@ pub fn share_group_config(config: &BrokerConfig) -> anyhow::Result<ShareGroupCon
         "group.share.max.session.timeout.ms",
         60_000,
     )?;
-    let heartbeat = within(
+    let (heartbeat, heartbeat_bounds) = within(
         "group.share.heartbeat.interval.ms",
         5_000,
         "group.share.min.heartbeat.interval.ms",
@@ -343,7 +358,7 @@ pub fn share_group_config(config: &BrokerConfig) -> anyhow::Result<ShareGroupCon
     if heartbeat >= session {
         anyhow::bail!("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms");
     }
-    let lock = within(
+    let (lock, lock_bounds) = within(
         "group.share.record.lock.duration.ms",
         30_000,
         "group.share.min.record.lock.duration.ms",
@@ -351,7 +366,7 @@ pub fn share_group_config(config: &BrokerConfig) -> anyhow::Result<ShareGroupCon
         "group.share.max.record.lock.duration.ms",
         60_000,
     )?;
-    let deliveries = within(
+    let (deliveries, _) = within(
         "group.share.delivery.count.limit",
         5,
         "group.share.min.delivery.count.limit",
@@ -384,6 +399,9 @@ pub fn share_group_config(config: &BrokerConfig) -> anyhow::Result<ShareGroupCon
                 ),
             },
         },
+        session_timeout_bounds_ms: session_bounds,
+        heartbeat_interval_bounds_ms: heartbeat_bounds,
+        record_lock_duration_bounds_ms: lock_bounds,
     })
 }
 

@@ -6,6 +6,7 @@
 //! `offsets_log`) and reloaded at startup; membership is mirrored into the znode tree under
 //! `/consumers/<group>/ids` and `/consumers/<group>/owners`, as the seed document describes.
 
+pub mod configs;
 pub mod consumer;
 pub mod coordinator;
 pub mod offsets_log;

@@ -87,6 +87,8 @@ pub struct GroupServiceHandles {
     pub topics: Arc<dyn TopicsView>,
     /// Share groups' settings (KIP-932).
     pub share: ShareGroupConfig,
+    /// Groups' own configs (GROUP config resources).
+    pub group_configs: Arc<super::configs::GroupConfigs>,
 }
 
 pub struct GroupCoordinatorService {
@@ -118,7 +120,7 @@ impl GroupCoordinatorService {
             broker_id: h.broker_id,
             coordinator: GroupCoordinator::new(h.coordinator),
             consumer: ConsumerGroupCoordinator::new(h.consumer, h.topics.clone()),
-            share: ShareGroupCoordinator::new(h.share, h.topics),
+            share: ShareGroupCoordinator::new(h.share, h.topics, h.group_configs),
             partitions: h.partitions,
             creator: h.creator,
             znodes: h.znodes,

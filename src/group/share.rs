@@ -118,12 +118,18 @@ pub enum MirrorChange {
 pub struct ShareGroupCoordinator {
     config: ShareGroupConfig,
     topics: Arc<dyn TopicsView>,
+    /// Each group's own session timeout and heartbeat interval.
+    group_configs: Arc<super::configs::GroupConfigs>,
     groups: Mutex<HashMap<String, ShareGroup>>,
 }
 
 impl ShareGroupCoordinator {
-    pub fn new(config: ShareGroupConfig, topics: Arc<dyn TopicsView>) -> ShareGroupCoordinator {
-        ShareGroupCoordinator { config, topics, groups: Mutex::new(HashMap::new()) }
+    pub fn new(
+        config: ShareGroupConfig,
+        topics: Arc<dyn TopicsView>,
+        group_configs: Arc<super::configs::GroupConfigs>,
+    ) -> ShareGroupCoordinator {
+        ShareGroupCoordinator { config, topics, group_configs, groups: Mutex::new(HashMap::new()) }
     }
 
     pub fn config(&self) -> &ShareGroupConfig {
@@ -248,7 +254,7 @@ impl ShareGroupCoordinator {
         ShareHeartbeatResult {
             member_id: Some(member.id.clone()),
             member_epoch: member.epoch,
-            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms: self.group_configs.share(&req.group_id).heartbeat_interval_ms,
             assignment: (told_epoch != member.epoch).then(|| member.assigned.clone()),
             ..Default::default()
         }
@@ -304,9 +310,10 @@ impl ShareGroupCoordinator {
     /// are the caller's to perform.
     pub fn tick(&self, changes: &mut Vec<MirrorChange>) {
         let now = Instant::now();
-        let session = Duration::from_millis(self.config.session_timeout_ms.max(0) as u64);
         let mut groups = self.groups.lock_unpoisoned();
         for group in groups.values_mut() {
+            let session_ms = self.group_configs.share(&group.id).session_timeout_ms;
+            let session = Duration::from_millis(session_ms.max(0) as u64);
             let expired: Vec<String> = group
                 .members
                 .values()
@@ -362,6 +369,7 @@ mod tests {
         let c = ShareGroupCoordinator::new(
             ShareGroupConfig { enabled: true, ..Default::default() },
             Arc::new(OneTopic(id)),
+            Arc::new(crate::group::configs::GroupConfigs::in_memory(ShareGroupConfig::default())),
         );
         let mut fx = Vec::new();
         let a = c.heartbeat(hb("a", 0, Some(&["t"])), &mut fx);

@@ -37,6 +37,12 @@ pub trait MetadataListener: Send + Sync {
         Ok(())
     }
 
+    /// These groups' configs (`/config/groups/<group>`, sanitized names) changed; None: any
+    /// group's may have, every one is read again.
+    fn on_group_configs_changed(&self, _groups: Option<&BTreeSet<String>>) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// A config change notification arrived (expired ones may be purged). Failures are the
     /// subscriber's to log: old notifications cost space, never correctness.
     fn on_config_change_notification(&self) {}
@@ -112,6 +118,10 @@ impl MetadataListener for Subscribers {
 
     fn on_features_changed(&self) -> Result<(), StoreError> {
         self.0.iter().try_for_each(|s| s.on_features_changed())
+    }
+
+    fn on_group_configs_changed(&self, groups: Option<&BTreeSet<String>>) -> Result<(), StoreError> {
+        self.0.iter().try_for_each(|s| s.on_group_configs_changed(groups))
     }
 
     fn on_config_change_notification(&self) {

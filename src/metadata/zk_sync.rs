@@ -65,6 +65,8 @@ pub struct Changes {
     pub acl_changes: BTreeSet<String>,
     /// `/config/client-metrics` or a change notification: client-metrics subscriptions again.
     pub client_metrics: bool,
+    /// `/config/groups/<group>`: that group's configs are read again.
+    pub group_configs: BTreeSet<String>,
     /// A change notification: expired ones are purged.
     pub config_changes: bool,
     /// `/feature`: the finalized features are read again.
@@ -105,6 +107,9 @@ impl Changes {
                 }
                 ["config", "users" | "clients", ..] => c.quotas = true,
                 ["config", "client-metrics", ..] => c.client_metrics = true,
+                ["config", "groups", g] => {
+                    c.group_configs.insert(g.to_string());
+                }
                 ["kafka-acl-changes" | "kafka-acl-extended-changes", _] => {
                     c.acl_changes.insert(path.clone());
                 }
@@ -610,6 +615,11 @@ fn tell_what_changed(subscribers: &Subscribers, changes: Option<&Changes>) -> Re
     if changes.is_none_or(|c| c.feature) {
         subscribers.on_features_changed()?;
     }
+    match changes {
+        None => subscribers.on_group_configs_changed(None)?,
+        Some(c) if !c.group_configs.is_empty() => subscribers.on_group_configs_changed(Some(&c.group_configs))?,
+        Some(_) => {}
+    }
     if changes.is_none_or(|c| c.config_changes) {
         subscribers.on_config_change_notification();
     }
@@ -675,5 +685,7 @@ mod tests {
         assert!(!c.feature && Changes::from_paths(&["/feature".to_string()]).feature);
         assert!(c.client_metrics, "a change notification may name a client-metrics subscription");
         assert!(Changes::from_paths(&["/config/client-metrics/s".to_string()]).client_metrics);
+        let groups = Changes::from_paths(&["/config/groups/g1".to_string()]).group_configs;
+        assert_eq!(groups.into_iter().collect::<Vec<_>>(), vec!["g1".to_string()]);
     }
 }

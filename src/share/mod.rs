@@ -9,6 +9,7 @@
 //! Locks: `partitions`, then the persister's queue; `sessions` is never held with it. The log
 //! is read with neither held; a step re-checks what it read against the state it then finds.
 
+pub mod isolation;
 pub mod partition;
 pub mod persister;
 pub mod state_log;
@@ -24,6 +25,7 @@ pub use partition::{AckBatch, AcquiredRange, Limits, SharePartition};
 pub use persister::{Loaded, LogPersister, PersisterHandles, RemoteHandles, RemoteWrite, StateTopic};
 
 use crate::config::ShareGroupConfig;
+use crate::group::configs::{GroupConfigs, OffsetReset};
 use crate::log::BatchHeader;
 use crate::protocol::ErrorCode;
 use crate::sync::MutexExt;
@@ -35,11 +37,22 @@ pub type SharePartitionKey = (String, Uuid, i32);
 pub trait ShareLog {
     /// (log start, high watermark).
     fn bounds(&self) -> (i64, i64);
+    /// Below it every transaction has ended (read_committed reads stop there).
+    fn last_stable_offset(&self) -> i64;
     /// The partition's leader epoch, recorded with its share-partitions' state.
     fn leader_epoch(&self) -> i32;
     /// Whole batches from the one containing `offset`, about `max_bytes`, below the high
-    /// watermark; Err is a Kafka error code.
-    fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, i16>;
+    /// watermark (read_committed: the last stable offset, with the aborted transactions as
+    /// (producer id, first offset)); Err is a Kafka error code.
+    fn read(&self, offset: i64, max_bytes: usize, committed: bool) -> Result<LogRead, i16>;
+    /// The first offset whose record is at least as new as `timestamp_ms`, if any.
+    fn offset_for_time(&self, timestamp_ms: i64) -> Option<i64>;
+}
+
+/// Records read for a share-partition.
+pub struct LogRead {
+    pub records: Bytes,
+    pub aborted: Vec<(i64, i64)>,
 }
 
 impl ShareLog for crate::replication::partition::Partition {
@@ -47,16 +60,24 @@ impl ShareLog for crate::replication::partition::Partition {
         (self.log_start_offset(), self.high_watermark())
     }
 
+    fn last_stable_offset(&self) -> i64 {
+        crate::replication::partition::Partition::last_stable_offset(self)
+    }
+
     fn leader_epoch(&self) -> i32 {
         self.role().1
     }
 
-    fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, i16> {
-        let r = crate::replication::partition::Partition::read(self, offset, max_bytes, -1, false);
+    fn read(&self, offset: i64, max_bytes: usize, committed: bool) -> Result<LogRead, i16> {
+        let r = crate::replication::partition::Partition::read(self, offset, max_bytes, -1, committed);
         match r.error_code {
-            0 => Ok(r.records),
+            0 => Ok(LogRead { records: r.records, aborted: r.aborted.unwrap_or_default() }),
             code => Err(code),
         }
+    }
+
+    fn offset_for_time(&self, timestamp_ms: i64) -> Option<i64> {
+        self.offset_for_timestamp(timestamp_ms).ok().flatten().map(|(offset, _)| offset)
     }
 }
 
@@ -79,24 +100,45 @@ pub struct ShareManager {
     partitions: Mutex<HashMap<SharePartitionKey, SharePartition>>,
     sessions: Mutex<HashMap<(String, String), ShareSession>>,
     persister: Option<Arc<LogPersister>>,
+    /// Each group's lock duration, isolation level and reset point.
+    group_configs: Arc<GroupConfigs>,
 }
 
 /// A session step's outcome: the partitions of the session, or a Kafka error code.
 pub type SessionResult = Result<Vec<(Uuid, i32)>, i16>;
 
 impl ShareManager {
-    pub fn new(config: ShareGroupConfig) -> ShareManager {
+    pub fn new(config: ShareGroupConfig, group_configs: Arc<GroupConfigs>) -> ShareManager {
         ShareManager {
             config,
             partitions: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
             persister: None,
+            group_configs,
         }
     }
 
     /// A manager whose share-partitions are durable through `persister`.
-    pub fn with_persister(config: ShareGroupConfig, persister: Arc<LogPersister>) -> ShareManager {
-        ShareManager { persister: Some(persister), ..ShareManager::new(config) }
+    pub fn with_persister(
+        config: ShareGroupConfig,
+        persister: Arc<LogPersister>,
+        group_configs: Arc<GroupConfigs>,
+    ) -> ShareManager {
+        ShareManager { persister: Some(persister), ..ShareManager::new(config, group_configs) }
+    }
+
+    /// Where a share-partition of `group` with no state starts (`share.auto.offset.reset`).
+    /// Reads the time index for by_duration, so never called with a lock held.
+    fn reset_start(&self, group: &str, log: &dyn ShareLog) -> i64 {
+        let (log_start, hw) = log.bounds();
+        match self.group_configs.share(group).auto_offset_reset {
+            OffsetReset::Earliest => log_start,
+            OffsetReset::Latest => hw,
+            OffsetReset::ByDuration(ms) => {
+                let since = crate::log::now_ms().saturating_sub(ms);
+                log.offset_for_time(since).map_or(hw, |o| o.clamp(log_start, hw))
+            }
+        }
     }
 
     /// The share coordinator of the state partitions led here (None in memory-only mode).
@@ -125,8 +167,11 @@ impl ShareManager {
             return true;
         }
         let loaded = persister.load(key, log.leader_epoch()).await;
-        let limits = self.limits();
-        let (_, hw) = log.bounds();
+        let limits = self.limits(&key.0);
+        let start = match loaded {
+            Loaded::Durable(None) | Loaded::Memory => self.reset_start(&key.0, log),
+            _ => 0,
+        };
         let mut partitions = self.partitions.lock_unpoisoned();
         if partitions.contains_key(key) {
             return true;
@@ -134,10 +179,9 @@ impl ShareManager {
         let (p, write) = match loaded {
             Loaded::NotReady => return false,
             Loaded::Durable(Some(s)) => (SharePartition::from_persisted(s.start_offset, &s.offsets, &limits), false),
-            // share.auto.offset.reset's default, latest: records from now on. Written at once,
-            // so a restart before anything is acquired keeps this start.
-            Loaded::Durable(None) => (SharePartition::new(hw), true),
-            Loaded::Memory => (SharePartition::new(hw), false),
+            // Written at once, so a restart before anything is acquired keeps this start.
+            Loaded::Durable(None) => (SharePartition::new(start), true),
+            Loaded::Memory => (SharePartition::new(start), false),
         };
         let p = partitions.entry(key.clone()).or_insert(p);
         if write {
@@ -186,9 +230,15 @@ impl ShareManager {
         &self.config
     }
 
-    pub fn limits(&self) -> Limits {
+    /// The record lock duration a member of `group` is told (ShareFetch's
+    /// AcquisitionLockTimeoutMs).
+    pub fn lock_duration_ms(&self, group: &str) -> i32 {
+        self.group_configs.share(group).record_lock_duration_ms
+    }
+
+    pub fn limits(&self, group: &str) -> Limits {
         Limits {
-            lock_duration: Duration::from_millis(self.config.record_lock_duration_ms.max(0) as u64),
+            lock_duration: Duration::from_millis(self.lock_duration_ms(group).max(0) as u64),
             delivery_count_limit: self.config.delivery_count_limit,
             max_in_flight: self.config.partition_max_record_locks,
         }
@@ -263,7 +313,7 @@ impl ShareManager {
     }
 
     fn release_member(&self, group: &str, member: &str) {
-        let limits = self.limits();
+        let limits = self.limits(group);
         let mut partitions = self.partitions.lock_unpoisoned();
         for (key, p) in partitions.iter_mut().filter(|(k, _)| k.0 == group) {
             if p.release_member(member, &limits) > 0 {
@@ -274,7 +324,7 @@ impl ShareManager {
 
     /// Applies a member's acknowledgements to one share-partition: all or none.
     pub fn acknowledge(&self, key: &SharePartitionKey, member: &str, batches: &[AckBatch]) -> Result<(), i16> {
-        let limits = self.limits();
+        let limits = self.limits(&key.0);
         let now = Instant::now();
         let mut partitions = self.partitions.lock_unpoisoned();
         let p = partitions.get_mut(key).ok_or(ErrorCode::InvalidRecordState.code())?;
@@ -287,7 +337,8 @@ impl ShareManager {
     }
 
     /// Acquires for `member` records of one share-partition: first those available for
-    /// redelivery, else new ones below the high watermark. None if there is nothing to hand out.
+    /// redelivery, else new ones below the high watermark (read_committed: the last stable
+    /// offset). None if there is nothing to hand out.
     pub fn acquire(
         &self,
         key: &SharePartitionKey,
@@ -296,45 +347,103 @@ impl ShareManager {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Option<Acquired>, i16> {
-        let limits = self.limits();
+        let fresh_start = match &self.persister {
+            None if !self.partitions.lock_unpoisoned().contains_key(key) => Some(self.reset_start(&key.0, log)),
+            _ => None,
+        };
+        let committed = self.group_configs.share(&key.0).read_committed;
+        // A read holding only markers or aborted records hands out nothing but moves the
+        // window on: read again, a bounded number of times, rather than wait for new records.
+        for _ in 0..8 {
+            match self.acquire_once(key, member, log, (max_records, max_bytes), committed, fresh_start)? {
+                Step::Acquired(a) => return Ok(Some(a)),
+                Step::Nothing => return Ok(None),
+                Step::Skipped => {}
+            }
+        }
+        Ok(None)
+    }
+
+    fn acquire_once(
+        &self,
+        key: &SharePartitionKey,
+        member: &str,
+        log: &dyn ShareLog,
+        (max_records, max_bytes): (usize, usize),
+        committed: bool,
+        fresh_start: Option<i64>,
+    ) -> Result<Step, i16> {
+        let limits = self.limits(&key.0);
         let (log_start, hw) = log.bounds();
+        let end_limit = if committed { log.last_stable_offset().min(hw) } else { hw };
         // Which offset to read from, whether it is a redelivery, and how much to read.
         let (from, budget) = {
             let mut partitions = self.partitions.lock_unpoisoned();
             let p = match (partitions.contains_key(key), &self.persister) {
                 (true, _) => partitions.get_mut(key),
-                // share.auto.offset.reset's default, latest: records from now on.
-                (false, None) => Some(partitions.entry(key.clone()).or_insert_with(|| SharePartition::new(hw))),
+                (false, None) => Some(
+                    partitions.entry(key.clone()).or_insert_with(|| SharePartition::new(fresh_start.unwrap_or(hw))),
+                ),
                 // Not loaded yet (ensure_loaded said so): nothing to hand out.
                 (false, Some(_)) => None,
             };
-            let Some(p) = p else { return Ok(None) };
+            let Some(p) = p else { return Ok(Step::Nothing) };
             p.move_start_to(log_start);
             p.expire_locks(Instant::now(), &limits);
             self.changed(key, p);
             let from = match p.first_available() {
                 Some(o) => (o, true),
-                None if p.next_offset() < hw && p.has_room(&limits) => (p.next_offset(), false),
-                None => return Ok(None),
+                None if p.next_offset() < end_limit && p.has_room(&limits) => (p.next_offset(), false),
+                None => return Ok(Step::Nothing),
             };
             (from, read_budget(p.record_bytes(), max_records, max_bytes))
         };
-        let records = log.read(from.0, budget)?;
-        let Some(end) = last_offset_in(&records).map(|e| e.min(hw - 1)) else { return Ok(None) };
+        let read = log.read(from.0, budget, committed)?;
+        let skip = isolation::unreadable_ranges(&read.records, &read.aborted, committed);
+        let Some(end) = last_offset_in(&read.records).map(|e| e.min(end_limit - 1)) else { return Ok(Step::Nothing) };
         let now = Instant::now();
         let mut partitions = self.partitions.lock_unpoisoned();
-        let Some(p) = partitions.get_mut(key) else { return Ok(None) };
+        let Some(p) = partitions.get_mut(key) else { return Ok(Step::Nothing) };
+        let before = p.next_offset();
         let ranges = match from {
-            (o, true) => p.acquire_available(member, o, end, max_records, now, &limits),
-            (o, false) => p.acquire_new(member, o, end, max_records, now, &limits),
+            (o, true) => p.acquire_available(member, o, end, max_records, &skip, now, &limits),
+            (o, false) => p.acquire_new(member, o, end, max_records, &skip, now, &limits),
         };
+        let moved = p.next_offset() > before;
         self.changed(key, p);
+        if ranges.is_empty() {
+            return Ok(if moved || !skip.is_empty() { Step::Skipped } else { Step::Nothing });
+        }
         let (Some(first), Some(last)) = (ranges.iter().map(|r| r.0).min(), ranges.iter().map(|r| r.1).max()) else {
-            return Ok(None);
+            return Ok(Step::Nothing);
         };
-        let records = batches_covering(records, first, last);
+        let records = batches_covering(read.records, first, last);
         p.note_record_bytes(records.len(), last - first + 1);
-        Ok(Some(Acquired { records, ranges }))
+        Ok(Step::Acquired(Acquired { records, ranges }))
+    }
+
+    /// About how many bytes `member` could acquire from one share-partition now, counted up
+    /// to `enough` (ShareFetch's MinBytes), without acquiring anything: records available
+    /// again count as `enough` (they are ready at once), new ones by the size of their
+    /// batches below the high watermark (read_committed: the last stable offset).
+    pub fn fetchable_bytes(&self, key: &SharePartitionKey, log: &dyn ShareLog, enough: usize) -> usize {
+        let limits = self.limits(&key.0);
+        let committed = self.group_configs.share(&key.0).read_committed;
+        let (_, hw) = log.bounds();
+        let end_limit = if committed { log.last_stable_offset().min(hw) } else { hw };
+        let next = {
+            let partitions = self.partitions.lock_unpoisoned();
+            let Some(p) = partitions.get(key) else { return 0 };
+            if p.first_available().is_some() {
+                return enough;
+            }
+            if p.next_offset() >= end_limit || !p.has_room(&limits) {
+                return 0;
+            }
+            p.next_offset()
+        };
+        let Ok(read) = log.read(next, enough, committed) else { return 0 };
+        bytes_below(&read.records, end_limit)
     }
 
     /// When the earliest lock among these share-partitions runs out: a waiting ShareFetch
@@ -377,6 +486,29 @@ fn batches_covering(records: Bytes, first: i64, last: i64) -> Bytes {
         Some(s) if s < end => records.slice(s..end),
         _ => records,
     }
+}
+
+/// One acquisition step's outcome.
+enum Step {
+    Acquired(Acquired),
+    /// Only records never to be delivered were met (and archived): look again.
+    Skipped,
+    Nothing,
+}
+
+/// The size of the whole batches in `records` that begin below `end`.
+fn bytes_below(records: &[u8], end: i64) -> usize {
+    let mut rest = records;
+    let mut total = 0;
+    while let Some(h) = BatchHeader::parse(rest) {
+        let size = h.total_size();
+        if size > rest.len() || size == 0 || h.base_offset >= end {
+            break;
+        }
+        total += size;
+        rest = &rest[size..];
+    }
+    total
 }
 
 /// The last offset of the last whole batch in `records`.

@@ -193,41 +193,54 @@ impl SharePartition {
         self.in_flight.iter().find(|(_, r)| r.state == RecordState::Available).map(|(o, _)| *o)
     }
 
-    /// Acquires for `member` the available offsets in [from, to], at most `max`.
+    /// Acquires for `member` the available offsets in [from, to], at most `max`; those in
+    /// `skip` (sorted inclusive ranges: markers, aborted records) are archived instead.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire_available(
         &mut self,
         member: &str,
         from: i64,
         to: i64,
         max: usize,
+        skip: &[(i64, i64)],
         now: Instant,
         limits: &Limits,
     ) -> Vec<AcquiredRange> {
         let mut taken = Vec::new();
+        let mut changed: Option<(i64, i64)> = None;
         for (offset, r) in self.in_flight.range_mut(from..=to) {
             if taken.len() >= max {
                 break;
             }
-            if r.state == RecordState::Available {
+            if r.state != RecordState::Available {
+                continue;
+            }
+            if super::isolation::contains(skip, *offset) {
+                settle(r, RecordState::Archived);
+            } else {
                 acquire(r, member, now, limits);
                 taken.push((*offset, r.delivery_count));
             }
+            changed = Some(changed.map_or((*offset, *offset), |(f, _)| (f, *offset)));
         }
-        if let (Some(first), Some(last)) = (taken.first(), taken.last()) {
-            self.touch(first.0, last.0);
+        if let Some((first, last)) = changed {
+            self.touch(first, last);
         }
+        self.advance_start();
         ranges(&taken)
     }
 
     /// Acquires for `member` new offsets from `from` (which must still be the next offset:
     /// another member may have taken them meanwhile) up to `to`, within the in-flight bound
-    /// and at most `max`.
+    /// and at most `max`; those in `skip` are archived as they are passed.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire_new(
         &mut self,
         member: &str,
         from: i64,
         to: i64,
         max: usize,
+        skip: &[(i64, i64)],
         now: Instant,
         limits: &Limits,
     ) -> Vec<AcquiredRange> {
@@ -238,15 +251,23 @@ impl SharePartition {
         if room == 0 {
             return Vec::new();
         }
-        let last = to.min(from + room as i64 - 1);
-        for offset in from..=last {
+        let mut taken = Vec::new();
+        let mut offset = from;
+        while offset <= to && taken.len() < room {
             let mut r = InFlight { state: RecordState::Available, delivery_count: 0, owner: None, lock_until: None };
-            acquire(&mut r, member, now, limits);
+            if super::isolation::contains(skip, offset) {
+                settle(&mut r, RecordState::Archived);
+            } else {
+                acquire(&mut r, member, now, limits);
+                taken.push((offset, 1));
+            }
             self.in_flight.insert(offset, r);
+            offset += 1;
         }
-        self.next = last + 1;
-        self.touch(from, last);
-        vec![(from, last, 1)]
+        self.next = offset;
+        self.touch(from, offset - 1);
+        self.advance_start();
+        ranges(&taken)
     }
 
     /// Whether new records may be acquired now (the in-flight bound leaves room).
@@ -405,9 +426,9 @@ mod tests {
     fn acquire_ack_release_reject_and_archive() {
         let (l, now) = (limits(), Instant::now());
         let mut p = SharePartition::new(10);
-        assert_eq!(p.acquire_new("a", 10, 100, 100, now, &l), vec![(10, 14, 1)], "bounded by in-flight records");
-        assert!(p.acquire_new("b", 15, 20, 10, now, &l).is_empty(), "no room left");
-        assert!(p.acquire_new("b", 10, 20, 10, now, &l).is_empty(), "10 is no longer next");
+        assert_eq!(p.acquire_new("a", 10, 100, 100, &[], now, &l), vec![(10, 14, 1)], "bounded by in-flight records");
+        assert!(p.acquire_new("b", 15, 20, 10, &[], now, &l).is_empty(), "no room left");
+        assert!(p.acquire_new("b", 10, 20, 10, &[], now, &l).is_empty(), "10 is no longer next");
         // b holds nothing: its acknowledgement changes nothing.
         assert_eq!(p.acknowledge("b", &[ack(10, 10, &[1])], now, &l), Err(ErrorCode::InvalidRecordState.code()));
         // Malformed: overlapping, reversed, wrong type count, unknown type.
@@ -426,22 +447,39 @@ mod tests {
         assert_eq!(p.first_available(), Some(12));
         // Redelivered with a higher count; past the limit it is archived.
         for round in 2..=3 {
-            assert_eq!(p.acquire_available("b", 12, 14, 10, now, &l), vec![(12, 12, round)]);
+            assert_eq!(p.acquire_available("b", 12, 14, 10, &[], now, &l), vec![(12, 12, round)]);
             p.acknowledge("b", &[ack(12, 12, &[2])], now, &l).unwrap();
         }
         assert_eq!(p.first_available(), None);
         assert_eq!(p.start_offset(), 15, "all of 10..=14 settled");
-        assert_eq!(p.acquire_new("a", 15, 16, 10, now, &l), vec![(15, 16, 1)]);
+        assert_eq!(p.acquire_new("a", 15, 16, 10, &[], now, &l), vec![(15, 16, 1)]);
+    }
+
+    #[test]
+    fn skipped_offsets_are_archived_never_handed_out() {
+        let (l, now) = (limits(), Instant::now());
+        let mut p = SharePartition::new(0);
+        // 0..=1 an aborted transaction's records, 2 its marker, 3..=4 data.
+        assert_eq!(p.acquire_new("a", 0, 4, 10, &[(0, 2)], now, &l), vec![(3, 4, 1)]);
+        assert_eq!(p.start_offset(), 3, "skipped offsets settle at once");
+        assert_eq!(p.acknowledge("a", &[ack(1, 1, &[1])], now, &l), Err(ErrorCode::InvalidRecordState.code()));
+        // Records delivered before (e.g. under read_uncommitted) and released are archived as
+        // a redelivery passes them.
+        let mut q = SharePartition::new(0);
+        q.acquire_new("a", 0, 3, 10, &[], now, &l);
+        q.release_member("a", &l);
+        assert_eq!(q.acquire_available("b", 0, 3, 10, &[(1, 1)], now, &l), vec![(0, 0, 2), (2, 3, 2)]);
+        assert_eq!(q.state_of(1), Some((RecordState::Archived, 1)));
     }
 
     #[test]
     fn locks_expire_and_a_closed_session_releases() {
         let (l, now) = (limits(), Instant::now());
         let mut p = SharePartition::new(0);
-        p.acquire_new("a", 0, 1, 10, now, &l);
-        p.acquire_new("b", 2, 2, 10, now, &l);
+        p.acquire_new("a", 0, 1, 10, &[], now, &l);
+        p.acquire_new("b", 2, 2, 10, &[], now, &l);
         assert_eq!(p.release_member("a", &l), 2);
-        assert_eq!(p.acquire_available("c", 0, 9, 10, now, &l), vec![(0, 1, 2)]);
+        assert_eq!(p.acquire_available("c", 0, 9, 10, &[], now, &l), vec![(0, 1, 2)]);
         let later = now + Duration::from_secs(31);
         assert_eq!(p.acknowledge("b", &[ack(2, 2, &[1])], later, &l), Err(ErrorCode::InvalidRecordState.code()));
         p.expire_locks(later, &l);

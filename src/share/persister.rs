@@ -509,7 +509,7 @@ mod tests {
         let (l, now) = (limits(), Instant::now());
         let mut sp = SharePartition::new(10);
         p.changed(&key(), &mut sp);
-        sp.acquire_new("a", 10, 19, 100, now, &l);
+        sp.acquire_new("a", 10, 19, 100, &[], now, &l);
         p.changed(&key(), &mut sp);
         let ack = AckBatch { first_offset: 10, last_offset: 14, types: vec![1] };
         sp.acknowledge("a", &[ack], now, &l).unwrap();
@@ -536,7 +536,7 @@ mod tests {
         let p = persister(&log, 2);
         assert!(matches!(p.load(&key(), 0).await, Loaded::Durable(Some(_))));
         let mut sp = back;
-        assert_eq!(sp.acquire_available("b", 15, 19, 100, now, &l), vec![(15, 15, 2), (17, 19, 2)]);
+        assert_eq!(sp.acquire_available("b", 15, 19, 100, &[], now, &l), vec![(15, 15, 2), (17, 19, 2)]);
         sp.acknowledge("b", &[AckBatch { first_offset: 15, last_offset: 15, types: vec![1] }], now, &l).unwrap();
         p.changed(&key(), &mut sp);
         p.flush().await.unwrap();

@@ -95,6 +95,7 @@ impl Node {
             consumer,
             topics: cache,
             share: Default::default(),
+            group_configs: Arc::new(crate::group::configs::GroupConfigs::in_memory(Default::default())),
         }));
         service.load_groups(None);
         Node { service, replicas }
