@@ -25,7 +25,7 @@ use crate::client_quota::CONSUMER_BYTE_RATE;
 use crate::log::zero_copy;
 use crate::protocol::ErrorCode;
 use crate::replication::fetch_session::{Changes, Session, SessionPartition};
-use crate::replication::{quota, FetchResult, Partition};
+use crate::replication::{quota, FetchResult, FollowerPosition, Partition};
 use crate::security::authorizer::{Operation, ResourceType};
 use crate::sync::MutexExt;
 
@@ -109,12 +109,17 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
     // Fetch v4+ only: older versions convert the records, which needs their bytes.
     let sendfile = ctx.sendfile && version >= 4;
-    let params = Arc::new(ReadParams { max_bytes, version, replica, rack: rack.to_string(), committed, sendfile });
+    // A follower's session: its reads link the follower's progress to it, and mark what the
+    // next fetch owes.
+    let session = s.changes.as_ref().filter(|_| replica >= 0).map(|(c, _)| c.clone());
+    let params =
+        Arc::new(ReadParams { max_bytes, version, replica, rack: rack.to_string(), committed, sendfile, session });
     let until = Until { deadline, min_bytes };
     let responses = read_until_ready(ctx, &params, s.wanted, &mut s.changes, s.session.as_ref(), until).await;
     r.responses = match s.session {
         Some(session) => {
-            let pending = s.changes.as_ref().map(|(c, _)| (&**c, committed));
+            // A follower's owed partitions were kept by the reads themselves.
+            let pending = s.changes.as_ref().filter(|_| replica < 0).map(|(c, _)| (&**c, committed));
             only_news(&mut session.lock_unpoisoned(), responses, s.incremental, pending)
         }
         None => responses,
@@ -162,7 +167,7 @@ struct SessionRead {
     session: Option<Arc<Mutex<Session>>>,
     /// The request continued a session: the answer holds only what changed.
     incremental: bool,
-    /// A consumer's session: its change marks, and the partitions it reads.
+    /// The session's change marks, and the partitions this fetch reads.
     changes: Option<(Arc<Changes>, PartitionKeys)>,
     /// The session id the answer names (0: none).
     session_id: i32,
@@ -197,12 +202,14 @@ fn use_session(
             .collect();
         // A full cache of sessions worth keeping: answered without one (id 0).
         if let Some((id, s)) = sessions.create(replica, partitions, now) {
-            if replica < 0 {
-                let mut g = s.lock_unpoisoned();
-                let keys: PartitionKeys = g.partitions.keys().cloned().collect();
-                watch_session_partitions(ctx, &mut g, &keys);
-                read.changes = Some((g.changes.clone(), keys));
+            let mut g = s.lock_unpoisoned();
+            let keys: PartitionKeys = g.partitions.keys().cloned().collect();
+            watch_session_partitions(ctx, &mut g, &keys);
+            if replica >= 0 {
+                g.changes.touch(now);
             }
+            read.changes = Some((g.changes.clone(), keys));
+            drop(g);
             read.session = Some(s);
             read.session_id = id;
         }
@@ -241,20 +248,20 @@ fn continue_session(
         let (name, _) = topic_of(&f.topic, f.topic_id);
         for index in &f.partitions {
             g.partitions.remove(&(name.clone(), *index));
+            if replica >= 0 {
+                if let Some(p) = ctx.components.replicas.hosted(&name, *index) {
+                    p.forget_follower_session(replica);
+                }
+            }
         }
     }
-    let mut changes = None;
-    let wanted = if replica < 0 {
-        // A consumer's: what it named, what changed since, what cannot be watched.
-        let mut keys = g.changes.take();
-        keys.extend(requested.iter().flat_map(|w| w.partitions.iter().map(|p| (w.name.clone(), p.index))));
-        keys.extend(g.unwatched.iter().cloned());
-        watch_session_partitions(ctx, &mut g, &keys);
-        changes = Some((g.changes.clone(), keys));
-        session_wanted(&g, changes.as_ref().map(|c| &c.1))
-    } else {
-        session_wanted(&g, None)
-    };
+    if replica >= 0 {
+        g.changes.touch(now);
+    }
+    let keys = g.to_read(requested.iter().flat_map(|w| w.partitions.iter().map(|p| (w.name.clone(), p.index))));
+    watch_session_partitions(ctx, &mut g, &keys);
+    let wanted = session_wanted(&g, &keys);
+    let changes = Some((g.changes.clone(), keys));
     let size = g.partitions.len();
     drop(g);
     sessions.resize(req.session_id, size);
@@ -290,8 +297,8 @@ async fn read_until_ready(
             break (responses, files);
         }
         if let (Some((c, keys)), Some(s)) = (changes.as_mut(), session) {
-            // A consumer's session is told of its partitions' changes: wait for one, then read
-            // what changed as well. A change since the marks were taken has left a permit.
+            // A session is told of its partitions' changes: wait for one, then read what
+            // changed as well. A change since the marks were taken has left a permit.
             parked.get_or_insert_with(|| {
                 ctx.park();
                 ctx.components.metrics.park_fetch()
@@ -303,7 +310,7 @@ async fn read_until_ready(
                 // A partition hosted again since (a new replica object) is watched from now on.
                 watch_session_partitions(ctx, &mut g, &marked);
                 keys.extend(marked);
-                wanted = Arc::new(session_wanted(&g, Some(keys)));
+                wanted = Arc::new(session_wanted(&g, keys));
             }
             if !woken {
                 let ((responses, _, _), files) = read(ctx, &wanted, params, None).await;
@@ -378,8 +385,8 @@ fn count_bytes_out(ctx: &RequestContext, responses: &[FetchableTopicResponse], t
     }
 }
 
-/// The session's partitions to read, grouped by topic: those in `keys`, or all.
-fn session_wanted(g: &Session, keys: Option<&PartitionKeys>) -> Vec<Wanted> {
+/// The session's partitions in `keys`, grouped by topic.
+fn session_wanted(g: &Session, keys: &PartitionKeys) -> Vec<Wanted> {
     let mut all: Vec<Wanted> = Vec::new();
     let mut add = |name: &String, index: i32, sp: &SessionPartition| {
         if all.last().is_none_or(|w| w.name != *name) {
@@ -395,18 +402,9 @@ fn session_wanted(g: &Session, keys: Option<&PartitionKeys>) -> Vec<Wanted> {
             });
         }
     };
-    match keys {
-        Some(keys) => {
-            for key in keys {
-                if let Some(sp) = g.partitions.get(key) {
-                    add(&key.0, key.1, sp);
-                }
-            }
-        }
-        None => {
-            for ((name, index), sp) in &g.partitions {
-                add(name, *index, sp);
-            }
+    for key in keys {
+        if let Some(sp) = g.partitions.get(key) {
+            add(&key.0, key.1, sp);
         }
     }
     all
@@ -503,6 +501,8 @@ struct ReadParams {
     committed: bool,
     /// Large record sets may stay in their files, for the response writer to sendfile.
     sendfile: bool,
+    /// A follower's fetch session.
+    session: Option<Arc<Changes>>,
 }
 
 type ReadOutcome = ((Vec<FetchableTopicResponse>, usize, bool), zero_copy::FileRanges);
@@ -635,7 +635,11 @@ fn read_all(
                     }
                     let limit = (wp.max_bytes.max(0) as usize).min(remaining);
                     let result = if limit == 0 && total > 0 {
-                        // Budget spent: report offsets only, no records.
+                        // Budget spent: report offsets only, no records (a follower's session
+                        // reads it again next time, its position unchanged).
+                        if let Some(c) = &params.session {
+                            c.keep(&w.name, wp.index);
+                        }
                         FetchResult {
                             error_code: 0,
                             high_watermark: p.high_watermark(),
@@ -646,28 +650,16 @@ fn read_all(
                             aborted: None,
                         }
                     } else if replica >= 0 {
-                        let (result, expand, _hw_moved) = p.follower_fetch(
+                        follower_read(
+                            broker,
+                            &p,
+                            wp,
                             replica,
-                            wp.offset,
-                            wp.last_fetched_epoch,
-                            wp.current_leader_epoch,
-                            limit.max(1),
-                        );
-                        if let Some(isr) = expand {
-                            broker.replicas.record_isr_change(&p, isr);
-                        }
-                        let mut result = result;
-                        if quota::is_throttled(throttled.as_ref(), wp.index, broker.config.broker_id)
-                            && !p.isr().contains(&replica)
-                        {
-                            // Its progress is recorded; only the copy waits for the bucket.
-                            if broker.replicas.leader_quota.exceeded(throttle_rate) {
-                                result.records = Bytes::new();
-                            } else {
-                                broker.replicas.leader_quota.record(throttle_rate, result.records.len());
-                            }
-                        }
-                        result
+                            limit,
+                            params,
+                            (throttled.as_ref(), throttle_rate),
+                            &w.name,
+                        )
                     } else if !p.is_leader() {
                         p.read_as_follower(wp.offset, limit.max(1), wp.current_leader_epoch, committed)
                     } else if let Some(preferred) = preferred_read_replica(broker, &p, rack, wp.offset) {
@@ -734,6 +726,50 @@ fn read_all(
         out.push(topic);
     }
     (out, total, any_error)
+}
+
+/// A follower's read of a partition this broker leads: its progress recorded, the ISR grown
+/// if it caught up, the copy held back while over a leader replication quota. In a session,
+/// what the read leaves owed (an error, records held back, an ISR expansion still to
+/// propose) makes the next fetch read the partition again.
+#[allow(clippy::too_many_arguments)]
+fn follower_read(
+    broker: &crate::api::Components,
+    p: &Arc<Partition>,
+    wp: &WantedPartition,
+    replica: i32,
+    limit: usize,
+    params: &ReadParams,
+    (throttled, rate): (Option<&String>, u64),
+    topic: &str,
+) -> FetchResult {
+    let position = FollowerPosition {
+        fetch_offset: wp.offset,
+        last_fetched_epoch: wp.last_fetched_epoch,
+        current_leader_epoch: wp.current_leader_epoch,
+    };
+    let (mut result, expand, _hw_moved) =
+        p.follower_fetch_in_session(replica, position, limit.max(1), params.session.as_ref());
+    if let Some(isr) = expand {
+        broker.replicas.record_isr_change(p, isr);
+    }
+    let in_isr = p.in_isr(replica);
+    let mut held_back = false;
+    if !in_isr && quota::is_throttled(throttled, wp.index, broker.config.broker_id) {
+        // Its progress is recorded; only the copy waits for the bucket.
+        if broker.replicas.leader_quota.exceeded(rate) {
+            held_back = !result.records.is_empty();
+            result.records = Bytes::new();
+        } else {
+            broker.replicas.leader_quota.record(rate, result.records.len());
+        }
+    }
+    if let Some(c) = &params.session {
+        if result.error_code != 0 || result.diverging.is_some() || held_back || !in_isr {
+            c.keep(topic, wp.index);
+        }
+    }
+    result
 }
 
 /// Kafka's `RackAwareReplicaSelector`: for a consumer in another rack than this leader, the

@@ -343,9 +343,17 @@ impl LogCleaner {
             if self.manager.is_moving(&key) {
                 continue;
             }
-            let view = match lock(&log).cleaner_view() {
-                Ok(v) if v.config.compact => v,
-                _ => continue,
+            // Every log is looked at each pass: one that is not compacted costs a flag check,
+            // not a view of its segments.
+            let view = {
+                let l = lock(&log);
+                if !l.config().compact {
+                    continue;
+                }
+                match l.cleaner_view() {
+                    Ok(v) => v,
+                    Err(_) => continue,
+                }
             };
             let checkpoint = lock(&self.state).checkpoints.get(&key).copied();
             if let Some(c) = self.score(key, log, view, checkpoint, now) {

@@ -172,6 +172,7 @@ impl ReplicaManager {
         if resp.error_code != 0 {
             anyhow::bail!("AlterPartition refused with error {}", resp.error_code);
         }
+        let mut changed = Vec::new();
         for t in resp.topics {
             for p in t.partitions {
                 let Some((partition, epoch)) = sent.get(&(t.topic_id, p.partition_index)) else { continue };
@@ -186,6 +187,7 @@ impl ReplicaManager {
                     tracing::info!(topic = %partition.topic, partition = p.partition_index, partition_epoch = p.partition_epoch, isr = ?p.isr, "ISR change refused as stale; adopting the controller's state");
                     partition.set_partition_epoch(p.partition_epoch);
                     partition.set_isr(p.isr);
+                    changed.push(partition.clone());
                     continue;
                 }
                 if p.error_code != 0 {
@@ -196,10 +198,17 @@ impl ReplicaManager {
                 if partition.role() == (Role::Leader, *epoch) && p.leader_epoch == *epoch {
                     partition.set_partition_epoch(p.partition_epoch);
                     partition.set_isr(p.isr);
+                    changed.push(partition.clone());
                 }
             }
         }
-        self.notify_changed();
+        // Only the partitions whose ISR changed have waiters to tell (an acks=all write that
+        // may now complete or fail): waking every partition would have each follower's fetch
+        // session read them all again.
+        self.notify_metadata_changed();
+        for p in changed {
+            p.wake();
+        }
         Ok(())
     }
 

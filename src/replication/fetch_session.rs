@@ -43,9 +43,10 @@ pub struct Session {
     /// The epoch the next request must carry.
     pub epoch: i32,
     pub partitions: BTreeMap<(String, i32), SessionPartition>,
-    /// A consumer's incremental fetch reads only the partitions it names, those that changed
-    /// since, and those not watched. (A follower's reads every partition: each read is also
-    /// the follower's report of being caught up, which keeps it in the ISR.)
+    /// An incremental fetch reads only the partitions it names, those that changed since, and
+    /// those not watched. A follower's fetch also vouches, through `changes`, for the
+    /// partitions it does not read: the leader's end has not moved under them since they
+    /// were last read (see [`Changes::touch`]).
     pub changes: Arc<Changes>,
     /// Partitions without a replica here to watch when last looked at: read on every fetch
     /// until one appears.
@@ -59,6 +60,9 @@ pub struct Changes {
     changed: Mutex<BTreeSet<(String, i32)>>,
     /// A parked incremental fetch waits here; a change while no fetch waits leaves a permit.
     pub notify: tokio::sync::Notify,
+    /// When the session's follower last fetched (None: a consumer's session, or not yet).
+    last_fetch: Mutex<Option<Instant>>,
+    follower: bool,
 }
 
 impl Changes {
@@ -67,8 +71,45 @@ impl Changes {
         self.notify.notify_one();
     }
 
+    /// Has the next fetch read the partition again without waking a fetch that waits: for a
+    /// partition whose answer is still owed (an error, records held back by the response's
+    /// size or a quota, a follower outside the ISR whose expansion must be proposed again).
+    pub fn keep(&self, topic: &str, index: i32) {
+        self.changed.lock_unpoisoned().insert((topic.to_string(), index));
+    }
+
     pub fn take(&self) -> BTreeSet<(String, i32)> {
         std::mem::take(&mut *self.changed.lock_unpoisoned())
+    }
+
+    /// A follower's fetch arrived at `now`. Every partition of the session it does not read
+    /// is one whose fetch position and leader log end are unchanged since its last read: a
+    /// follower caught up then is caught up at `now` too (Kafka's lastCaughtUpTime), with no
+    /// per-partition work.
+    pub fn touch(&self, now: Instant) {
+        *self.last_fetch.lock_unpoisoned() = Some(now);
+    }
+
+    pub fn last_fetch(&self) -> Option<Instant> {
+        *self.last_fetch.lock_unpoisoned()
+    }
+
+    /// A follower's session (a consumer's otherwise).
+    pub fn follower(&self) -> bool {
+        self.follower
+    }
+}
+
+impl Session {
+    /// The partitions an incremental fetch reads: those it names (their position moved),
+    /// those changed since the last fetch took the marks or still owed an answer, and those
+    /// with no replica here to watch. Never the partitions that are as they were, however
+    /// many the session holds.
+    pub fn to_read(&self, named: impl IntoIterator<Item = (String, i32)>) -> BTreeSet<(String, i32)> {
+        let mut keys = self.changes.take();
+        keys.extend(named);
+        keys.extend(self.unwatched.iter().cloned());
+        keys
     }
 }
 
@@ -136,7 +177,7 @@ impl FetchSessions {
             replica,
             epoch: 1,
             partitions,
-            changes: Arc::default(),
+            changes: Arc::new(Changes { follower, ..Changes::default() }),
             unwatched: BTreeSet::new(),
         }));
         let entry = Entry { session: session.clone(), follower, size, created: now, last_used: now };
@@ -223,6 +264,131 @@ mod tests {
                 (("t".to_string(), i as i32), p)
             })
             .collect()
+    }
+
+    mod follower {
+        //! A follower's session over real partitions led here (broker 1, follower 2): what
+        //! its incremental fetches read, and what its fetches vouch for.
+        use std::collections::BTreeMap;
+
+        use bytes::Bytes;
+
+        use super::super::*;
+        use crate::log::batch::simple_batch;
+        use crate::log::{Log, LogConfig};
+        use crate::metrics::{IsrMetrics, TopicMetrics};
+        use crate::replication::{FollowerPosition, Partition};
+
+        const FOLLOWER: i32 = 2;
+
+        struct Leader {
+            _dir: tempfile::TempDir,
+            partitions: BTreeMap<(String, i32), Arc<Partition>>,
+        }
+
+        fn leader(n: i32) -> Leader {
+            let dir = tempfile::tempdir().unwrap();
+            let config = LogConfig { segment_bytes: 1 << 20, max_index_size: 4096, ..LogConfig::default() };
+            let partitions = (0..n)
+                .map(|i| {
+                    let log = Log::open(dir.path().join(format!("t-{i}")), config.clone(), 0, 0, true).unwrap();
+                    let log = Arc::new(Mutex::new(log));
+                    let p = Partition::open("t", i, 1, log, None, TopicMetrics::detached(), IsrMetrics::detached());
+                    p.become_leader(0, &[1, FOLLOWER], &[1, FOLLOWER]);
+                    append(&p);
+                    (("t".to_string(), i), Arc::new(p))
+                })
+                .collect();
+            Leader { _dir: dir, partitions }
+        }
+
+        fn append(p: &Partition) {
+            assert_eq!(p.append(Bytes::from(simple_batch(2, 10, 1)), 1 << 20).error_code, 0);
+        }
+
+        /// What the follower's fetch positions are: where it has copied to.
+        type Positions = BTreeMap<(String, i32), i64>;
+
+        /// One fetch through the session: reads `keys` as the handler does, and copies what
+        /// it gets (the follower names those partitions at their new position next time).
+        /// Returns the partitions read.
+        fn fetch(l: &Leader, s: &Session, keys: BTreeSet<(String, i32)>, at: &mut Positions) -> Vec<i32> {
+            s.changes.touch(Instant::now());
+            for key in &keys {
+                let position =
+                    FollowerPosition { fetch_offset: at[key], last_fetched_epoch: -1, current_leader_epoch: 0 };
+                let (r, _, _) =
+                    l.partitions[key].follower_fetch_in_session(FOLLOWER, position, 1 << 20, Some(&s.changes));
+                assert_eq!(r.error_code, 0);
+                if !r.records.is_empty() {
+                    at.insert(key.clone(), l.partitions[key].log_end_offset());
+                }
+            }
+            keys.iter().map(|k| k.1).collect()
+        }
+
+        /// A session opened by a full fetch of every partition, then fetched until idle.
+        fn open_session(l: &Leader, at: &mut Positions) -> Arc<Mutex<Session>> {
+            let cache = FetchSessions::new(10);
+            let (_, s) = cache.create(FOLLOWER, super::parts(l.partitions.len()), Instant::now()).unwrap();
+            let g = s.lock().unwrap();
+            for p in l.partitions.values() {
+                p.watch_changes(&g.changes);
+            }
+            fetch(l, &g, l.partitions.keys().cloned().collect(), at);
+            // The follower names every partition at its new position; that moves every high
+            // watermark, which the next fetch reads to send.
+            let named: Vec<_> = at.keys().cloned().collect();
+            assert_eq!(fetch(l, &g, g.to_read(named), at).len(), l.partitions.len());
+            assert_eq!(fetch(l, &g, g.to_read([]), at).len(), l.partitions.len());
+            drop(g);
+            s
+        }
+
+        #[test]
+        fn an_idle_session_reads_nothing_and_an_append_reads_only_its_partition() {
+            let l = leader(50);
+            let mut at: Positions = l.partitions.keys().map(|k| (k.clone(), 0)).collect();
+            let s = open_session(&l, &mut at);
+            let g = s.lock().unwrap();
+            for _ in 0..3 {
+                assert_eq!(fetch(&l, &g, g.to_read([]), &mut at), Vec::<i32>::new(), "idle: nothing read");
+            }
+            append(&l.partitions[&("t".to_string(), 7)]);
+            assert_eq!(fetch(&l, &g, g.to_read([]), &mut at), vec![7], "the append marks its partition only");
+            // The follower names it at its new position; that read moves the high watermark,
+            // which the next fetch reads and sends; then the session is idle again.
+            assert_eq!(at[&("t".to_string(), 7)], 4);
+            assert_eq!(fetch(&l, &g, g.to_read([("t".to_string(), 7)]), &mut at), vec![7]);
+            assert_eq!(fetch(&l, &g, g.to_read([]), &mut at), vec![7]);
+            assert_eq!(fetch(&l, &g, g.to_read([]), &mut at), Vec::<i32>::new());
+            assert!(l.partitions.values().all(|p| p.high_watermark() == p.log_end_offset()));
+        }
+
+        #[test]
+        fn the_sessions_fetches_keep_a_caught_up_follower_in_the_isr_until_they_stop() {
+            let l = leader(2);
+            let mut at: Positions = l.partitions.keys().map(|k| (k.clone(), 0)).collect();
+            let s = open_session(&l, &mut at);
+            let lag = Duration::from_millis(20);
+            // Longer than the lag without a read of partition 0, but with fetches.
+            std::thread::sleep(lag * 2);
+            let g = s.lock().unwrap();
+            assert!(fetch(&l, &g, g.to_read([]), &mut at).is_empty());
+            let p = &l.partitions[&("t".to_string(), 0)];
+            append(p);
+            assert_eq!(p.isr_to_shrink(lag), None, "caught up at its last fetch, a moment ago");
+            drop(g);
+            // The follower stops fetching: after the lag it is behind the append and out.
+            std::thread::sleep(lag * 2);
+            assert_eq!(p.isr_to_shrink(lag), Some(vec![1]));
+            // A session gone vouches for nothing, even for a follower caught up at its last
+            // read: it is out once behind an append for longer than the lag.
+            let q = &l.partitions[&("t".to_string(), 1)];
+            drop(s);
+            append(q);
+            assert_eq!(q.isr_to_shrink(lag), Some(vec![1]));
+        }
     }
 
     #[test]

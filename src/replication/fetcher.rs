@@ -4,7 +4,7 @@
 //! `diverging_epoch` in the answer means this log holds records the leader does not have: the
 //! follower truncates to where the two agree before fetching again (KIP-101/595).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,8 +40,24 @@ const RX_FIRST_READ: usize = 64 * 1024;
 /// than read as it trickles in: one loopback segment.
 const LOW_WATER_FROM: usize = 64 * 1024;
 
+/// The partitions a fetcher copies, and those whose fetch position may have moved since its
+/// last request was built (followed anew, at a new leader epoch, or no longer followed).
+#[derive(Default)]
+struct Followed {
+    all: BTreeSet<TopicPartition>,
+    dirty: HashSet<TopicPartition>,
+}
+
+impl Followed {
+    fn remove(&mut self, tp: &TopicPartition) {
+        if self.all.remove(tp) {
+            self.dirty.insert(tp.clone());
+        }
+    }
+}
+
 struct Fetcher {
-    partitions: Arc<Mutex<BTreeSet<TopicPartition>>>,
+    partitions: Arc<Mutex<Followed>>,
     wake: Arc<Notify>,
     /// Partitions were added since the fetch in flight was sent.
     added: bool,
@@ -60,6 +76,17 @@ struct FollowerSession {
     epoch: i32,
     /// Per partition: (fetch offset, last fetched epoch, current leader epoch) as last sent.
     sent: HashMap<TopicPartition, (i64, i32, i32)>,
+}
+
+/// The partitions one request is built from: every followed one (a full request, or a
+/// fetcher under a follower quota, whose throttled partitions come and go with the bucket),
+/// else only those that may have moved.
+struct Candidates {
+    full: bool,
+    /// Followed, to be checked against what the session was last told.
+    check: Vec<TopicPartition>,
+    /// No longer followed: forgotten if the session holds them.
+    gone: Vec<TopicPartition>,
 }
 
 /// One built request, with what it changes in the session once answered.
@@ -84,13 +111,16 @@ impl FetcherManager {
             }
         }
         let f = fetchers.entry(leader).or_insert_with(|| {
-            let partitions = Arc::new(Mutex::new(BTreeSet::new()));
+            let partitions = Arc::new(Mutex::new(Followed::default()));
             let wake = Arc::new(Notify::new());
             let restart = Arc::new(Notify::new());
             tokio::spawn(run(broker.clone(), leader, partitions.clone(), wake.clone(), restart.clone()));
             Fetcher { partitions, wake, added: false, restart }
         });
-        if f.partitions.lock_unpoisoned().insert(tp) {
+        let mut followed = f.partitions.lock_unpoisoned();
+        // Called at each LeaderAndIsr: the leader epoch in the position may have moved.
+        followed.dirty.insert(tp.clone());
+        if followed.all.insert(tp) {
             f.added = true;
             f.wake.notify_one();
         }
@@ -111,14 +141,16 @@ impl FetcherManager {
     pub fn stop_all(&self) {
         let fetchers = self.fetchers.lock_unpoisoned();
         for f in fetchers.values() {
-            f.partitions.lock_unpoisoned().clear();
+            let mut followed = f.partitions.lock_unpoisoned();
+            let all = std::mem::take(&mut followed.all);
+            followed.dirty.extend(all);
         }
     }
 
     /// The leader whose fetcher copies `tp`, if any.
     pub fn leader_of(&self, tp: &TopicPartition) -> Option<i32> {
         let fetchers = self.fetchers.lock_unpoisoned();
-        fetchers.iter().find(|(_, f)| f.partitions.lock_unpoisoned().contains(tp)).map(|(id, _)| *id)
+        fetchers.iter().find(|(_, f)| f.partitions.lock_unpoisoned().all.contains(tp)).map(|(id, _)| *id)
     }
 
     /// Stops fetching `tp` from anyone (this broker leads it now, or no longer hosts it).
@@ -130,10 +162,32 @@ impl FetcherManager {
     }
 }
 
+/// The partitions the next request is built from, taking the followed set's marks; None
+/// when nothing is followed.
+fn candidates(
+    broker: &ReplicaManager,
+    followed: &Mutex<Followed>,
+    session: &FollowerSession,
+    moved: &mut HashSet<TopicPartition>,
+) -> Option<Candidates> {
+    let mut f = followed.lock_unpoisoned();
+    if f.all.is_empty() {
+        return None;
+    }
+    moved.extend(f.dirty.drain());
+    let throttling = broker.handles.effective_config().follower_replication_throttled_rate < quota::UNLIMITED;
+    if session.id == 0 || throttling {
+        moved.clear();
+        return Some(Candidates { full: true, check: f.all.iter().cloned().collect(), gone: Vec::new() });
+    }
+    let (check, gone) = moved.drain().partition(|tp| f.all.contains(tp));
+    Some(Candidates { full: false, check, gone })
+}
+
 async fn run(
     broker: Arc<ReplicaManager>,
     leader: i32,
-    partitions: Arc<Mutex<BTreeSet<TopicPartition>>>,
+    partitions: Arc<Mutex<Followed>>,
     wake: Arc<Notify>,
     restart: Arc<Notify>,
 ) {
@@ -142,9 +196,11 @@ async fn run(
     let mut correlation_id = 0i32;
     let mut connect_failures = 0u32;
     let mut rx = BytesMut::new();
+    // Partitions whose position may have moved since the last request: those the leader's
+    // answers touched, and the followed set's marks. An idle round checks none.
+    let mut moved: HashSet<TopicPartition> = HashSet::new();
     loop {
-        let wanted: Vec<TopicPartition> = partitions.lock_unpoisoned().iter().cloned().collect();
-        if wanted.is_empty() {
+        if partitions.lock_unpoisoned().all.is_empty() {
             conn = None;
             wake.notified().await;
             continue;
@@ -167,7 +223,8 @@ async fn run(
             connect_failures = 0;
         }
         let Some(stream) = conn.as_mut() else { continue };
-        let Some(built) = build_request(&broker, leader, &wanted, &session) else {
+        let Some(c) = candidates(&broker, &partitions, &session, &mut moved) else { continue };
+        let Some(built) = build_request(&broker, leader, c, &session) else {
             tokio::time::sleep(broker.handles.config.replica_fetch_backoff).await;
             continue;
         };
@@ -188,6 +245,13 @@ async fn run(
         };
         match answer {
             Ok(Ok(response)) => {
+                // Whatever the answer names may have moved (appended, truncated, reset).
+                moved.extend(
+                    response
+                        .responses
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.0.to_string(), p.partition_index))),
+                );
                 if matches!(
                     ErrorCode::from_code(response.error_code),
                     Some(ErrorCode::FetchSessionIdNotFound | ErrorCode::InvalidFetchSessionEpoch)
@@ -245,13 +309,15 @@ async fn connect(broker: &ReplicaManager, leader: i32) -> Option<BrokerConnectio
 }
 
 /// A full request when there is no session, else an incremental one: the partitions whose
-/// fetch position changed since they were last sent, and those no longer followed.
+/// fetch position changed since they were last sent, and those no longer followed. Costs the
+/// candidates, not the partitions followed.
 fn build_request(
     broker: &ReplicaManager,
     leader: i32,
-    wanted: &[TopicPartition],
+    candidates: Candidates,
     session: &FollowerSession,
 ) -> Option<Built> {
+    let Candidates { full, check, gone } = candidates;
     let mut by_topic: Vec<FetchTopic> = Vec::new();
     // Where each topic sits in `by_topic`: building a request costs the partitions in it.
     let mut slot: HashMap<&str, usize> = HashMap::new();
@@ -260,16 +326,22 @@ fn build_request(
     let rate = broker.handles.effective_config().follower_replication_throttled_rate;
     let snapshot = (rate < quota::UNLIMITED).then(|| broker.handles.cache.snapshot());
     let over_quota = snapshot.is_some() && broker.follower_quota.exceeded(rate);
-    for tp in wanted {
+    let mut not_following = gone;
+    for tp in &check {
         let (topic, index) = tp;
-        let Some(p) = broker.hosted(topic, *index) else { continue };
+        let Some(p) = broker.hosted(topic, *index) else {
+            not_following.push(tp.clone());
+            continue;
+        };
         let (role, epoch) = p.role();
         if role != (Role::Follower { leader }) {
+            not_following.push(tp.clone());
             continue;
         }
         if over_quota && snapshot.as_ref().is_some_and(|s| follower_throttled(broker, s, topic, *index)) {
             // Left out of this request and of the session (as Kafka leaves it out), so the
             // leader sends nothing for it until the bucket has refilled.
+            not_following.push(tp.clone());
             continue;
         }
         following.insert(tp);
@@ -296,8 +368,12 @@ fn build_request(
             }
         }
     }
-    let forgotten: Vec<TopicPartition> = session.sent.keys().filter(|tp| !following.contains(tp)).cloned().collect();
-    if following.is_empty() {
+    let forgotten: Vec<TopicPartition> = if full {
+        session.sent.keys().filter(|tp| !following.contains(tp)).cloned().collect()
+    } else {
+        not_following.into_iter().filter(|tp| session.sent.contains_key(tp)).collect()
+    };
+    if full && following.is_empty() {
         return None;
     }
     let mut r = FetchRequest::default();

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use tokio::sync::Notify;
 
-pub use partition::{FetchResult, Partition, ProduceResult, ReplicaCounts, Role};
+pub use partition::{FetchResult, FollowerPosition, Partition, ProduceResult, ReplicaCounts, Role};
 
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogError, LogManager};

@@ -14,6 +14,14 @@ pub(super) fn apply_isr(s: &mut ReplicaState, isr: Vec<i32>) -> Option<(Vec<i32>
     (s.role == Role::Leader).then(|| (from, s.isr.clone()))
 }
 
+/// Where a follower's fetch reads from, as its request names it.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerPosition {
+    pub fetch_offset: i64,
+    pub last_fetched_epoch: i32,
+    pub current_leader_epoch: i32,
+}
+
 impl Partition {
     /// Takes leadership at `epoch`. Returns false if this broker already led at that epoch
     /// (then only the replica set and ISR are refreshed).
@@ -30,11 +38,7 @@ impl Partition {
             let now = Instant::now();
             s.followers.retain(|r, _| replicas.contains(r));
             for &r in replicas.iter().filter(|&&r| r != self.broker_id) {
-                s.followers.entry(r).or_insert(FollowerProgress {
-                    log_end_offset: -1,
-                    last_caught_up: now,
-                    leader_end_at_last_fetch: -1,
-                });
+                s.followers.entry(r).or_insert(FollowerProgress::new(now));
             }
             let change = apply_isr(&mut s, isr.to_vec());
             drop(s);
@@ -58,11 +62,8 @@ impl Partition {
         drop(producers);
         let mut s = lock(&self.state);
         let now = Instant::now();
-        s.followers = replicas
-            .iter()
-            .filter(|&&r| r != self.broker_id)
-            .map(|&r| (r, FollowerProgress { log_end_offset: -1, last_caught_up: now, leader_end_at_last_fetch: -1 }))
-            .collect();
+        s.followers =
+            replicas.iter().filter(|&&r| r != self.broker_id).map(|&r| (r, FollowerProgress::new(now))).collect();
         drop(s);
         lock(&self.epochs).assign(epoch, leo);
         self.maybe_advance_high_watermark();
@@ -220,16 +221,34 @@ impl Partition {
         current_leader_epoch: i32,
         max_bytes: usize,
     ) -> (FetchResult, Option<Vec<i32>>, bool) {
+        let position = FollowerPosition { fetch_offset, last_fetched_epoch, current_leader_epoch };
+        self.follower_fetch_in_session(replica, position, max_bytes, None)
+    }
+
+    /// [`Partition::follower_fetch`] through the follower's fetch session, which from now on
+    /// vouches for the follower between reads of this partition (see
+    /// [`crate::replication::fetch_session::Changes::touch`]).
+    pub fn follower_fetch_in_session(
+        &self,
+        replica: i32,
+        position: FollowerPosition,
+        max_bytes: usize,
+        session: Option<&Arc<Changes>>,
+    ) -> (FetchResult, Option<Vec<i32>>, bool) {
+        let FollowerPosition { fetch_offset, last_fetched_epoch, current_leader_epoch } = position;
         if !self.is_leader() {
             return (FetchResult::error(ErrorCode::NotLeaderOrFollower.code()), None, false);
         }
         if let Err(code) = self.check_epoch(current_leader_epoch) {
+            // A follower that cannot fetch here is caught up at no fetch of its session.
+            self.forget_follower_session(replica);
             return (FetchResult::error(code), None, false);
         }
         let leo = self.log_end_offset();
         if last_fetched_epoch >= 0 {
             let (epoch, end) = self.end_offset_for_epoch(last_fetched_epoch);
             if epoch != last_fetched_epoch || end < fetch_offset {
+                self.forget_follower_session(replica);
                 let r = FetchResult {
                     error_code: 0,
                     high_watermark: self.high_watermark(),
@@ -256,6 +275,7 @@ impl Partition {
                 }
                 f.log_end_offset = fetch_offset;
                 f.leader_end_at_last_fetch = leo;
+                f.session = session.map(Arc::downgrade);
                 if !in_isr && fetch_offset >= hw && fetch_offset >= epoch_start {
                     let mut isr = s.isr.clone();
                     isr.push(replica);
@@ -267,11 +287,21 @@ impl Partition {
         (self.read_up_to(fetch_offset, max_bytes, i64::MAX), expand, moved)
     }
 
+    /// The follower no longer fetches this partition through the session that last read it
+    /// (it forgot the partition, or its reads fail): only its own reads count from now on.
+    pub fn forget_follower_session(&self, replica: i32) {
+        if let Some(f) = lock(&self.state).followers.get_mut(&replica) {
+            f.session = None;
+        }
+    }
+
     /// Followers in the ISR that have not caught up within `lag`; the new ISR without them.
+    /// Called for every partition each tick of the expiry task: reads the published log end,
+    /// never the log's lock.
     pub fn isr_to_shrink(&self, lag: Duration) -> Option<Vec<i32>> {
-        let leo = self.log_end_offset();
+        let leo = self.log_stats.log_end_offset();
         let s = lock(&self.state);
-        if s.role != Role::Leader {
+        if s.role != Role::Leader || s.isr.len() < 2 {
             return None;
         }
         let now = Instant::now();
@@ -281,7 +311,7 @@ impl Partition {
             .copied()
             .filter(|r| *r != self.broker_id)
             .filter(|r| {
-                s.followers.get(r).is_some_and(|f| f.log_end_offset < leo && now.duration_since(f.last_caught_up) > lag)
+                s.followers.get(r).is_some_and(|f| f.log_end_offset < leo && now.duration_since(f.caught_up_at()) > lag)
             })
             .collect();
         if lagging.is_empty() {
@@ -293,6 +323,10 @@ impl Partition {
     /// Applies an ISR change that is now recorded in ZooKeeper.
     pub fn set_isr(&self, isr: Vec<i32>) {
         let change = apply_isr(&mut lock(&self.state), isr);
+        if change.is_some() {
+            // Followers' sessions read it again: one left out must be seen catching up.
+            self.mark_sessions(false);
+        }
         self.report_isr_change(change);
         self.maybe_advance_high_watermark();
     }

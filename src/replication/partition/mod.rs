@@ -18,10 +18,12 @@ use crate::log::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::log::{zero_copy, AppendInfo, BatchHeader, FileRange, Log, LogConfig, LogError, LogStats};
 use crate::metrics::{IsrMetrics, TopicMetrics};
 use crate::protocol::ErrorCode;
+use crate::replication::fetch_session::Changes;
 use crate::replication::leader_epoch::LeaderEpochCache;
 use crate::sync::MutexExt;
 
 mod isr;
+pub use isr::FollowerPosition;
 mod read;
 mod transactions;
 
@@ -40,6 +42,27 @@ struct FollowerProgress {
     last_caught_up: Instant,
     /// Leader LEO when this follower's previous fetch arrived.
     leader_end_at_last_fetch: i64,
+    /// The fetch session that last read this partition for the follower: while it lives and
+    /// holds the partition, each of its fetches that leaves the partition unread is one at
+    /// which the follower still had what it had at that read.
+    session: Option<Weak<Changes>>,
+}
+
+impl FollowerProgress {
+    fn new(now: Instant) -> FollowerProgress {
+        FollowerProgress { log_end_offset: -1, last_caught_up: now, leader_end_at_last_fetch: -1, session: None }
+    }
+
+    /// Kafka's lastCaughtUpTime, with the session's fetches that skipped this partition
+    /// counted: they only skip it while neither the follower's position nor the leader's end
+    /// moved, so a follower caught up at its last read was caught up at each of them.
+    fn caught_up_at(&self) -> Instant {
+        let vouched = (self.log_end_offset >= self.leader_end_at_last_fetch && self.leader_end_at_last_fetch >= 0)
+            .then(|| self.session.as_ref().and_then(Weak::upgrade))
+            .flatten()
+            .and_then(|c| c.last_fetch());
+        vouched.map_or(self.last_caught_up, |t| t.max(self.last_caught_up))
+    }
 }
 
 #[derive(Debug)]
@@ -129,7 +152,7 @@ pub struct Partition {
     end_waiters: Mutex<Vec<Weak<Notify>>>,
     /// Consumer fetch sessions holding this partition, told of every change for as long as
     /// they live (unlike waiters, which are told once).
-    sessions: Mutex<Vec<Weak<crate::replication::fetch_session::Changes>>>,
+    sessions: Mutex<Vec<Weak<Changes>>>,
 }
 
 /// What a metrics scrape reads of a partition's replica state.
@@ -233,20 +256,32 @@ impl Partition {
     /// sessions that hold it.
     pub fn wake(&self) {
         notify_all(&self.end_waiters);
-        self.wake_high_watermark_waiters();
+        notify_all(&self.waiters);
+        self.mark_sessions(true);
     }
 
     /// Wakes the requests a move of the high watermark can answer: all but followers' fetches.
     fn wake_high_watermark_waiters(&self) {
         notify_all(&self.waiters);
+        self.mark_sessions(false);
+    }
+
+    /// Marks this partition changed in the fetch sessions that hold it, so that their next
+    /// fetch reads it. Unless `wake_followers`, a follower's fetch parked at the log end is
+    /// left to its timeout: it waits for records, which this change does not bring.
+    fn mark_sessions(&self, wake_followers: bool) {
         let sessions = lock(&self.sessions);
         for s in sessions.iter().filter_map(Weak::upgrade) {
-            s.mark(&self.topic, self.index);
+            if wake_followers || !s.follower() {
+                s.mark(&self.topic, self.index);
+            } else {
+                s.keep(&self.topic, self.index);
+            }
         }
     }
 
     /// Marks this partition in `changes` at each of its changes until the session is gone.
-    pub fn watch_changes(&self, changes: &Arc<crate::replication::fetch_session::Changes>) {
+    pub fn watch_changes(&self, changes: &Arc<Changes>) {
         let mut s = lock(&self.sessions);
         s.retain(|x| x.strong_count() > 0);
         if !s.iter().any(|x| std::ptr::eq(x.as_ptr(), Arc::as_ptr(changes))) {
@@ -302,6 +337,10 @@ impl Partition {
 
     pub fn isr(&self) -> Vec<i32> {
         lock(&self.state).isr.clone()
+    }
+
+    pub fn in_isr(&self, replica: i32) -> bool {
+        lock(&self.state).isr.contains(&replica)
     }
 
     pub fn latest_epoch(&self) -> i32 {
