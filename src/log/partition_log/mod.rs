@@ -594,7 +594,7 @@ impl Log {
         let first = self.segments.range(..=offset).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
         for seg in self.segments.range(first..).map(|(_, s)| s) {
             // The offset index finds where `offset` starts in its segment (a lower bound).
-            let from = if seg.base_offset() == first { u64::from(seg.offset_index().lookup(offset).1) } else { 0 };
+            let from = if seg.base_offset() == first { u64::from(seg.offset_index().lookup(offset)?.1) } else { 0 };
             let mut sc = seg.scanner(from, 64 * 1024)?;
             while let Some((pos, h)) = sc.next_header()? {
                 if h.producer_id < 0 || h.base_offset < self.log_start_offset || h.base_offset < offset {

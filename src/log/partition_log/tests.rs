@@ -191,7 +191,7 @@ fn sparse_index_follows_interval() {
     let sz = simple_batch(1, 300, 5).len() as u32;
     let per = 1000 / sz + 1;
     assert!(idx.entries() >= 5);
-    let (o, p) = idx.entry(0);
+    let (o, p) = idx.entry(0).unwrap();
     assert_eq!(o, i64::from(per));
     assert_eq!(p, positions[per as usize]);
     for off in 0..20 {
