@@ -368,6 +368,11 @@ impl OffsetIndex {
     pub fn is_mapped(&self) -> bool {
         index_maps().holds(self.inner.id)
     }
+    /// Drops the cache's mapping, as an eviction does.
+    #[cfg(test)]
+    pub fn unmap(&self) {
+        index_maps().remove(self.inner.id)
+    }
     fn decode(&self, e: &[u8]) -> (i64, u32) {
         (self.base_offset + i64::from(u32_at(e, 0)), u32_at(e, 4))
     }
@@ -495,6 +500,11 @@ impl TimeIndex {
     /// Whether the index's file is mapped in the process's cache now.
     pub fn is_mapped(&self) -> bool {
         index_maps().holds(self.inner.id)
+    }
+    /// Drops the cache's mapping, as an eviction does.
+    #[cfg(test)]
+    pub fn unmap(&self) {
+        index_maps().remove(self.inner.id)
     }
     fn decode(&self, e: &[u8]) -> (i64, i64) {
         (i64_at(e, 0), self.base_offset + i64::from(u32_at(e, 8)))
