@@ -122,6 +122,12 @@ impl IndexMapCache {
             ));
         }
         let raw = memmap2::MmapOptions::new().len(len).map_raw(&file)?;
+        // Lookups touch a few scattered pages and appends one page at a time: without this,
+        // the first store into a preallocated (sparse) index reads ahead a large range of it
+        // into the page cache, only for the trim at the next roll or close to drop it again.
+        if let Err(e) = raw.advise(memmap2::Advice::Random) {
+            tracing::debug!(index = %path.display(), error = %e, "madvise(MADV_RANDOM) failed");
+        }
         let map = Arc::new(IndexMap { raw });
         let capacity = self.capacity.load(Ordering::Relaxed);
         let shed = self.lock().insert(id, map.clone(), capacity);
