@@ -59,6 +59,7 @@ impl Broker {
         }
         crate::log::fd_cache::configure(config.segment_fd_cache_size, config.open_files_reserved)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        crate::log::index_cache::configure(config.index_mmap_cache_size).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (dirs, defaults) = (config.log_dirs.clone(), config.log.clone());
         let logs = tokio::task::spawn_blocking(move || LogManager::open(dirs, defaults))
             .await?
@@ -383,14 +384,15 @@ impl Broker {
             ZnodeStore::Embedded(_) => None,
         };
         let (controller_events_queued, controller_events_processed) = self.components.controller.event_counts();
-        let files = crate::log::fd_cache::segment_files().stats();
-        let segment_files = crate::metrics::SegmentFilesSample {
-            hits: files.hits,
-            misses: files.misses,
-            evictions: files.evictions,
-            open: files.open,
-            capacity: files.capacity,
+        let sample = |s: crate::log::fd_cache::SegmentFileStats| crate::metrics::SegmentFilesSample {
+            hits: s.hits,
+            misses: s.misses,
+            evictions: s.evictions,
+            open: s.open,
+            capacity: s.capacity,
         };
+        let segment_files = sample(crate::log::fd_cache::segment_files().stats());
+        let index_maps = sample(crate::log::index_cache::index_maps().stats());
         StateSample {
             active_controller,
             partitions,
@@ -401,6 +403,7 @@ impl Broker {
             controller_events_processed,
             zookeeper,
             segment_files,
+            index_maps,
         }
     }
 

@@ -43,6 +43,10 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // one descriptor per segment). -1: the open-file limit less gregor.open.files.reserved,
     // within [64, 10000].
     ("gregor.log.segment.fd.cache.size", "-1"),
+    // Segment index files mapped at once, broker-wide (Kafka maps every segment's two
+    // indexes, which vm.max_map_count caps near 30,000 segments). -1: vm.max_map_count less
+    // 8,192 maps kept for threads and the allocator.
+    ("gregor.log.index.mmap.cache.size", "-1"),
     // Memory the arrays and tagged fields of one decoded request may take. A follower fetching
     // 20,000 partitions needs about 2 MB of it, a Metadata request naming 100,000 topics under
     // 10 MB; a frame of empty elements would otherwise decode into forty times its size.

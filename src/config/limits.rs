@@ -99,6 +99,18 @@ fn segment_fd_cache_size(value: &str) -> Result<Option<usize>, ConfigError> {
     }
 }
 
+/// `gregor.log.index.mmap.cache.size`: -1 (None: sized from vm.max_map_count at start) or
+/// 1..=100,000,000 (no kernel lets one process hold more maps; whether this one's limit can
+/// is checked at start).
+fn index_mmap_cache_size(value: &str) -> Result<Option<usize>, ConfigError> {
+    const KEY: &str = "gregor.log.index.mmap.cache.size";
+    match num::<i64>(KEY, value)? {
+        -1 => Ok(None),
+        n if (1..=100_000_000).contains(&n) => Ok(Some(n as usize)),
+        _ => Err(invalid(KEY, value, "must be -1 (from vm.max_map_count) or between 1 and 100000000")),
+    }
+}
+
 /// The limits, as parsed.
 pub(super) struct Limits {
     pub max_request_partition_size_limit: i32,
@@ -107,6 +119,7 @@ pub(super) struct Limits {
     pub connection_log_interval: Duration,
     pub open_files_reserved: u64,
     pub segment_fd_cache_size: Option<usize>,
+    pub index_mmap_cache_size: Option<usize>,
     pub socket_request_max_bytes: usize,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
@@ -143,6 +156,7 @@ impl Limits {
             )?),
             open_files_reserved: num::<u64>("gregor.open.files.reserved", get("gregor.open.files.reserved"))?,
             segment_fd_cache_size: segment_fd_cache_size(get("gregor.log.segment.fd.cache.size"))?,
+            index_mmap_cache_size: index_mmap_cache_size(get("gregor.log.index.mmap.cache.size"))?,
             socket_request_max_bytes: positive::<usize>("socket.request.max.bytes", get("socket.request.max.bytes"))?,
             max_connections: non_negative_usize("max.connections", get("max.connections"))?,
             max_connections_per_ip: non_negative_usize("max.connections.per.ip", get("max.connections.per.ip"))?,

@@ -94,6 +94,9 @@ pub struct BrokerConfig {
     /// `gregor.log.segment.fd.cache.size`: segment files open at once; None: sized at start
     /// from the open-file limit.
     pub segment_fd_cache_size: Option<usize>,
+    /// `gregor.log.index.mmap.cache.size`: index files mapped at once; None: sized at start
+    /// from vm.max_map_count.
+    pub index_mmap_cache_size: Option<usize>,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
@@ -271,6 +274,7 @@ impl BrokerConfig {
             connection_log_interval: limits.connection_log_interval,
             open_files_reserved: limits.open_files_reserved,
             segment_fd_cache_size: limits.segment_fd_cache_size,
+            index_mmap_cache_size: limits.index_mmap_cache_size,
             default_replication_factor: repl.default_replication_factor,
             auto_create_topics_enable: parse::boolean("auto.create.topics.enable", get("auto.create.topics.enable"))?,
             delete_topic_enable: parse::boolean("delete.topic.enable", get("delete.topic.enable"))?,

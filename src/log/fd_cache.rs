@@ -17,12 +17,13 @@
 //! The lock is held for map updates only: an open() (a miss) and a close() (an eviction) run
 //! outside it, so one slow disk never stalls lookups for the others.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+use super::lru::Lru;
 
 /// Default of `gregor.log.segment.fd.cache.size`: a tenth of this machine class's 20,000-file
 /// limit would do; this leaves the rest for connections and is still far more than the
@@ -40,40 +41,8 @@ pub struct SegmentFileStats {
     pub capacity: u64,
 }
 
-#[derive(Default)]
-struct Inner {
-    by_id: HashMap<u64, (Arc<File>, u64)>,
-    /// Last use (a tick) to segment id: the first entry is the least recently used.
-    by_use: BTreeMap<u64, u64>,
-    tick: u64,
-}
-
-impl Inner {
-    fn touch(&mut self, id: u64) -> Option<Arc<File>> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (file, used) = self.by_id.get_mut(&id)?;
-        self.by_use.remove(used);
-        *used = tick;
-        self.by_use.insert(tick, id);
-        Some(file.clone())
-    }
-
-    /// Entries beyond `capacity`, least recently used first, taken out for the caller to close.
-    fn shed(&mut self, capacity: usize) -> Vec<Arc<File>> {
-        let mut out = Vec::new();
-        while self.by_id.len() > capacity {
-            let Some((_, id)) = self.by_use.pop_first() else { break };
-            if let Some((f, _)) = self.by_id.remove(&id) {
-                out.push(f);
-            }
-        }
-        out
-    }
-}
-
 pub struct SegmentFileCache {
-    inner: Mutex<Inner>,
+    inner: Mutex<Lru<Arc<File>>>,
     capacity: AtomicUsize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -83,7 +52,7 @@ pub struct SegmentFileCache {
 impl SegmentFileCache {
     pub fn new(capacity: usize) -> Self {
         SegmentFileCache {
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Lru::default()),
             capacity: AtomicUsize::new(capacity.max(1)),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -91,7 +60,7 @@ impl SegmentFileCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru<Arc<File>>> {
         // The map stays consistent whatever a panicking holder did (no step leaves it half
         // updated across a call that can panic), so a poisoned lock is still usable.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -125,11 +94,7 @@ impl SegmentFileCache {
                 (f, Vec::new())
             } else {
                 let file = Arc::new(file);
-                inner.tick += 1;
-                let tick = inner.tick;
-                inner.by_id.insert(id, (file.clone(), tick));
-                inner.by_use.insert(tick, id);
-                let shed = inner.shed(capacity);
+                let shed = inner.insert(id, file.clone(), capacity);
                 (file, shed)
             }
         };
@@ -140,20 +105,13 @@ impl SegmentFileCache {
 
     /// Forgets segment `id` (deleted or dropped): its descriptor closes once no reader holds it.
     pub fn remove(&self, id: u64) {
-        let gone = {
-            let mut inner = self.lock();
-            let gone = inner.by_id.remove(&id);
-            if let Some((_, used)) = &gone {
-                inner.by_use.remove(used);
-            }
-            gone
-        };
+        let gone = self.lock().remove(id);
         drop(gone);
     }
 
     /// Whether segment `id`'s file is open in the cache.
     pub fn holds(&self, id: u64) -> bool {
-        self.lock().by_id.contains_key(&id)
+        self.lock().contains(id)
     }
 
     pub fn stats(&self) -> SegmentFileStats {
@@ -161,7 +119,7 @@ impl SegmentFileCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
-            open: self.lock().by_id.len() as u64,
+            open: self.lock().len() as u64,
             capacity: self.capacity.load(Ordering::Relaxed) as u64,
         }
     }

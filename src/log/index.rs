@@ -13,25 +13,36 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use memmap2::MmapMut;
+use super::index_cache::{index_maps, next_index_id, IndexMap};
 
 pub const OFFSET_ENTRY_SIZE: usize = 8;
 pub const TIME_ENTRY_SIZE: usize = 12;
 
-/// The shared mmap + entry bookkeeping behind both index kinds.
+/// The file + entry bookkeeping behind both index kinds. The file is mapped only while an
+/// operation reads or writes entries, through the process's [`index_maps`] cache; the entry
+/// count, the last entry and the file's length are kept here so appends' checks, a reload and
+/// a flush of an idle index need no mapping.
 #[derive(Debug)]
 struct MmapIndex {
     path: PathBuf,
+    /// This index's key in [`index_maps`].
+    id: u64,
     /// The file's length changed since the last flush (a trim or preallocation), so a flush
     /// must also sync the file, not only the mapped bytes.
-    len_dirty: std::sync::atomic::AtomicBool,
-    mmap: Option<MmapMut>,
+    len_dirty: AtomicBool,
+    /// Entries were written or zeroed since the last flush.
+    dirty: AtomicBool,
     entry_size: usize,
     entries: usize,
-    /// Entries the current mapping can hold.
+    /// Entries the file can hold (its length over the entry size): what a mapping covers.
     capacity: usize,
+    /// The bytes of the last entry (meaningful while `entries > 0`).
+    last: [u8; TIME_ENTRY_SIZE],
     /// File length was not a whole number of entries when opened.
     misaligned: bool,
     /// The file did not exist: any data in the log is unindexed.
@@ -49,7 +60,6 @@ const ALLOC_UNIT: usize = 4096;
 /// Entries before the first all-zero slot of a preallocated index: slots 1.. are non-zero up
 /// to the end of the entries and zero after, so a binary search finds it in a few reads.
 fn count_used_entries(file: &File, entry_size: usize, slots: usize) -> io::Result<usize> {
-    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; entry_size];
     let mut zero = |i: usize| -> io::Result<bool> {
         file.read_exact_at(&mut buf, (i * entry_size) as u64)?;
@@ -81,27 +91,15 @@ fn preallocated_len(max_index_size: u32, entry_size: usize) -> u64 {
 impl MmapIndex {
     fn open(path: &Path, entry_size: usize, max_index_size: u32, preallocate: bool) -> io::Result<Self> {
         let created = !path.exists();
-        // The file is closed again once mapped (the mapping keeps the pages): one open file per
-        // segment, the log, as Kafka keeps.
+        // Closed again before returning: an index holds no descriptor, and maps only on use.
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         let len = file.metadata()?.len();
         let misaligned = len % entry_size as u64 != 0;
-        let mut idx = MmapIndex {
-            path: path.to_path_buf(),
-            len_dirty: std::sync::atomic::AtomicBool::new(false),
-            mmap: None,
-            entry_size,
-            entries: 0,
-            capacity: 0,
-            misaligned,
-            created,
-            allocated: 0,
-        };
         let whole = len - len % entry_size as u64;
         // Only a preallocated file (the active segment's, left by a crash) has zeros behind its
         // entries; a new one has none and a trimmed one is all entries. The search reads the
-        // file rather than the mapping, so a broker opening many partitions after a crash
-        // does not page in (and keep resident) the regions around each probe.
+        // file rather than a mapping, so opening many partitions maps nothing and leaves no
+        // pages resident.
         let entries = if created {
             0
         } else if whole == preallocated_len(max_index_size, entry_size) {
@@ -109,9 +107,20 @@ impl MmapIndex {
         } else {
             (whole / entry_size as u64) as usize
         };
-        drop(file);
-        idx.map(whole)?;
-        idx.entries = entries.min(idx.capacity);
+        let mut idx = MmapIndex {
+            path: path.to_path_buf(),
+            id: next_index_id(),
+            len_dirty: AtomicBool::new(false),
+            dirty: AtomicBool::new(false),
+            entry_size,
+            entries,
+            capacity: (whole / entry_size as u64) as usize,
+            last: [0; TIME_ENTRY_SIZE],
+            misaligned,
+            created,
+            allocated: 0,
+        };
+        idx.read_last(&file)?;
         // The page holding the last entry has blocks; the ones after it may not.
         idx.allocated = (idx.entries * entry_size).div_ceil(ALLOC_UNIT) * ALLOC_UNIT;
         let target = if preallocate {
@@ -120,39 +129,49 @@ impl MmapIndex {
             (idx.entries * entry_size) as u64
         };
         if target != len {
-            idx.resize(target)?;
+            idx.resize_file(&file, target)?;
         }
         Ok(idx)
     }
 
-    fn map(&mut self, len: u64) -> io::Result<()> {
-        self.mmap = None;
-        self.capacity = 0;
-        if len > 0 {
-            // SAFETY: the file is private to this index (one owner per
-            // segment, opened by us); nobody truncates it while mapped
-            // because every resize drops the mapping first.
-            let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
-            let m = unsafe { memmap2::MmapOptions::new().len(len as usize).map_mut(&file)? };
-            self.capacity = len as usize / self.entry_size;
-            self.mmap = Some(m);
+    /// Reloads the cached last entry from the file.
+    fn read_last(&mut self, file: &File) -> io::Result<()> {
+        if self.entries > 0 {
+            let at = ((self.entries - 1) * self.entry_size) as u64;
+            file.read_exact_at(&mut self.last[..self.entry_size], at)?;
         }
         Ok(())
     }
 
+    /// The whole file mapped, for one operation: drop it when the operation ends.
+    fn map(&self) -> io::Result<Arc<IndexMap>> {
+        index_maps().get(self.id, &self.path, self.capacity * self.entry_size)
+    }
+
     fn resize(&mut self, len: u64) -> io::Result<()> {
+        let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        self.resize_file(&file, len)
+    }
+
+    fn resize_file(&mut self, file: &File, len: u64) -> io::Result<()> {
         let len = len - len % self.entry_size as u64;
-        self.mmap = None;
-        OpenOptions::new().write(true).open(&self.path)?.set_len(len)?;
-        self.len_dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+        // No mapping may outlive a shrink (a load past the end is a SIGBUS), and a grown file
+        // needs a longer one: the next use maps afresh. `&mut self` means no operation of
+        // this index holds one now.
+        index_maps().remove(self.id);
+        file.set_len(len)?;
+        self.len_dirty.store(true, Ordering::Relaxed);
         // Growing adds a hole; shrinking frees the blocks past the end.
         self.allocated = self.allocated.min(len as usize);
-        self.map(len)?;
-        self.entries = self.entries.min(self.capacity);
+        self.capacity = len as usize / self.entry_size;
+        if self.entries > self.capacity {
+            self.entries = self.capacity;
+            self.read_last(file)?;
+        }
         Ok(())
     }
 
-    /// Gives `[allocated, end)` (rounded up to whole pages, within the mapping) disk blocks.
+    /// Gives `[allocated, end)` (rounded up to whole pages, within the file) disk blocks.
     fn allocate_to(&mut self, end: usize) -> bool {
         let mapped = self.capacity * self.entry_size;
         let to = end.div_ceil(ALLOC_UNIT).saturating_mul(ALLOC_UNIT).min(mapped);
@@ -182,7 +201,7 @@ impl MmapIndex {
         }
     }
 
-    /// Renames the file; the mapping stays valid (it refers to the inode, not the name).
+    /// Renames the file; a mapping stays valid (it refers to the inode, not the name).
     fn rename(&mut self, to: &Path) -> io::Result<()> {
         std::fs::rename(&self.path, to)?;
         self.path = to.to_path_buf();
@@ -194,81 +213,124 @@ impl MmapIndex {
         self.path = to.to_path_buf();
     }
 
-    fn entry(&self, i: usize) -> &[u8] {
-        match &self.mmap {
-            Some(m) => &m[i * self.entry_size..(i + 1) * self.entry_size],
-            None => &[],
-        }
+    fn last(&self) -> Option<&[u8]> {
+        (self.entries > 0).then(|| &self.last[..self.entry_size])
     }
 
+    /// Entry `i` of `map` (an empty slice past the mapping, which `entries` never reaches).
+    fn entry<'m>(&self, map: &'m IndexMap, i: usize) -> &'m [u8] {
+        map.bytes(i * self.entry_size, self.entry_size).unwrap_or(&[])
+    }
+
+    /// Adds an entry; false when it was left out (the index full, no disk blocks for it, or
+    /// no mapping to be had: the index is sparse anyway, lookups scan from an earlier entry).
     fn push(&mut self, bytes: &[u8]) -> bool {
-        if self.entries >= self.capacity {
+        if self.entries >= self.capacity || bytes.len() != self.entry_size {
             return false;
         }
         let at = self.entries * self.entry_size;
         if at + self.entry_size > self.allocated && !self.allocate_to(at + self.entry_size) {
             return false;
         }
-        match &mut self.mmap {
-            Some(m) => {
-                m[at..at + self.entry_size].copy_from_slice(bytes);
-                self.entries += 1;
-                true
+        let map = match self.map() {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(index = %self.path.display(), error = %e, "index entry left out: cannot map the index");
+                return false;
             }
-            None => false,
+        };
+        if !map.write(at, bytes) {
+            return false;
         }
+        self.entries += 1;
+        self.last[..self.entry_size].copy_from_slice(bytes);
+        self.dirty.store(true, Ordering::Relaxed);
+        true
     }
 
-    /// Keeps the first `n` entries, zeroing the rest so a later crash-open
-    /// does not resurrect them.
-    fn truncate_entries(&mut self, n: usize) {
+    /// Keeps the first `n` entries, zeroing the rest so a later crash-open does not resurrect
+    /// them. Through the file, not a mapping (the page cache is the same): recovery and
+    /// truncation of many indexes map nothing.
+    fn truncate_entries(&mut self, n: usize) -> io::Result<()> {
         if n >= self.entries {
-            return;
+            return Ok(());
         }
+        let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
         let (from, to) = (n * self.entry_size, self.entries * self.entry_size);
-        if let Some(m) = &mut self.mmap {
-            m[from..to].fill(0);
-        }
+        file.write_all_at(&vec![0u8; to - from], from as u64)?;
         self.entries = n;
+        self.read_last(&file)?;
+        self.dirty.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
+    /// Makes written entries and length changes durable; an index untouched since its last
+    /// flush costs nothing.
     fn flush(&self) -> io::Result<()> {
-        if let Some(m) = &self.mmap {
-            m.flush()?;
+        let dirty = self.dirty.swap(false, Ordering::Relaxed);
+        let len_dirty = self.len_dirty.swap(false, Ordering::Relaxed);
+        if !dirty && !len_dirty {
+            return Ok(());
         }
-        // Trims and preallocations change the length: make that durable too.
-        if self.len_dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            File::open(&self.path)?.sync_data()?;
+        let synced = match index_maps().peek(self.id) {
+            // msync writes back the range's dirty pages, whichever mapping dirtied them.
+            Some(m) if !len_dirty => m.flush(),
+            // The mapping was dropped since the stores (they sit in the page cache) or the
+            // length changed: sync the file itself.
+            _ => File::open(&self.path).and_then(|f| f.sync_data()),
+        };
+        if synced.is_err() {
+            self.dirty.fetch_or(dirty, Ordering::Relaxed);
+            self.len_dirty.fetch_or(len_dirty, Ordering::Relaxed);
         }
-        Ok(())
+        synced
+    }
+
+    /// The used entries' bytes, read from the file: a check at load maps nothing.
+    fn read_entries(&self) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.entries * self.entry_size];
+        if !buf.is_empty() {
+            File::open(&self.path)?.read_exact_at(&mut buf, 0)?;
+        }
+        Ok(buf)
     }
 
     /// Greatest slot whose key is <= `target` (keys non-decreasing), by
     /// binary search over the used entries.
-    fn largest_lower_bound(&self, target: i64, key: impl Fn(&[u8]) -> i64) -> Option<usize> {
-        if self.entries == 0 || key(self.entry(0)) > target {
-            return None;
+    fn largest_lower_bound(&self, target: i64, key: impl Fn(&[u8]) -> i64) -> io::Result<Option<usize>> {
+        if self.entries == 0 {
+            return Ok(None);
+        }
+        let map = self.map()?;
+        let entry = |i| key(self.entry(&map, i));
+        if entry(0) > target {
+            return Ok(None);
         }
         let (mut lo, mut hi) = (0usize, self.entries - 1);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
-            if key(self.entry(mid)) <= target {
+            if entry(mid) <= target {
                 lo = mid;
             } else {
                 hi = mid - 1;
             }
         }
-        Some(lo)
+        Ok(Some(lo))
+    }
+}
+
+impl Drop for MmapIndex {
+    /// An index that goes (deleted, replaced, closed) takes its mapping with it.
+    fn drop(&mut self) {
+        index_maps().remove(self.id);
     }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    b.get(at..at + 4).and_then(|s| s.try_into().ok()).map(u32::from_be_bytes).unwrap_or(0)
 }
 fn i64_at(b: &[u8], at: usize) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    i64::from_be_bytes(a)
+    b.get(at..at + 8).and_then(|s| s.try_into().ok()).map(i64::from_be_bytes).unwrap_or(0)
 }
 
 /// Offset -> file position index of one segment.
@@ -302,13 +364,25 @@ impl OffsetIndex {
     pub fn is_full(&self) -> bool {
         self.inner.entries >= self.inner.capacity
     }
-    /// (absolute offset, position) of entry `i`.
-    pub fn entry(&self, i: usize) -> (i64, u32) {
-        let e = self.inner.entry(i);
+    /// Whether the index's file is mapped in the process's cache now.
+    pub fn is_mapped(&self) -> bool {
+        index_maps().holds(self.inner.id)
+    }
+    /// Drops the cache's mapping, as an eviction does.
+    #[cfg(test)]
+    pub fn unmap(&self) {
+        index_maps().remove(self.inner.id)
+    }
+    fn decode(&self, e: &[u8]) -> (i64, u32) {
         (self.base_offset + i64::from(u32_at(e, 0)), u32_at(e, 4))
     }
+    /// (absolute offset, position) of entry `i` (maps the index).
+    pub fn entry(&self, i: usize) -> io::Result<(i64, u32)> {
+        let map = self.inner.map()?;
+        Ok(self.decode(self.inner.entry(&map, i)))
+    }
     pub fn last_entry(&self) -> Option<(i64, u32)> {
-        self.inner.entries.checked_sub(1).map(|i| self.entry(i))
+        self.inner.last().map(|e| self.decode(e))
     }
     /// Adds an entry; ignored (returns false) unless offset and position
     /// both grow and the offset fits in 32 bits relative to the base.
@@ -327,27 +401,29 @@ impl OffsetIndex {
         e[4..].copy_from_slice(&position.to_be_bytes());
         self.inner.push(&e)
     }
-    /// Greatest entry with offset <= target, or (base_offset, 0).
-    pub fn lookup(&self, target: i64) -> (i64, u32) {
+    /// Greatest entry with offset <= target, or (base_offset, 0). An error only when the
+    /// index cannot be mapped.
+    pub fn lookup(&self, target: i64) -> io::Result<(i64, u32)> {
         let rel = target - self.base_offset;
-        match self.inner.largest_lower_bound(rel, |e| i64::from(u32_at(e, 0))) {
+        match self.inner.largest_lower_bound(rel, |e| i64::from(u32_at(e, 0)))? {
             Some(i) => self.entry(i),
-            None => (self.base_offset, 0),
+            None => Ok((self.base_offset, 0)),
         }
     }
     /// Drops entries with offset >= `offset`.
-    pub fn truncate_to(&mut self, offset: i64) {
-        let keep = match self.inner.largest_lower_bound(offset - self.base_offset, |e| i64::from(u32_at(e, 0))) {
+    pub fn truncate_to(&mut self, offset: i64) -> io::Result<()> {
+        let keep = match self.inner.largest_lower_bound(offset - self.base_offset, |e| i64::from(u32_at(e, 0)))? {
             None => 0,
-            Some(i) if self.entry(i).0 == offset => i,
+            Some(i) if self.entry(i)?.0 == offset => i,
             Some(i) => i + 1,
         };
-        self.inner.truncate_entries(keep);
+        self.inner.truncate_entries(keep)
     }
-    pub fn reset(&mut self) {
-        self.inner.truncate_entries(0);
+    pub fn reset(&mut self) -> io::Result<()> {
+        self.inner.truncate_entries(0)?;
         self.inner.misaligned = false;
         self.inner.created = false;
+        Ok(())
     }
     /// True if the file was missing when opened (and not rebuilt since).
     pub fn was_created(&self) -> bool {
@@ -355,24 +431,25 @@ impl OffsetIndex {
     }
     /// Entries strictly increasing, offsets inside [base, next_offset),
     /// positions inside the log.
-    pub fn sanity_check(&self, next_offset: i64, log_size: u64) -> bool {
+    pub fn sanity_check(&self, next_offset: i64, log_size: u64) -> io::Result<bool> {
         if self.inner.misaligned {
-            return false;
+            return Ok(false);
         }
+        let bytes = self.inner.read_entries()?;
         let mut prev: Option<(i64, u32)> = None;
-        for i in 0..self.entries() {
-            let (o, p) = self.entry(i);
+        for e in bytes.chunks_exact(OFFSET_ENTRY_SIZE) {
+            let (o, p) = self.decode(e);
             if o >= next_offset || u64::from(p) >= log_size {
-                return false;
+                return Ok(false);
             }
             if let Some((po, pp)) = prev {
                 if o <= po || p <= pp {
-                    return false;
+                    return Ok(false);
                 }
             }
             prev = Some((o, p));
         }
-        true
+        Ok(true)
     }
     pub fn trim(&mut self) -> io::Result<()> {
         let len = (self.inner.entries * OFFSET_ENTRY_SIZE) as u64;
@@ -420,13 +497,25 @@ impl TimeIndex {
     pub fn is_full(&self) -> bool {
         self.inner.entries + 1 >= self.inner.capacity
     }
-    /// (timestamp, absolute offset) of entry `i`.
-    pub fn entry(&self, i: usize) -> (i64, i64) {
-        let e = self.inner.entry(i);
+    /// Whether the index's file is mapped in the process's cache now.
+    pub fn is_mapped(&self) -> bool {
+        index_maps().holds(self.inner.id)
+    }
+    /// Drops the cache's mapping, as an eviction does.
+    #[cfg(test)]
+    pub fn unmap(&self) {
+        index_maps().remove(self.inner.id)
+    }
+    fn decode(&self, e: &[u8]) -> (i64, i64) {
         (i64_at(e, 0), self.base_offset + i64::from(u32_at(e, 8)))
     }
+    /// (timestamp, absolute offset) of entry `i` (maps the index).
+    pub fn entry(&self, i: usize) -> io::Result<(i64, i64)> {
+        let map = self.inner.map()?;
+        Ok(self.decode(self.inner.entry(&map, i)))
+    }
     pub fn last_entry(&self) -> Option<(i64, i64)> {
-        self.inner.entries.checked_sub(1).map(|i| self.entry(i))
+        self.inner.last().map(|e| self.decode(e))
     }
     /// Appends when `timestamp` exceeds the last entry's timestamp. Returns
     /// whether an entry was written.
@@ -455,49 +544,54 @@ impl TimeIndex {
     /// Offset to start scanning from for the first batch with a timestamp
     /// at or above `target`: the offset of the greatest entry whose
     /// timestamp is strictly below the target (every record before it is
-    /// older), else the segment base.
-    pub fn lookup(&self, target: i64) -> i64 {
-        match self.inner.largest_lower_bound(target.saturating_sub(1), |e| i64_at(e, 0)) {
-            Some(i) => self.entry(i).1,
-            None => self.base_offset,
+    /// older), else the segment base. An error only when the index cannot be mapped.
+    pub fn lookup(&self, target: i64) -> io::Result<i64> {
+        match self.inner.largest_lower_bound(target.saturating_sub(1), |e| i64_at(e, 0))? {
+            Some(i) => Ok(self.entry(i)?.1),
+            None => Ok(self.base_offset),
         }
     }
     /// Drops entries pointing at offsets >= `offset`.
-    pub fn truncate_to(&mut self, offset: i64) {
+    pub fn truncate_to(&mut self, offset: i64) -> io::Result<()> {
         let mut keep = self.inner.entries;
-        while keep > 0 && self.entry(keep - 1).1 >= offset {
-            keep -= 1;
+        if self.last_entry().is_some_and(|(_, o)| o >= offset) {
+            let map = self.inner.map()?;
+            while keep > 0 && self.decode(self.inner.entry(&map, keep - 1)).1 >= offset {
+                keep -= 1;
+            }
         }
-        self.inner.truncate_entries(keep);
+        self.inner.truncate_entries(keep)
     }
-    pub fn reset(&mut self) {
-        self.inner.truncate_entries(0);
+    pub fn reset(&mut self) -> io::Result<()> {
+        self.inner.truncate_entries(0)?;
         self.inner.misaligned = false;
         self.inner.created = false;
+        Ok(())
     }
     /// True if the file was missing when opened (and not rebuilt since).
     pub fn was_created(&self) -> bool {
         self.inner.created
     }
     /// Timestamps and offsets non-decreasing, offsets inside the segment.
-    pub fn sanity_check(&self, next_offset: i64) -> bool {
+    pub fn sanity_check(&self, next_offset: i64) -> io::Result<bool> {
         if self.inner.misaligned {
-            return false;
+            return Ok(false);
         }
+        let bytes = self.inner.read_entries()?;
         let mut prev: Option<(i64, i64)> = None;
-        for i in 0..self.entries() {
-            let (t, o) = self.entry(i);
+        for e in bytes.chunks_exact(TIME_ENTRY_SIZE) {
+            let (t, o) = self.decode(e);
             if o >= next_offset {
-                return false;
+                return Ok(false);
             }
             if let Some((pt, po)) = prev {
                 if t < pt || o < po {
-                    return false;
+                    return Ok(false);
                 }
             }
             prev = Some((t, o));
         }
-        true
+        Ok(true)
     }
     pub fn trim(&mut self) -> io::Result<()> {
         let len = (self.inner.entries * TIME_ENTRY_SIZE) as u64;
@@ -516,158 +610,4 @@ impl TimeIndex {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offset_index_append_lookup() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("00000000000000000100.index");
-        let mut idx = OffsetIndex::open(&p, 100, 80, true).unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 80);
-        assert_eq!(idx.lookup(150), (100, 0));
-        assert!(idx.append(110, 4000));
-        assert!(idx.append(120, 8000));
-        assert!(!idx.append(120, 9000), "non-increasing offset is refused");
-        assert!(!idx.append(130, 8000), "non-increasing position is refused");
-        assert!(!idx.append(99, 9000), "below base is refused");
-        assert!(idx.append(135, 12000));
-        assert_eq!(idx.lookup(99), (100, 0));
-        assert_eq!(idx.lookup(109), (100, 0));
-        assert_eq!(idx.lookup(110), (110, 4000));
-        assert_eq!(idx.lookup(119), (110, 4000));
-        assert_eq!(idx.lookup(134), (120, 8000));
-        assert_eq!(idx.lookup(10_000), (135, 12000));
-        assert_eq!(idx.last_entry(), Some((135, 12000)));
-        idx.truncate_to(121);
-        assert_eq!(idx.entries(), 2);
-        idx.truncate_to(120);
-        assert_eq!(idx.entries(), 1);
-        assert!(idx.sanity_check(111, 4001));
-        assert!(!idx.sanity_check(110, 4001));
-        assert!(!idx.sanity_check(111, 4000));
-        for i in 0..9 {
-            idx.append(200 + i, 20000 + i as u32);
-        }
-        assert!(idx.is_full());
-        assert_eq!(idx.entries(), 10);
-        assert!(!idx.append(500, 50000));
-        idx.trim().unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 80);
-        idx.truncate_to(205);
-        idx.trim().unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 6 * 8);
-    }
-
-    #[test]
-    fn offset_index_bytes_and_reopen() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.index");
-        {
-            let mut idx = OffsetIndex::open(&p, 1000, 4096, true).unwrap();
-            idx.append(1003, 0x0102);
-            idx.append(1000 + 0x01020304, 0x7fff_fffe);
-            idx.flush().unwrap();
-            // dropped without trim: crash with preallocated file
-        }
-        let raw = std::fs::read(&p).unwrap();
-        assert_eq!(raw.len(), 4096);
-        assert_eq!(&raw[..16], &[0, 0, 0, 3, 0, 0, 1, 2, 1, 2, 3, 4, 0x7f, 0xff, 0xff, 0xfe]);
-        assert!(raw[16..].iter().all(|&b| b == 0));
-        let mut idx = OffsetIndex::open(&p, 1000, 4096, false).unwrap();
-        assert_eq!(idx.entries(), 2);
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 16);
-        assert_eq!(idx.entry(1), (1000 + 0x01020304, 0x7fff_fffe));
-        idx.preallocate(4096).unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 4096);
-        assert!(idx.append(1000 + 0x01020305, 0x7fff_ffff));
-        assert_eq!(idx.entries(), 3);
-    }
-
-    #[test]
-    fn misaligned_index_fails_sanity() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.index");
-        std::fs::write(&p, [0u8, 0, 0, 1, 0, 0, 0, 9, 7]).unwrap();
-        let idx = OffsetIndex::open(&p, 0, 4096, false).unwrap();
-        assert!(!idx.sanity_check(100, 100));
-    }
-
-    #[test]
-    fn time_index_append_lookup() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("00000000000000000050.timeindex");
-        let mut ti = TimeIndex::open(&p, 50, 60, true).unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 60);
-        assert_eq!(ti.lookup(5), 50);
-        assert!(ti.maybe_append(1000, 55));
-        assert!(!ti.maybe_append(1000, 60), "same timestamp is not re-indexed");
-        assert!(!ti.maybe_append(900, 60));
-        assert!(ti.maybe_append(2000, 60));
-        assert!(ti.maybe_append(3000, 70));
-        assert_eq!(ti.lookup(999), 50);
-        assert_eq!(ti.lookup(1000), 50);
-        assert_eq!(ti.lookup(1001), 55);
-        assert_eq!(ti.lookup(2500), 60);
-        assert_eq!(ti.lookup(i64::MAX), 70);
-        assert!(ti.maybe_append(4000, 80));
-        assert!(ti.is_full(), "last slot is reserved");
-        assert!(ti.maybe_append(5000, 90));
-        assert!(ti.maybe_append(6000, 95), "grows for the on-roll entry");
-        let raw = std::fs::read(&p).unwrap();
-        let mut e0 = 1000i64.to_be_bytes().to_vec();
-        e0.extend_from_slice(&5u32.to_be_bytes());
-        assert_eq!(&raw[..12], &e0[..]);
-        ti.truncate_to(70);
-        assert_eq!(ti.last_entry(), Some((2000, 60)));
-        assert!(ti.sanity_check(61));
-        assert!(!ti.sanity_check(60));
-        ti.trim().unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 24);
-        drop(ti);
-        let ti = TimeIndex::open(&p, 50, 60, false).unwrap();
-        assert_eq!(ti.entries(), 2);
-    }
-
-    /// A preallocated index is sparse: on a full file system a store into one of its holes
-    /// through the mapping would kill the process with SIGBUS. Needs a small tmpfs to fill,
-    /// so root; without it the test says so and does nothing.
-    #[test]
-    fn a_full_file_system_leaves_entries_out_instead_of_faulting() {
-        let d = tempfile::tempdir().unwrap();
-        let mnt = d.path().join("small");
-        std::fs::create_dir(&mnt).unwrap();
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-            .arg(&mnt)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !mounted {
-            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-            return;
-        }
-        struct Unmount(PathBuf);
-        impl Drop for Unmount {
-            fn drop(&mut self) {
-                let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-            }
-        }
-        let _unmount = Unmount(mnt.clone());
-        let mut offsets = OffsetIndex::open(&mnt.join("0.index"), 0, 1 << 20, true).unwrap();
-        let mut times = TimeIndex::open(&mnt.join("0.timeindex"), 0, 1 << 20, true).unwrap();
-        let filler = mnt.join("filler");
-        {
-            let mut f = File::create(&filler).unwrap();
-            let chunk = [0u8; 4096];
-            while std::io::Write::write(&mut f, &chunk).is_ok_and(|n| n > 0) {}
-        }
-        assert!(!offsets.append(1, 10), "no page to put the entry in");
-        assert!(!times.maybe_append(5, 1), "no page to put the entry in");
-        assert_eq!((offsets.entries(), times.entries()), (0, 0));
-        std::fs::remove_file(&filler).unwrap();
-        assert!(offsets.append(1, 10));
-        assert!(times.maybe_append(5, 1));
-        assert_eq!(offsets.lookup(1), (1, 10));
-    }
-}
+mod tests;

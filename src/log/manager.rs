@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::checkpoint::{
-    read_offset_checkpoint, sync_dir, write_atomic, write_offset_checkpoint, CLEAN_SHUTDOWN_FILE,
+    read_offset_checkpoint, sync_dir, sync_file_system, write_atomic, write_offset_checkpoint, CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
 };
 use super::dir_failure::{DirHealth, LogDirFailureChannel};
@@ -260,6 +260,7 @@ impl LogManager {
             HashMap::new()
         });
         let mut loaded = 0usize;
+        let mut recovered = Vec::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
             if !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
@@ -298,8 +299,11 @@ impl LogManager {
             // Kafka's default when a log is missing from the checkpoint.
             let rp = recovery_points.get(&key).copied().unwrap_or(0);
             let lso = start_offsets.get(&key).copied().unwrap_or(0);
-            match Log::open(entry.path(), config.clone(), rp, lso, clean) {
-                Ok(log) => {
+            match Log::open_deferring_sync(entry.path(), config.clone(), rp, lso, clean) {
+                Ok((log, owes_sync)) => {
+                    if owes_sync {
+                        recovered.push(key.clone());
+                    }
                     logs.insert(key, Entry { dir_idx: idx, log: Arc::new(Mutex::new(log)) });
                     loaded += 1;
                 }
@@ -309,11 +313,31 @@ impl LogManager {
                 }
             }
         }
+        Self::sync_recovered(dir, &recovered, logs, failed);
         if clean {
             fs::remove_file(&marker)?;
         }
-        tracing::info!(dir = %dir.display(), logs = loaded, clean_shutdown = clean, "loaded log dir");
+        tracing::info!(dir = %dir.display(), logs = loaded, recovered = recovered.len(), clean_shutdown = clean, "loaded log dir");
         Ok(())
+    }
+
+    /// Makes what recovery wrote in `dir` durable before any of it is served or checkpointed:
+    /// one syncfs for the dir, or (if that fails) an fsync of each recovered log's segments,
+    /// a log that cannot be synced failing to load like one that cannot be read.
+    fn sync_recovered(dir: &Path, recovered: &[Key], logs: &mut HashMap<Key, Entry>, failed: &mut HashSet<Key>) {
+        if recovered.is_empty() {
+            return;
+        }
+        let Err(e) = sync_file_system(dir) else { return };
+        tracing::warn!(dir = %dir.display(), error = %e, "could not sync the log dir after recovery; syncing each recovered log");
+        for key in recovered {
+            let synced = logs.get(key).map(|e| lock_log(&e.log).sync_all_segments());
+            if let Some(Err(e)) = synced {
+                tracing::error!(topic = %key.0, partition = key.1, error = %e, "could not sync recovered log");
+                logs.remove(key);
+                failed.insert(key.clone());
+            }
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -724,10 +748,38 @@ impl LogManager {
     pub fn shutdown(&self) -> Result<(), LogError> {
         let mut dirty = vec![false; self.dirs.len()];
         let mut first_err = None;
-        for (k, i, l) in self.all_with_dir().into_iter().chain(self.futures_with_dir()) {
-            if let Err(e) = lock_log(&l).close() {
+        let logs: Vec<_> = self.all_with_dir().into_iter().chain(self.futures_with_dir()).collect();
+        let mut closed = vec![false; logs.len()];
+        for ((k, i, l), closed) in logs.iter().zip(closed.iter_mut()) {
+            match lock_log(l).close_unsynced() {
+                Ok(()) => *closed = true,
+                Err(e) => {
+                    tracing::error!(topic = %k.0, partition = k.1, error = %e, "could not close log");
+                    dirty[*i] = true;
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        // One syncfs per dir rather than fsyncs of every partition's files, one after another.
+        let mut synced = vec![false; self.dirs.len()];
+        for (i, d) in self.dirs.iter().enumerate() {
+            if !self.is_online(i) || dirty[i] {
+                continue;
+            }
+            match sync_file_system(d) {
+                Ok(()) => synced[i] = true,
+                Err(e) => {
+                    tracing::warn!(dir = %d.display(), error = %e, "could not sync the log dir; syncing each log")
+                }
+            }
+        }
+        for ((k, i, l), _) in logs.iter().zip(&closed).filter(|(_, closed)| **closed) {
+            let mut log = lock_log(l);
+            if synced[*i] {
+                log.mark_synced();
+            } else if let Err(e) = log.close() {
                 tracing::error!(topic = %k.0, partition = k.1, error = %e, "could not close log");
-                dirty[i] = true;
+                dirty[*i] = true;
                 first_err.get_or_insert(e);
             }
         }

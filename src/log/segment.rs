@@ -114,8 +114,8 @@ impl LogSegment {
         }
         let mut seg = Self::assemble(dir, base_offset, file, config, now_ms, true)?;
         // Stale index files with this name (e.g. left by a truncation) must go.
-        seg.offset_index.reset();
-        seg.time_index.reset();
+        seg.offset_index.reset()?;
+        seg.time_index.reset()?;
         Ok(seg)
     }
 
@@ -133,8 +133,8 @@ impl LogSegment {
         }
         let file = open_log_file(&paths[0], true)?;
         let mut seg = Self::assemble_at(&paths, base_offset, file, config, now_ms, true)?;
-        seg.offset_index.reset();
-        seg.time_index.reset();
+        seg.offset_index.reset()?;
+        seg.time_index.reset()?;
         Ok(seg)
     }
 
@@ -297,7 +297,7 @@ impl LogSegment {
     /// the batches after the last offset-index entry have sane headers.
     /// `Ok(false)` means the caller must `recover` it.
     pub fn load_trusted(&mut self, upper_bound: i64) -> Result<bool, LogError> {
-        if !self.offset_index.sanity_check(upper_bound, self.size) || !self.time_index.sanity_check(upper_bound) {
+        if !self.offset_index.sanity_check(upper_bound, self.size)? || !self.time_index.sanity_check(upper_bound)? {
             return Ok(false);
         }
         if self.size > 0 && (self.offset_index.was_created() || self.time_index.was_created()) {
@@ -388,8 +388,8 @@ impl LogSegment {
     /// both indexes. Cuts the file at the first invalid byte and returns how
     /// many bytes were cut.
     pub fn recover(&mut self) -> Result<u64, LogError> {
-        self.offset_index.reset();
-        self.time_index.reset();
+        self.offset_index.reset()?;
+        self.time_index.reset()?;
         self.next_offset = self.base_offset;
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = -1;
@@ -532,7 +532,7 @@ impl LogSegment {
 
     /// First batch whose last offset is >= `offset`, as (position, header).
     pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
-        let (_, pos) = self.offset_index.lookup(offset);
+        let (_, pos) = self.offset_index.lookup(offset)?;
         let mut sc = self.scanner(u64::from(pos), 16 * 1024)?;
         while let Some((p, h)) = sc.next_header()? {
             if h.last_offset() >= offset {
@@ -548,8 +548,8 @@ impl LogSegment {
         if self.max_timestamp < ts {
             return Ok(None);
         }
-        let start_offset = self.time_index.lookup(ts).max(min_offset);
-        let (_, pos) = self.offset_index.lookup(start_offset);
+        let start_offset = self.time_index.lookup(ts)?.max(min_offset);
+        let (_, pos) = self.offset_index.lookup(start_offset)?;
         let mut sc = self.scanner(u64::from(pos), 16 * 1024)?;
         while let Some((_, h)) = sc.next_header()? {
             if h.max_timestamp >= ts && h.last_offset() >= min_offset {
@@ -566,11 +566,13 @@ impl LogSegment {
             None => return Ok(0),
             Some((pos, _)) => pos,
         };
+        // Indexes first: one that failed to shrink would point past the cut log, while one
+        // shrunk ahead of a failed cut only lacks entries (they are hints).
+        self.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
         self.log_file()?.set_len(cut)?;
         let removed = self.size - cut;
         self.size = cut;
-        self.offset_index.truncate_to(offset);
-        self.time_index.truncate_to(offset);
         if !self.reload_tail(false)? {
             self.recover()?;
         }

@@ -518,6 +518,8 @@ pub struct StateSample {
     /// None in standalone mode, which has no ZooKeeper session.
     pub zookeeper: Option<ZooKeeperSample>,
     pub segment_files: SegmentFilesSample,
+    /// The index map cache, in the same shape (`open`: indexes mapped).
+    pub index_maps: SegmentFilesSample,
 }
 
 /// The segment file cache (`gregor.log.segment.fd.cache.size`): lookups that found the file
@@ -640,6 +642,32 @@ impl StateSample {
             "gregor_log_segment_fd_cache_size",
             "gregor.log.segment.fd.cache.size as in force",
             files.capacity as f64,
+        ));
+        let maps = &self.index_maps;
+        out.push(counter(
+            "gregor_log_index_mmap_cache_hits_total",
+            "Index reads and writes that found the index mapped",
+            maps.hits,
+        ));
+        out.push(counter(
+            "gregor_log_index_mmap_cache_misses_total",
+            "Index reads and writes that mapped it",
+            maps.misses,
+        ));
+        out.push(counter(
+            "gregor_log_index_mmap_cache_evictions_total",
+            "Index mappings dropped to stay within gregor.log.index.mmap.cache.size (least recently used first)",
+            maps.evictions,
+        ));
+        out.push(gauge(
+            "gregor_log_index_mmap_cache_mapped",
+            "Index files the cache holds mapped (a lookup in flight may hold an evicted one a little longer)",
+            maps.open as f64,
+        ));
+        out.push(gauge(
+            "gregor_log_index_mmap_cache_size",
+            "gregor.log.index.mmap.cache.size as in force",
+            maps.capacity as f64,
         ));
         if let Some(zk) = self.zookeeper {
             out.push(gauge(

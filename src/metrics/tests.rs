@@ -136,6 +136,7 @@ fn state_gauges_are_computed_from_the_sample() {
         controller_events_processed: 9,
         zookeeper: Some(ZooKeeperSample { connected: true, expired_sessions: 1 }),
         segment_files: SegmentFilesSample { hits: 7, misses: 3, evictions: 2, open: 1, capacity: 64 },
+        index_maps: SegmentFilesSample { hits: 11, misses: 5, evictions: 4, open: 6, capacity: 128 },
     };
     let text = m.render(&state);
     let v = |s: &str| sample(&text, s);
@@ -147,6 +148,11 @@ fn state_gauges_are_computed_from_the_sample() {
     assert_eq!(v("gregor_log_segment_fd_cache_evictions_total"), Some(2.0));
     assert_eq!(v("gregor_log_segment_fd_cache_open"), Some(1.0));
     assert_eq!(v("gregor_log_segment_fd_cache_size"), Some(64.0));
+    assert_eq!(v("gregor_log_index_mmap_cache_hits_total"), Some(11.0));
+    assert_eq!(v("gregor_log_index_mmap_cache_misses_total"), Some(5.0));
+    assert_eq!(v("gregor_log_index_mmap_cache_evictions_total"), Some(4.0));
+    assert_eq!(v("gregor_log_index_mmap_cache_mapped"), Some(6.0));
+    assert_eq!(v("gregor_log_index_mmap_cache_size"), Some(128.0));
     assert_eq!(v("kafka_server_replicamanager_leadercount"), Some(3.0));
     // A follower's view of its ISR is not its to report.
     assert_eq!(v("kafka_server_replicamanager_underreplicatedpartitions"), Some(2.0));

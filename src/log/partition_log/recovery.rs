@@ -72,6 +72,35 @@ impl Log {
         log_start_offset: i64,
         had_clean_shutdown: bool,
     ) -> Result<Log, LogError> {
+        let (log, recovered) =
+            Self::open_deferring_sync(dir, config, recovery_point, log_start_offset, had_clean_shutdown)?;
+        if recovered {
+            // Recovered data may only be in the page cache; make it durable
+            // before claiming it as recovered.
+            log.sync_all_segments()?;
+        }
+        Ok(log)
+    }
+
+    /// fsyncs every segment's files.
+    pub fn sync_all_segments(&self) -> Result<(), LogError> {
+        for seg in self.segments.values() {
+            seg.flush()?;
+        }
+        Ok(())
+    }
+
+    /// [`Log::open`], leaving the recovered data's fsync to the caller: true when something
+    /// was recovered, and the caller must make the log's files durable before it serves the
+    /// log or writes a checkpoint (a broker loading thousands of logs after a crash syncs each
+    /// log dir once instead of fsyncing every recovered segment).
+    pub fn open_deferring_sync(
+        dir: PathBuf,
+        config: LogConfig,
+        recovery_point: i64,
+        log_start_offset: i64,
+        had_clean_shutdown: bool,
+    ) -> Result<(Log, bool), LogError> {
         fs::create_dir_all(&dir)?;
         let now = now_ms();
         let mut bases = Vec::new();
@@ -199,19 +228,12 @@ impl Log {
         if let Some(active) = log.segments.values_mut().next_back() {
             active.ensure_active()?;
         }
-        if recovered_any {
-            // Recovered data may only be in the page cache; make it durable
-            // before claiming it as recovered.
-            for seg in log.segments.values() {
-                seg.flush()?;
-            }
-        }
         log.recovery_point = if had_clean_shutdown || recovered_any {
             log.log_end_offset
         } else {
             recovery_point.clamp(0, log.log_end_offset)
         };
         log.publish_stats();
-        Ok(log)
+        Ok((log, recovered_any))
     }
 }

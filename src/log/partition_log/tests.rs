@@ -191,7 +191,7 @@ fn sparse_index_follows_interval() {
     let sz = simple_batch(1, 300, 5).len() as u32;
     let per = 1000 / sz + 1;
     assert!(idx.entries() >= 5);
-    let (o, p) = idx.entry(0);
+    let (o, p) = idx.entry(0).unwrap();
     assert_eq!(o, i64::from(per));
     assert_eq!(p, positions[per as usize]);
     for off in 0..20 {
@@ -474,6 +474,50 @@ fn crash_with_preallocated_index_keeps_entries() {
     assert_eq!(log.segments().next().unwrap().offset_index().entries(), entries);
     assert_eq!(log.log_end_offset(), 60);
     assert_eq!(bases(&read_headers(&log, 31, 1, None)), vec![30]);
+}
+
+/// Indexes written through mappings the cache has since dropped, then a crash: the entries
+/// are in the files, loading finds them without mapping anything, and lookups map again.
+#[test]
+fn a_crash_with_the_indexes_unmapped_keeps_their_entries() {
+    for flushed in [true, false] {
+        let d = tempfile::tempdir().unwrap();
+        let c = LogConfig { index_interval_bytes: 100, segment_bytes: 2000, ..cfg() };
+        let mut log = open(d.path(), c.clone());
+        for i in 0..60 {
+            log.append(&mut simple_batch(2, 60, 1000 + i), 0).unwrap();
+        }
+        let expect = bases(&read_headers(&log, 0, 1 << 20, None));
+        let entries: Vec<_> = log.segments().map(|s| (s.offset_index().entries(), s.time_index().entries())).collect();
+        assert!(entries.len() > 2 && entries.iter().all(|e| e.0 > 0), "{entries:?}");
+        for s in log.segments() {
+            s.offset_index().unmap();
+            s.time_index().unmap();
+        }
+        let leo = log.log_end_offset();
+        if flushed {
+            log.flush().unwrap();
+        }
+        drop(log);
+        let recovery_point = if flushed { leo } else { 0 };
+        let log = Log::open(d.path().to_path_buf(), c, recovery_point, 0, false).unwrap();
+        let now: Vec<_> = log.segments().map(|s| (s.offset_index().entries(), s.time_index().entries())).collect();
+        assert_eq!(now, entries, "flushed {flushed}");
+        if flushed {
+            // The segment holding the recovery point is validated again (and its indexes
+            // rebuilt through a mapping, as appends write them); the older ones are trusted
+            // from their files.
+            let n = log.segments().count();
+            assert!(
+                log.segments().take(n - 1).all(|s| !s.offset_index().is_mapped() && !s.time_index().is_mapped()),
+                "loading maps no old segment's index"
+            );
+        }
+        for (i, &base) in expect.iter().enumerate() {
+            assert_eq!(bases(&read_headers(&log, base + 1, 1, None)), vec![base], "flushed {flushed}");
+            assert_eq!(log.offset_for_timestamp(1000 + i as i64).unwrap().map(|x| x.0), Some(base));
+        }
+    }
 }
 
 #[test]
