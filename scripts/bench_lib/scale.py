@@ -102,10 +102,21 @@ def first_acks(bootstrap, names, t0):
     return [done[n] for n in names if n in done], len(names) - len(done)
 
 
+PHASES = ("fresh", "idle", "kill", "restart", "zkpause")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--topics", type=int, default=int(os.environ.get("GREGOR_SCALE_TOPICS", "1000")))
+    ap.add_argument("--phases", default=os.environ.get("GREGOR_SCALE_PHASES", ",".join(PHASES)),
+                    help=f"comma-separated subset of {','.join(PHASES)} (the initial creation always runs;"
+                         " restart needs kill)")
+    ap.add_argument("--fresh-partitions", type=int, default=1, help="partitions of each of the 100 new topics")
     args = ap.parse_args()
+    phases = set(args.phases.split(","))
+    unknown = phases - set(PHASES)
+    if unknown:
+        ap.error(f"unknown phases {sorted(unknown)}")
     results = []
     zk = ZooKeeper()
     zk.start()
@@ -128,65 +139,26 @@ def main():
                                for b in c.brokers.values()), 900, "every replica's log opened", interval=0.5)
         results.append(("... and every replica's log opened on its broker", f"{time.monotonic() - t0:.1f} s"))
 
-        log("100 new topics, first acks=all acknowledgement")
-        fresh = [f"fresh-{i:03d}" for i in range(100)]
-        t0 = time.monotonic()
-        create_topics(admin, fresh, 1)
-        lat, missing = first_acks(c.bootstrap(), fresh, t0)
-        results.append(("100 new topics: first ack p50 / p99 / max",
-                        f"{pct(lat, 50):.2f} / {pct(lat, 99):.2f} / {max(lat):.2f} s"
-                        + (f" ({missing} never acknowledged)" if missing else "")))
+        fresh = [f"fresh-{i:03d}" for i in range(100)] if "fresh" in phases else []
+        if fresh:
+            log(f"100 new topics of {args.fresh_partitions}, first acks=all acknowledgement")
+            t0 = time.monotonic()
+            create_topics(admin, fresh, args.fresh_partitions)
+            answered = time.monotonic() - t0
+            lat, missing = first_acks(c.bootstrap(), fresh, t0)
+            results.append(("100 new topics: first ack p50 / p99 / max",
+                            f"{pct(lat, 50):.2f} / {pct(lat, 99):.2f} / {max(lat):.2f} s"
+                            + (f" ({missing} never acknowledged)" if missing else "")))
+            log(f"CreateTopics answered after {answered:.2f} s")
 
-        log("idle brokers")
-        pids = {i: b.proc.pid for i, b in c.brokers.items()}
-        before = {i: cpu_s(p) for i, p in pids.items()}
-        time.sleep(10)  # the measurement window, not a wait for a condition
-        for i, p in pids.items():
-            results.append((f"broker {i} idle: CPU / RSS / open files",
-                            f"{(cpu_s(p) - before[i]) / 10 * 100:.1f}% / {rss_mb(p):.0f} MB / {open_files(p)}"))
-
-        ctrl = c.controller()
-        victim = next(i for i in (1, 2, 3) if i != ctrl)
-        other = next(i for i in (1, 2, 3) if i not in (victim,))
-        oadmin = AdminClient({"bootstrap.servers": c.brokers[other].bootstrap, "log_level": 2})
-        led = [k for k, (l, _) in view(oadmin).items() if l == victim]
-        log(f"kill -9 broker {victim} (leads {len(led)} partitions)")
-        t0 = time.monotonic()
-        c.brokers[victim].kill()
-        wait_until(lambda: not any(l == victim for l in zk_leaders(c, led)), 300,
-                   "every partition led elsewhere (in ZooKeeper)", interval=0.2)
-        results.append((f"kill -9 (broker led {len(led)}): all led elsewhere", f"{time.monotonic() - t0:.1f} s"))
-
-        log(f"restart broker {victim}")
-        b = c.brokers[victim]
-        t0 = time.monotonic()
-        b.start(timeout=600)
-        up = time.monotonic() - t0
-        api_versions_probe(b.host, b.port)
-        results.append(("restart: answers ApiVersions", f"{up:.1f} s"))
-        want = total + 100
-        wait_until(lambda: sum(1 for (l, isr) in view(oadmin).values() if victim in isr) >= want, 900,
-                   f"broker {victim} in all {want} ISRs", interval=2)
-        results.append(("restart: back in every ISR", f"{time.monotonic() - t0:.1f} s"))
-
-        log("ZooKeeper SIGSTOP for 12 s")
-        owners = {i: c.kz.exists(f"/brokers/ids/{i}").ephemeralOwner for i in c.registered_ids()}
-        zpids = [zk.proc.pid] + [int(x) for x in subprocess.run(
-            ["pgrep", "-P", str(zk.proc.pid)], capture_output=True, text=True).stdout.split()]
-        for p in zpids:
-            os.kill(p, signal.SIGSTOP)
-        time.sleep(12)  # the fault's duration
-        for p in zpids:
-            os.kill(p, signal.SIGCONT)
-        t0 = time.monotonic()
-        alive = [i for i, br in c.brokers.items() if br.alive()]
-        results.append(("ZooKeeper paused 12 s: brokers alive after", f"{len(alive)} of 3"))
-
-        def back():
-            now = {i: c.kz.exists(f"/brokers/ids/{i}") for i in (1, 2, 3)}
-            return all(s is not None and s.ephemeralOwner != owners.get(i) for i, s in now.items())
-        wait_until(back, 120, "every broker registered in a new session", interval=0.2)
-        results.append(("ZooKeeper paused 12 s: all re-registered after SIGCONT", f"{time.monotonic() - t0:.1f} s"))
+        if "idle" in phases:
+            idle(c, results)
+        if "kill" in phases:
+            victim, oadmin = kill_one(c, results)
+            if "restart" in phases:
+                restart(c, victim, oadmin, total + len(fresh) * args.fresh_partitions, results)
+        if "zkpause" in phases:
+            zk_pause(c, zk, results)
     finally:
         c.cleanup()
         zk.cleanup()
@@ -199,6 +171,65 @@ def main():
         out = ROOT / "bench" / "results" / f"{dt.date.today()}-scale.md"
         out.write_text(text)
         log(f"wrote {out}")
+
+
+def idle(c, results):
+    log("idle brokers")
+    pids = {i: b.proc.pid for i, b in c.brokers.items()}
+    before = {i: cpu_s(p) for i, p in pids.items()}
+    time.sleep(10)  # the measurement window, not a wait for a condition
+    for i, p in pids.items():
+        results.append((f"broker {i} idle: CPU / RSS / open files",
+                        f"{(cpu_s(p) - before[i]) / 10 * 100:.1f}% / {rss_mb(p):.0f} MB / {open_files(p)}"))
+
+
+def kill_one(c, results):
+    ctrl = c.controller()
+    victim = next(i for i in (1, 2, 3) if i != ctrl)
+    other = next(i for i in (1, 2, 3) if i not in (victim,))
+    oadmin = AdminClient({"bootstrap.servers": c.brokers[other].bootstrap, "log_level": 2})
+    led = [k for k, (l, _) in view(oadmin).items() if l == victim]
+    log(f"kill -9 broker {victim} (leads {len(led)} partitions)")
+    t0 = time.monotonic()
+    c.brokers[victim].kill()
+    wait_until(lambda: not any(l == victim for l in zk_leaders(c, led)), 300,
+               "every partition led elsewhere (in ZooKeeper)", interval=0.2)
+    results.append((f"kill -9 (broker led {len(led)}): all led elsewhere", f"{time.monotonic() - t0:.1f} s"))
+    return victim, oadmin
+
+
+def restart(c, victim, oadmin, want, results):
+    log(f"restart broker {victim}")
+    b = c.brokers[victim]
+    t0 = time.monotonic()
+    b.start(timeout=600)
+    up = time.monotonic() - t0
+    api_versions_probe(b.host, b.port)
+    results.append(("restart: answers ApiVersions", f"{up:.1f} s"))
+    wait_until(lambda: sum(1 for (l, isr) in view(oadmin).values() if victim in isr) >= want, 900,
+               f"broker {victim} in all {want} ISRs", interval=2)
+    results.append(("restart: back in every ISR", f"{time.monotonic() - t0:.1f} s"))
+
+
+def zk_pause(c, zk, results):
+    log("ZooKeeper SIGSTOP for 12 s")
+    owners = {i: c.kz.exists(f"/brokers/ids/{i}").ephemeralOwner for i in c.registered_ids()}
+    zpids = [zk.proc.pid] + [int(x) for x in subprocess.run(
+        ["pgrep", "-P", str(zk.proc.pid)], capture_output=True, text=True).stdout.split()]
+    for p in zpids:
+        os.kill(p, signal.SIGSTOP)
+    time.sleep(12)  # the fault's duration
+    for p in zpids:
+        os.kill(p, signal.SIGCONT)
+    t0 = time.monotonic()
+    alive = [i for i, br in c.brokers.items() if br.alive()]
+    results.append(("ZooKeeper paused 12 s: brokers alive after", f"{len(alive)} of 3"))
+
+    def back():
+        now = {i: c.kz.exists(f"/brokers/ids/{i}") for i in (1, 2, 3)}
+        return all(s is not None and s.ephemeralOwner != owners.get(i) for i, s in now.items())
+    wait_until(back, 120, "every broker registered in a new session", interval=0.2)
+    results.append(("ZooKeeper paused 12 s: all re-registered after SIGCONT", f"{time.monotonic() - t0:.1f} s"))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
     let mut answers: Vec<(CreatableTopicResult, Option<Result<Created, ApiError>>)> = Vec::new();
     let mut planned: Vec<usize> = Vec::new();
     let mut to_create: Vec<TopicRequest> = Vec::new();
+    // Entries that passed the request's own checks, planned together below.
+    let mut checking: Vec<usize> = Vec::new();
+    let mut to_plan: Vec<TopicRequest> = Vec::new();
     let mut budget = PartitionBudget::new(&broker.config);
     // CREATE on the cluster covers every topic; otherwise each needs CREATE of its own.
     let may_create_any = ctx.authorized_cluster(Operation::Create);
@@ -66,32 +69,36 @@ pub fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTo
             answers.push((out, Some(Err(e))));
             continue;
         }
-        let plan = broker
-            .controller
-            .check_controller()
-            .and_then(|_| {
-                broker.controller.plan_topic(TopicRequest {
-                    name: name.clone(),
-                    num_partitions: t.num_partitions,
-                    replication_factor: t.replication_factor,
-                    assignment,
-                    configs,
-                })
-            })
-            .and_then(|plan| {
-                budget.claim(plan.num_partitions)?;
-                Ok(plan)
-            });
+        if let Err(e) = broker.controller.check_controller() {
+            answers.push((out, Some(Err(e))));
+            continue;
+        }
+        checking.push(answers.len());
+        answers.push((out, None));
+        to_plan.push(TopicRequest {
+            name: name.clone(),
+            num_partitions: t.num_partitions,
+            replication_factor: t.replication_factor,
+            assignment,
+            configs,
+        });
+    }
+    let validate_only = req.validate_only;
+    for (i, plan) in checking.into_iter().zip(broker.controller.plan_topics(to_plan)) {
+        let plan = plan.and_then(|plan| {
+            budget.claim(plan.num_partitions)?;
+            Ok(plan)
+        });
+        let out = &mut answers[i].1;
         match plan {
-            Ok(plan) if req.validate_only => {
-                answers.push((out, Some(Ok((plan.num_partitions, plan.replication_factor, plan.configs, None)))))
+            Ok(plan) if validate_only => {
+                *out = Some(Ok((plan.num_partitions, plan.replication_factor, plan.configs, None)))
             }
             Ok(plan) => {
-                planned.push(answers.len());
-                answers.push((out, None));
+                planned.push(i);
                 to_create.push(plan);
             }
-            Err(e) => answers.push((out, Some(Err(e)))),
+            Err(e) => *out = Some(Err(e)),
         }
     }
     let shapes: Vec<(i32, i16)> = to_create.iter().map(|p| (p.num_partitions, p.replication_factor)).collect();

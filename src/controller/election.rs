@@ -3,7 +3,7 @@
 //! move leadership off brokers that left, drop dead replicas from the ISR, and carry out topic
 //! deletions requested under `/admin/delete_topics`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::Controller;
@@ -12,6 +12,7 @@ use crate::metadata::zk_data::{self, PartitionState};
 use crate::metadata::zk_sync::Changes;
 use crate::metadata::{PartitionInfo, TopicInfo};
 use crate::protocol::{ApiError, ErrorCode};
+use crate::sync::MutexExt;
 
 pub const ADMIN_DELETE_TOPICS: &str = "/admin/delete_topics";
 pub const ADMIN_REASSIGN_PARTITIONS: &str = "/admin/reassign_partitions";
@@ -167,8 +168,9 @@ impl Controller {
         let epoch = self.controller_epoch();
         // A replica in an offline log dir counts as a dead broker for its partition only.
         let offline = self.offline_replicas_by_partition();
+        let creating = self.creating.lock_unpoisoned().clone();
         let mut candidates = Vec::new();
-        for topic in topics {
+        for topic in topics.into_iter().filter(|t| !creating.contains(&t.name)) {
             let unclean =
                 topic.configs.get("unclean.leader.election.enable").map(|v| v == "true").unwrap_or(unclean_default);
             for p in &topic.partitions {
@@ -223,19 +225,30 @@ impl Controller {
     /// holds (the image may be a moment behind), and writes each result if its znode did not
     /// change meanwhile; leaderless partitions first. A write that lost a race is decided
     /// again when its watch event arrives. Stops early if a newer controller has written:
-    /// this one is stale and must not act.
+    /// this one is stale and must not act. What was written goes into the image and out to
+    /// the brokers in the same pass (one LeaderAndIsr and one UpdateMetadata per broker), as
+    /// Kafka's controller updates its context: waiting for the watch events of thousands of
+    /// writes to come back would add a second pass to every failover.
     fn change_partition_states(
         &self,
         mut candidates: Vec<Candidate<'_>>,
         live: &BTreeSet<i32>,
     ) -> Result<(), StoreError> {
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let considered = candidates.len();
         candidates.sort_by_key(|c| !c.leaderless);
         let epoch = self.controller_epoch();
+        let mut applied: Applied = BTreeMap::new();
+        let mut stale = false;
         for chunk in candidates.chunks(STATE_CHANGE_BATCH) {
             let paths: Vec<String> =
                 chunk.iter().map(|c| zk_data::partition_state_path(c.topic, c.partition)).collect();
             let current = self.store.get_many_versioned(&paths)?;
             let mut writes = Vec::new();
+            let mut decided = Vec::new();
             for ((cand, path), cur) in chunk.iter().zip(paths).zip(current) {
                 let parsed = cur.as_ref().and_then(|(d, v)| zk_data::parse_partition_state(d).map(|s| (s, *v)));
                 if cur.is_some() && parsed.is_none() {
@@ -248,7 +261,8 @@ impl Controller {
                         partition = cand.partition,
                         "partition state from a newer controller epoch; stepping back"
                     );
-                    return Ok(());
+                    stale = true;
+                    break;
                 }
                 let state = parsed.as_ref().map(|(s, _)| s);
                 let live = cand.live.as_ref().unwrap_or(live);
@@ -257,12 +271,27 @@ impl Controller {
                     Decision::Preferred => state.and_then(|s| preferred_leader_state(cand.replicas, s, live, epoch)),
                 };
                 let Some(next) = next else { continue };
-                tracing::info!(topic = cand.topic, partition = cand.partition, leader = next.leader, isr = ?next.isr, epoch = next.leader_epoch, "partition state change");
-                writes.push((path, zk_data::partition_state_json(&next), parsed.map(|(_, v)| v)));
+                tracing::debug!(topic = cand.topic, partition = cand.partition, leader = next.leader, isr = ?next.isr, epoch = next.leader_epoch, "partition state change");
+                let version = parsed.map(|(_, v)| v);
+                writes.push((path, zk_data::partition_state_json(&next), version));
+                decided.push((cand.topic, cand.partition, next, version.map_or(0, |v| v + 1)));
             }
-            for (result, (path, _, _)) in self.store.write_many(&writes)?.into_iter().zip(&writes) {
+            if stale {
+                return Ok(());
+            }
+            let written = match self.store.write_many_guarded(&writes, self.epoch_guard()) {
+                Ok(w) => w,
+                Err(StoreError::Fenced(_)) => {
+                    tracing::warn!("a newer controller was elected; this one's partition state writes were refused");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
+            for ((result, (path, _, _)), (topic, partition, state, version)) in
+                written.into_iter().zip(&writes).zip(decided)
+            {
                 match result {
-                    Ok(()) => {}
+                    Ok(()) => applied.entry(topic.to_string()).or_default().push((partition, state, version)),
                     Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => {
                         tracing::info!(%path, "partition state changed meanwhile; deciding again at the next event")
                     }
@@ -270,9 +299,49 @@ impl Controller {
                 }
             }
         }
+        let written: usize = applied.values().map(Vec::len).sum();
+        let wrote = started.elapsed();
+        let topics = self.apply_written_states(&applied);
+        self.propagate(Some(&topics));
+        tracing::info!(
+            considered,
+            written,
+            topics = topics.len(),
+            write_ms = wrote.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "partition state changes written and sent"
+        );
         Ok(())
     }
+
+    /// Puts states this controller wrote into the image, unless the image already holds a
+    /// later one (an AlterPartition that won the race after this pass read the znodes).
+    fn apply_written_states(&self, applied: &Applied) -> BTreeSet<String> {
+        let mut topics = BTreeSet::new();
+        self.cache.update(|c| {
+            for (name, changes) in applied {
+                let Some(t) = c.topics.get(name) else { continue };
+                let mut next = (**t).clone();
+                for (partition, state, version) in changes {
+                    let Some(p) = next.partitions.iter_mut().find(|p| p.index == *partition) else { continue };
+                    if (p.leader_epoch, p.partition_epoch) > (state.leader_epoch, *version) {
+                        continue;
+                    }
+                    p.leader = state.leader;
+                    p.leader_epoch = state.leader_epoch;
+                    p.isr = state.isr.clone();
+                    p.partition_epoch = *version;
+                }
+                c.topics.insert(name.clone(), Arc::new(next));
+                topics.insert(name.clone());
+            }
+        });
+        topics
+    }
 }
+
+/// States written by one pass, by topic: (partition, state, its znode version now).
+type Applied = BTreeMap<String, Vec<(i32, PartitionState, i32)>>;
 
 /// An ElectLeaders request's kind (Kafka's `ElectionType`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

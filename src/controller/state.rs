@@ -50,6 +50,9 @@ pub struct Controller {
     /// How the channels connect to the other brokers.
     pub(super) inter_broker: Arc<InterBrokerClient>,
     controller_epoch: AtomicI32,
+    /// The version of `/controller_epoch` this controller wrote when elected: its partition
+    /// state writes check it, so ZooKeeper refuses them once a newer controller bumped it.
+    epoch_zk_version: AtomicI32,
     is_controller: AtomicBool,
     /// Set by the leader-imbalance timer; the next controller pass moves leadership back to
     /// preferred replicas (auto.leader.rebalance.enable).
@@ -65,6 +68,9 @@ pub struct Controller {
     pub(super) shutting_down_brokers: Mutex<BTreeMap<i32, i64>>,
     /// Replicas brokers reported in offline log dirs (KIP-112).
     pub(super) replicas_on_offline_dirs: Mutex<OfflineReplicas>,
+    /// Topics the event thread is creating: their first states are its to write, not the
+    /// watch pass's that reads their topic znodes back meanwhile.
+    pub(super) creating: Mutex<BTreeSet<String>>,
     /// For the channels' tasks, which keep the controller only while it exists.
     me: Weak<Controller>,
     local: OnceLock<Weak<dyn LocalBroker>>,
@@ -84,6 +90,7 @@ impl Controller {
             cache,
             inter_broker,
             controller_epoch: AtomicI32::new(0),
+            epoch_zk_version: AtomicI32::new(0),
             is_controller: AtomicBool::new(false),
             preferred_election_due: AtomicBool::new(false),
             events,
@@ -91,6 +98,7 @@ impl Controller {
             propagated: Mutex::new(Propagated::default()),
             shutting_down_brokers: Mutex::new(Default::default()),
             replicas_on_offline_dirs: Mutex::new(Default::default()),
+            creating: Mutex::default(),
             me: me.clone(),
             local: OnceLock::new(),
         }))
@@ -135,6 +143,12 @@ impl Controller {
 
     pub fn controller_epoch(&self) -> i32 {
         self.controller_epoch.load(Ordering::Acquire)
+    }
+
+    /// The guard of this controller's fenced writes: `/controller_epoch` at the version its
+    /// election left it.
+    pub(super) fn epoch_guard(&self) -> (&'static str, i32) {
+        (zk_data::CONTROLLER_EPOCH, self.epoch_zk_version.load(Ordering::Acquire))
     }
 
     pub fn request_preferred_election(&self) {
@@ -194,12 +208,17 @@ impl Controller {
         let epoch = loop {
             let current = self.store.get_versioned(zk_data::CONTROLLER_EPOCH)?;
             let next = current.as_ref().and_then(|(d, _)| d.trim().parse::<i32>().ok()).unwrap_or(0) + 1;
-            let written = match current {
-                Some((_, version)) => self.store.set_if_version(zk_data::CONTROLLER_EPOCH, &next.to_string(), version),
-                None => self.store.create(zk_data::CONTROLLER_EPOCH, &next.to_string(), false),
+            let (written, zk_version) = match current {
+                Some((_, version)) => {
+                    (self.store.set_if_version(zk_data::CONTROLLER_EPOCH, &next.to_string(), version), version + 1)
+                }
+                None => (self.store.create(zk_data::CONTROLLER_EPOCH, &next.to_string(), false), 0),
             };
             match written {
-                Ok(()) => break next,
+                Ok(()) => {
+                    self.epoch_zk_version.store(zk_version, Ordering::Release);
+                    break next;
+                }
                 Err(StoreError::BadVersion(_)) | Err(StoreError::NodeExists(_)) => continue,
                 Err(e) => return Err(e),
             }

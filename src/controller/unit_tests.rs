@@ -360,3 +360,70 @@ fn controlled_shutdown_moves_leadership_away_and_takes_the_broker_out_of_the_isr
     assert!(c.eligible_brokers(&c.cache.snapshot()).contains(&2));
     assert!(c.eligible_of(&BTreeSet::from([1, 2, 3])).contains(&2));
 }
+
+/// Journal appends of the fixture's embedded store: its round trips.
+fn appends(c: &Controller) -> u64 {
+    match &*c.store {
+        ZnodeStore::Embedded(s) => s.appends(),
+        ZnodeStore::ZooKeeper(_) => unreachable!("the fixture's store is embedded"),
+    }
+}
+
+fn new_topics(c: &Controller, count: usize, partitions: i32) -> Vec<TopicRequest> {
+    (0..count)
+        .map(|i| {
+            c.plan_topic(TopicRequest {
+                name: format!("t{i:03}"),
+                num_partitions: partitions,
+                replication_factor: 3,
+                assignment: BTreeMap::new(),
+                configs: BTreeMap::new(),
+            })
+            .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_hundred_new_topics_cost_two_batches_of_writes() {
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = &f.controller;
+    let reqs = new_topics(c, 100, 10);
+    let before = appends(c);
+    let created = c.create_topics(reqs);
+    assert!(created.iter().all(Result::is_ok));
+    // The topic and config znodes of all of them, then every partition's first state: not
+    // a write per topic or per partition.
+    assert_eq!(appends(c) - before, 2);
+    for p in 0..10 {
+        let state =
+            c.store.get(&zk_data::partition_state_path("t099", p)).and_then(|d| zk_data::parse_partition_state(&d));
+        assert_eq!(state.map(|s| (s.leader_epoch, s.isr.len())), Some((0, 3)), "t099-{p}");
+    }
+}
+
+#[test]
+fn a_failover_pass_writes_in_one_batch_and_puts_the_new_leaders_in_the_image() {
+    let f = fixture(&[(1, 10), (2, 20), (3, 30)]);
+    let c = &f.controller;
+    for r in c.create_topics(new_topics(c, 100, 10)) {
+        r.unwrap();
+    }
+    let led_by_2 = |c: &Controller| {
+        c.cache.snapshot().topics.values().flat_map(|t| t.partitions.iter()).filter(|p| p.leader == 2).count()
+    };
+    assert_eq!(led_by_2(c), 300);
+    let before = appends(c);
+    c.controller_duties(&BTreeSet::from([1, 3]), None).unwrap();
+    // 1,000 partitions leave broker 2's ISR and 300 of them need a new leader: one batch.
+    assert_eq!(appends(c) - before, 1);
+    // In the image at once, not when watch events bring the writes back.
+    let snapshot = c.cache.snapshot();
+    let parts: Vec<&PartitionInfo> = snapshot.topics.values().flat_map(|t| t.partitions.iter()).collect();
+    assert_eq!(parts.len(), 1000);
+    assert_eq!(led_by_2(c), 0);
+    assert!(parts.iter().all(|p| p.isr.len() == 2 && !p.isr.contains(&2) && p.leader_epoch == 1));
+    let stored =
+        c.store.get(&zk_data::partition_state_path("t000", 1)).and_then(|d| zk_data::parse_partition_state(&d));
+    assert_eq!(stored.map(|s| (s.leader, s.isr)), Some((3, vec![3, 1])));
+}

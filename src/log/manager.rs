@@ -62,6 +62,9 @@ struct State {
     /// Where a partition not hosted yet is to be created (AlterReplicaLogDirs before the
     /// replica exists, as Kafka's preferred log dirs).
     preferred: HashMap<Key, usize>,
+    /// Logs being created outside the lock, with their dirs: another caller for the same
+    /// partition waits for `LogManager::created` rather than creating it a second time.
+    creating: HashMap<Key, usize>,
 }
 
 /// A future log directory found at startup, opened once every dir is read.
@@ -110,6 +113,7 @@ pub struct LogManager {
     failures: Arc<LogDirFailureChannel>,
     default_config: LogConfig,
     state: Mutex<State>,
+    created: std::sync::Condvar,
 }
 
 fn lock_log(l: &Mutex<Log>) -> MutexGuard<'_, Log> {
@@ -142,8 +146,8 @@ impl LogManager {
         for f in futures.values_mut() {
             lock_log(&f.log).set_dir_health(DirHealth::new(f.dir_idx, failures.clone()));
         }
-        let state = State { logs, failed, futures, preferred: HashMap::new() };
-        Ok(LogManager { dirs, failures, default_config, state: Mutex::new(state) })
+        let state = State { logs, failed, futures, preferred: HashMap::new(), creating: HashMap::new() };
+        Ok(LogManager { dirs, failures, default_config, state: Mutex::new(state), created: Default::default() })
     }
 
     /// Where logs report I/O errors, and where the replica manager learns of them.
@@ -368,40 +372,57 @@ impl LogManager {
         }
         let key = (topic.to_string(), partition);
         let mut st = self.state();
-        if let Some(e) = st.logs.get(&key) {
-            return Ok(e.log.clone());
-        }
-        if st.failed.contains(&key) {
-            return Err(LogError::StorageUnavailable(format!(
-                "{topic}-{partition} is in an offline log dir or failed to load"
-            )));
+        loop {
+            if let Some(e) = st.logs.get(&key) {
+                return Ok(e.log.clone());
+            }
+            if st.failed.contains(&key) {
+                return Err(LogError::StorageUnavailable(format!(
+                    "{topic}-{partition} is in an offline log dir or failed to load"
+                )));
+            }
+            if !st.creating.contains_key(&key) {
+                break;
+            }
+            st = self.created.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         let mut counts = vec![0usize; self.dirs.len()];
-        for e in st.logs.values() {
-            counts[e.dir_idx] += 1;
+        for i in st.logs.values().map(|e| e.dir_idx).chain(st.creating.values().copied()) {
+            counts[i] += 1;
         }
         let preferred = st.preferred.remove(&key).filter(|&i| self.is_online(i));
         let idx = preferred
             .or_else(|| (0..self.dirs.len()).filter(|&i| self.is_online(i)).min_by_key(|&i| (counts[i], i)))
             .ok_or_else(|| LogError::StorageUnavailable("no online log dir".into()))?;
+        st.creating.insert(key.clone(), idx);
+        drop(st);
+        // Created without the manager's lock: a broker told of a hundred new partitions
+        // creates their logs side by side, and nothing else waits for the disk meanwhile.
         let path = self.dirs[idx].join(partition_dir_name(topic, partition));
         // A fresh directory has nothing to recover; an existing one (not
         // loaded at startup) gets a full check.
-        let mut log = match Log::open(path, config, 0, 0, false) {
-            Ok(l) => l,
+        let opened = Log::open(path, config, 0, 0, false).map(|mut log| {
+            log.set_dir_health(self.health(idx));
+            Arc::new(Mutex::new(log))
+        });
+        let mut st = self.state();
+        st.creating.remove(&key);
+        self.created.notify_all();
+        match opened {
+            Ok(log) => {
+                st.logs.insert(key, Entry { dir_idx: idx, log: log.clone() });
+                Ok(log)
+            }
             Err(e) => {
+                drop(st);
                 if let LogError::Io(io) = &e {
                     if super::dir_failure::is_disk_failure(io) {
                         self.failures.report(idx, &io);
                     }
                 }
-                return Err(e);
+                Err(e)
             }
-        };
-        log.set_dir_health(self.health(idx));
-        let log = Arc::new(Mutex::new(log));
-        st.logs.insert(key, Entry { dir_idx: idx, log: log.clone() });
-        Ok(log)
+        }
     }
 
     /// Removes the partition and its directory. Other holders of the

@@ -9,6 +9,7 @@ pub mod listener;
 pub mod store;
 pub mod update_metadata;
 pub mod zk_data;
+pub mod zk_multi;
 pub mod zk_store;
 pub mod zk_sync;
 

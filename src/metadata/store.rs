@@ -32,6 +32,10 @@ pub enum StoreError {
     BadVersion(String),
     #[error("ZooKeeper: {0}")]
     ZooKeeper(String),
+    /// A fenced write found its guard (the controller epoch znode) changed: a newer
+    /// controller was elected, and this one must not act.
+    #[error("znode {0} changed: a newer controller was elected")]
+    Fenced(String),
 }
 
 /// A store failure a request runs into is the broker's fault, not the client's: logged here,
@@ -133,14 +137,23 @@ impl ZnodeStore {
         writes: &[(String, String, Option<i32>)],
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         match self {
-            ZnodeStore::Embedded(s) => Ok(writes
-                .iter()
-                .map(|(p, d, version)| match version {
-                    Some(_) => s.set(p, d),
-                    None => s.create(p, d, false),
-                })
-                .collect()),
+            ZnodeStore::Embedded(s) => s.write_many(writes),
             ZnodeStore::ZooKeeper(z) => z.write_many(writes),
+        }
+    }
+
+    /// Like [`ZnodeStore::write_many`], fenced by `guard` (path, version): in ZooKeeper mode the
+    /// writes go in multi-op transactions that each check the guard first, and the call fails
+    /// with [`StoreError::Fenced`] once the guard has moved on. The embedded store has one
+    /// writer and needs no fence; it journals the batch in one append.
+    pub fn write_many_guarded(
+        &self,
+        writes: &[(String, String, Option<i32>)],
+        guard: (&str, i32),
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        match self {
+            ZnodeStore::Embedded(s) => s.write_many(writes),
+            ZnodeStore::ZooKeeper(z) => z.write_many_guarded(writes, guard),
         }
     }
 
@@ -292,6 +305,7 @@ pub struct EmbeddedStore {
     file: PathBuf,
     journal: Mutex<Journal>,
     nodes: Mutex<BTreeMap<String, Znode>>,
+    appends: std::sync::atomic::AtomicU64,
 }
 
 fn journal_path(file: &std::path::Path) -> PathBuf {
@@ -365,6 +379,7 @@ impl EmbeddedStore {
             file,
             journal: Mutex::new(Journal { file: journal, len: 0, snapshot_len }),
             nodes: Mutex::new(nodes),
+            appends: Default::default(),
         })
     }
 
@@ -391,6 +406,7 @@ impl EmbeddedStore {
         }
         journal.file.write_all(&buf)?;
         journal.file.sync_data()?;
+        self.appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         journal.len += buf.len() as u64;
         if journal.len >= COMPACT_AT_BYTES && journal.len > journal.snapshot_len {
             let durable: BTreeMap<String, Znode> =
@@ -435,6 +451,41 @@ impl EmbeddedStore {
     /// Creates or overwrites.
     pub fn set(&self, path: &str, data: &str) -> Result<(), StoreError> {
         self.set_many(&[(path, data)])
+    }
+
+    /// Creates (`None`) or overwrites (`Some(_)`: one writer, so no version to check) several
+    /// nodes with one journal write; a create of a node that exists fails alone.
+    pub fn write_many(
+        &self,
+        writes: &[(String, String, Option<i32>)],
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut journal = self.journal();
+        let mut durable = Vec::with_capacity(writes.len());
+        let mut results = Vec::with_capacity(writes.len());
+        {
+            let mut nodes = self.lock();
+            for (path, data, version) in writes {
+                if version.is_none() && nodes.contains_key(path) {
+                    results.push(Err(StoreError::NodeExists(path.clone())));
+                    continue;
+                }
+                let ephemeral = nodes.get(path).is_some_and(|n| n.ephemeral);
+                let change = Change::Set { path: path.clone(), data: data.clone() };
+                apply(&mut nodes, &change, ephemeral);
+                if !ephemeral {
+                    durable.push(change);
+                }
+                results.push(Ok(()));
+            }
+        }
+        self.persist(&mut journal, &durable)?;
+        Ok(results)
+    }
+
+    /// Journal appends since the store was opened: each is a write and an fsync, the
+    /// embedded store's counterpart of a ZooKeeper round trip.
+    pub fn appends(&self) -> u64 {
+        self.appends.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Creates or overwrites several nodes with one journal write.

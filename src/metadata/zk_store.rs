@@ -198,7 +198,7 @@ impl ZkStore {
     }
 
     /// Runs one client call on the client's runtime and waits for it.
-    fn call<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
+    pub(super) fn call<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
     where
         F: FnOnce(zk::Client) -> Fut,
         Fut: Future<Output = T> + Send + 'static,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::ReplicaManager;
+use crate::log::LogConfig;
 use crate::metadata::zk_data;
 use crate::protocol::inter_broker::{
     LeaderAndIsrPartitionError, LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaPartitionError,
@@ -37,20 +38,24 @@ impl ReplicaManager {
         let snapshot = self.handles.cache.snapshot();
         let mut errors = Vec::new();
         let mut listed: HashSet<(&str, i32)> = HashSet::new();
-        for topic in &req.topics {
-            let configs = match snapshot.topics.get(&topic.topic_name) {
-                Some(t) => t.configs.clone(),
-                None => self.read_topic_config(&topic.topic_name),
-            };
-            let effective = self.handles.effective_config();
-            let log_config = match effective.log_config_for(&configs) {
-                Ok(c) => c,
-                Err(e) => {
+        let effective = self.handles.effective_config();
+        let settings: Vec<(LogConfig, String)> = req
+            .topics
+            .iter()
+            .map(|topic| {
+                let configs = match snapshot.topics.get(&topic.topic_name) {
+                    Some(t) => t.configs.clone(),
+                    None => self.read_topic_config(&topic.topic_name),
+                };
+                let log_config = effective.log_config_for(&configs).unwrap_or_else(|e| {
                     tracing::warn!(topic = %topic.topic_name, error = %e, "invalid topic config; using broker defaults");
                     effective.log.clone()
-                }
-            };
-            let id = zk_data::uuid_to_kafka(topic.topic_id);
+                });
+                (log_config, zk_data::uuid_to_kafka(topic.topic_id))
+            })
+            .collect();
+        self.open_new_replicas(req, &settings);
+        for (topic, (log_config, id)) in req.topics.iter().zip(&settings) {
             for p in &topic.partitions {
                 listed.insert((topic.topic_name.as_str(), p.partition_index));
                 let tp = (topic.topic_name.clone(), p.partition_index);
@@ -76,7 +81,7 @@ impl ReplicaManager {
                     errors.push(partition_error(&topic.topic_name, topic.topic_id, p.partition_index, 0));
                     continue;
                 }
-                let part = match self.open_replica(&topic.topic_name, p.partition_index, &id, log_config.clone()) {
+                let part = match self.open_replica(&topic.topic_name, p.partition_index, id, log_config.clone()) {
                     Ok(part) => part,
                     Err(e) => {
                         tracing::error!(topic = %topic.topic_name, partition = p.partition_index, error = %e, "cannot open partition");
@@ -189,7 +194,49 @@ impl ReplicaManager {
     }
 }
 
+/// Threads that create new replicas' logs side by side. Creating a log is a few metadata
+/// syscalls (directory, files, index preallocation) that mostly wait on the file system, so a
+/// few threads overlap those waits even on few cores; more would only queue on the journal.
+const OPEN_THREADS: usize = 4;
+/// Below this many new logs one thread does it: starting threads would cost more.
+const OPEN_IN_PARALLEL_FROM: usize = 8;
+
 impl ReplicaManager {
+    /// Creates the logs of the replicas `req` adds to this broker, on a few threads at once, so
+    /// that a LeaderAndIsr for a hundred new partitions waits for the slowest few log creations
+    /// rather than for all of them one after another. A failure here is left for the
+    /// partition's own turn to report.
+    fn open_new_replicas(self: &Arc<Self>, req: &LeaderAndIsrRequest, settings: &[(LogConfig, String)]) {
+        let me = self.broker_id;
+        let new: Vec<(&str, i32, &LogConfig, &str)> = req
+            .topics
+            .iter()
+            .zip(settings)
+            .flat_map(|(t, (config, id))| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.replicas.contains(&me))
+                    .map(move |p| (t.topic_name.as_str(), p.partition_index, config, id.as_str()))
+            })
+            .filter(|(t, p, _, _)| self.hosted(t, *p).is_none())
+            .collect();
+        if new.len() < OPEN_IN_PARALLEL_FROM {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..OPEN_THREADS.min(new.len() / OPEN_IN_PARALLEL_FROM).max(1) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((topic, index, config, id)) = new.get(i) else { break };
+                    let _ = self.open_replica(topic, *index, id, (*config).clone());
+                });
+            }
+        });
+        tracing::info!(logs = new.len(), took_ms = started.elapsed().as_millis() as u64, "created new replicas' logs");
+    }
+
     fn read_topic_config(&self, name: &str) -> std::collections::BTreeMap<String, String> {
         let names = [name.to_string()];
         crate::metadata::update_metadata::read_topic_configs(&self.handles.store, &names)

@@ -136,3 +136,24 @@ fn an_io_error_takes_the_log_dir_offline() {
     assert!(!dirs[0].join(CLEAN_SHUTDOWN_FILE).exists());
     assert!(dirs[1].join(CLEAN_SHUTDOWN_FILE).exists());
 }
+
+#[test]
+fn logs_created_at_once_are_created_once_each_and_spread_over_the_dirs() {
+    let root = tempfile::tempdir().unwrap();
+    let dirs = vec![root.path().join("d1"), root.path().join("d2")];
+    let m = LogManager::open(dirs.clone(), cfg()).unwrap();
+    // Eight threads ask for the same eight partitions: each is created once, and every
+    // caller gets that one log.
+    let logs: Vec<Vec<Arc<Mutex<Log>>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| (0..8).map(|p| m.get_or_create("t", p, cfg()).unwrap()).collect::<Vec<_>>()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for p in 0..8 {
+        assert!(logs.iter().all(|l| Arc::ptr_eq(&l[p], &logs[0][p])), "t-{p} created twice");
+    }
+    let n1 = fs::read_dir(&dirs[0]).unwrap().count();
+    let n2 = fs::read_dir(&dirs[1]).unwrap().count();
+    assert_eq!((n1, n2), (4, 4), "placed by count, those in creation included");
+}
