@@ -118,7 +118,7 @@ pub async fn write_share_group_state(
         r.results.push(out);
     }
     if let (Ok(persister), false) = (persister, queued.is_empty()) {
-        if let Err(code) = persister.flush().await {
+        if let Err(code) = persister.flush_local().await {
             let keys: Vec<SharePartitionKey> = queued.iter().map(|(k, _, _)| k.clone()).collect();
             persister.serve_failed(&keys);
             for (_, p, t) in queued {

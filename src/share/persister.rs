@@ -94,6 +94,9 @@ pub struct LogPersister {
     pending: Mutex<Vec<(i32, Bytes, Bytes)>>,
     /// Held while a flush appends, so queued records reach the log in order.
     appending: tokio::sync::Mutex<()>,
+    /// Held while queued writes go to other brokers' coordinators, so that they arrive in
+    /// order. Never held with `appending`, nor by a coordinator answering another broker.
+    sending: tokio::sync::Mutex<()>,
     /// State partitions already reported as led elsewhere (one log line each).
     warned: Mutex<HashSet<i32>>,
     /// Share-partitions served here whose state partition another broker leads.
@@ -112,6 +115,7 @@ impl LogPersister {
             written: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             appending: tokio::sync::Mutex::new(()),
+            sending: tokio::sync::Mutex::new(()),
             warned: Mutex::new(HashSet::new()),
             remote: Mutex::new(HashMap::new()),
             pending_remote: Mutex::new(Vec::new()),
@@ -255,12 +259,26 @@ impl LogPersister {
     /// Err: some of it may not be durable (the partition moved, the disk failed, or the ISR
     /// did not catch up in time).
     pub async fn flush(&self) -> Result<(), i16> {
+        let remote_result = {
+            let _order = self.sending.lock().await;
+            let remote = std::mem::take(&mut *self.pending_remote.lock_unpoisoned());
+            if remote.is_empty() {
+                Ok(())
+            } else {
+                self.flush_remote(remote).await
+            }
+        };
+        self.flush_local().await.and(remote_result)
+    }
+
+    /// Appends what was queued for the state partitions led here, and waits for their ISRs.
+    /// The share coordinator's request handlers flush only this: a handler that also sent
+    /// this broker's own remote writes could wait on a broker that waits on it.
+    pub async fn flush_local(&self) -> Result<(), i16> {
         let order = self.appending.lock().await;
-        let remote = std::mem::take(&mut *self.pending_remote.lock_unpoisoned());
-        let remote_result = if remote.is_empty() { Ok(()) } else { self.flush_remote(remote).await };
         let queued = std::mem::take(&mut *self.pending.lock_unpoisoned());
         if queued.is_empty() {
-            return remote_result;
+            return Ok(());
         }
         let mut by_partition: BTreeMap<i32, Vec<(Bytes, Bytes)>> = BTreeMap::new();
         for (index, k, v) in queued {
@@ -308,7 +326,7 @@ impl LogPersister {
                 result = Err(code);
             }
         }
-        result.and(remote_result)
+        result
     }
 
     /// After a write to state partition `index` that may be lost, the next record of each of
