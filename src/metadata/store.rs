@@ -7,7 +7,7 @@
 //! the session.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -413,6 +413,9 @@ impl EmbeddedStore {
                 self.lock().iter().filter(|(_, n)| !n.ephemeral).map(|(k, n)| (k.clone(), n.clone())).collect();
             journal.snapshot_len = write_snapshot(&self.file, &durable)?;
             journal.file.set_len(0)?;
+            // The file is not in append mode: without this the next change would be written
+            // at the old length, behind a hole of zeros that no later start can replay.
+            journal.file.seek(std::io::SeekFrom::Start(0))?;
             journal.file.sync_all()?;
             journal.len = 0;
         }
@@ -595,6 +598,30 @@ mod tests {
         assert_eq!(s.get("/brokers/ids/0"), None);
         s.delete_recursive("/brokers/topics").unwrap();
         assert!(s.children("/brokers/topics").is_empty());
+    }
+
+    /// Past the compaction size the tree is written out and the journal starts again; the
+    /// changes after that are in the journal from its first byte, and a restart replays them.
+    #[test]
+    fn changes_after_a_compaction_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("meta.json");
+        let s = EmbeddedStore::open(file.clone()).unwrap();
+        let value = "v".repeat(1000);
+        let paths: Vec<String> = (0..200).map(|i| format!("/config/topics/t{i}")).collect();
+        let entries: Vec<(&str, &str)> = paths.iter().map(|p| (p.as_str(), value.as_str())).collect();
+        // About 200 KB a write: the journal passes the compaction size after some 20.
+        for _ in 0..25 {
+            s.set_many(&entries).unwrap();
+        }
+        s.set("/config/topics/last", "after").unwrap();
+        let journal = std::fs::read(journal_path(&file)).unwrap();
+        assert!((journal.len() as u64) < COMPACT_AT_BYTES, "the journal was compacted");
+        assert_ne!(journal.first(), Some(&0), "the journal starts with a hole");
+        drop(s);
+        let s = EmbeddedStore::open(file).unwrap();
+        assert_eq!(s.get("/config/topics/last").as_deref(), Some("after"));
+        assert_eq!(s.children("/config/topics").len(), 201);
     }
 
     #[test]
