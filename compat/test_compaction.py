@@ -162,9 +162,11 @@ def test_keyless_records_are_refused_with_invalid_record(broker_factory):
     b = broker_factory(overrides=FAST_CLEANER)
     topic = uniq("compact-keyless")
     compact_topic(b, topic)
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 200})
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 10000})
     results = []
-    # One batch: keyed, keyless, keyed. Kafka refuses the batch whole.
+    # One batch: keyed, keyless, keyed. Kafka refuses the batch whole. The long linger keeps
+    # a test descheduled between two produce() calls from sending the first record alone
+    # (seen under CI load with 200 ms); flush() sends at once whatever the linger.
     for key in (b"a", None, b"c"):
         p.produce(topic, key=key, value=b"v", partition=0,
                   on_delivery=lambda err, m, key=key: results.append((key, err)))
