@@ -229,10 +229,10 @@ def _state_batches(r: R) -> list:
     return r.array(batch)
 
 
-def decode_read_share_group_state(r: R) -> dict:
+def _state_results(r: R, part_fields) -> dict:
+    """Both state responses: results by topic id, each partition's fields read by part_fields."""
     def part(r):
-        p = {"partition": r.i32(), "error_code": r.i16(), "error_message": r.string(), "state_epoch": r.i32(),
-             "start_offset": r.i64(), "state_batches": _state_batches(r)}
+        p = {"partition": r.i32(), "error_code": r.i16(), "error_message": r.string(), **part_fields(r)}
         r.tags()
         return p
 
@@ -244,6 +244,11 @@ def decode_read_share_group_state(r: R) -> dict:
     r.tags()
     r.end()
     return out
+
+
+def decode_read_share_group_state(r: R) -> dict:
+    return _state_results(r, lambda r: {"state_epoch": r.i32(), "start_offset": r.i64(),
+                                        "state_batches": _state_batches(r)})
 
 
 def write_share_group_state_request(group: str, parts: list) -> bytes:
@@ -265,19 +270,7 @@ def write_share_group_state_request(group: str, parts: list) -> bytes:
 
 
 def decode_write_share_group_state(r: R) -> dict:
-    def part(r):
-        p = {"partition": r.i32(), "error_code": r.i16(), "error_message": r.string()}
-        r.tags()
-        return p
-
-    def topic(r):
-        t = {"topic_id": r.uuid(), "partitions": r.array(part)}
-        r.tags()
-        return t
-    out = {"results": r.array(topic)}
-    r.tags()
-    r.end()
-    return out
+    return _state_results(r, lambda r: {})
 
 
 _DECODERS = {SHARE_GROUP_HEARTBEAT: decode_share_group_heartbeat, SHARE_GROUP_DESCRIBE: decode_share_group_describe,

@@ -505,6 +505,16 @@ mod tests {
         Limits { lock_duration: Duration::from_secs(30), delivery_count_limit: 3, max_in_flight: 100 }
     }
 
+    /// The record type of each record in `log`, in order.
+    fn record_types(log: &MemLog) -> Vec<i16> {
+        log.batches
+            .lock_unpoisoned()
+            .iter()
+            .flat_map(|(_, b)| crate::group::offsets_log::batch_records(b))
+            .filter_map(|kv| state_log::decode_key(&kv.key).map(|(t, _)| t))
+            .collect()
+    }
+
     fn key() -> SharePartitionKey {
         ("g".into(), uuid::Uuid::from_bytes([1; 16]), 0)
     }
@@ -536,14 +546,7 @@ mod tests {
         p.changed(&key(), &mut sp);
         p.flush().await.unwrap();
         // Snapshot, update, update, then a snapshot again (2 updates per snapshot).
-        let types: Vec<i16> = log
-            .batches
-            .lock_unpoisoned()
-            .iter()
-            .flat_map(|(_, b)| crate::group::offsets_log::batch_records(b))
-            .filter_map(|kv| state_log::decode_key(&kv.key).map(|(t, _)| t))
-            .collect();
-        assert_eq!(types, vec![SNAPSHOT, UPDATE, UPDATE, SNAPSHOT]);
+        assert_eq!(record_types(&log), vec![SNAPSHOT, UPDATE, UPDATE, SNAPSHOT]);
         let back = reload(&log).await;
         assert_eq!(back.start_offset(), 15);
         assert_eq!(back.next_offset(), 20);
@@ -601,14 +604,7 @@ mod tests {
         p.serve_write(&key(), write(3, 15, vec![])).await.unwrap();
         p.serve_write(&key(), write(4, 15, vec![(16, 16, 4, 1)])).await.unwrap();
         p.flush().await.unwrap();
-        let types: Vec<i16> = log
-            .batches
-            .lock_unpoisoned()
-            .iter()
-            .flat_map(|(_, b)| crate::group::offsets_log::batch_records(b))
-            .filter_map(|kv| state_log::decode_key(&kv.key).map(|(t, _)| t))
-            .collect();
-        assert_eq!(types, vec![SNAPSHOT, UPDATE, UPDATE, SNAPSHOT]);
+        assert_eq!(record_types(&log), vec![SNAPSHOT, UPDATE, UPDATE, SNAPSHOT]);
         let want = |s: Option<ReplayedState>| {
             let s = s.unwrap();
             (s.start_offset, s.offsets.into_iter().collect::<Vec<_>>())
