@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from common import uniq
-from gregor_harness import BrokerStartError, wait_until
-from test_confluent import WAIT, admin, consumer
+from gregor_harness import BrokerStartError
+from test_confluent import WAIT, admin
 from test_metrics import scrape, with_metrics
+from test_open_files import check, read_all
 
 ck = pytest.importorskip("confluent_kafka")
-from confluent_kafka import KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
 CACHE = 64
@@ -61,35 +62,6 @@ class MapWatch:
         return self.peak
 
 
-def read_all(b, topic):
-    """Every record of every partition from offset 0, by partition."""
-    c = consumer(b, **{"fetch.wait.max.ms": 50})
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        got = {p: [] for p in range(PARTITIONS)}
-        eof = set()
-
-        def done():
-            for m in c.consume(1000, timeout=1):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        eof.add(m.partition())
-                        continue
-                    raise AssertionError(f"consume error: {m.error()}")
-                got[m.partition()].append((m.offset(), m.value()))
-            return len(eof) == PARTITIONS and sum(map(len, got.values())) >= PARTITIONS * ROUNDS
-
-        wait_until(done, WAIT, "every partition read from offset 0 to its end")
-        return got
-    finally:
-        c.close()
-
-
-def check(got):
-    for p in range(PARTITIONS):
-        assert got[p] == [(r, value(p, r)) for r in range(ROUNDS)], f"partition {p}: {got[p][:10]}"
-
-
 def test_more_indexes_than_the_map_cache_holds_are_served(broker_factory):
     overrides, mport = with_metrics({"gregor.log.index.mmap.cache.size": str(CACHE)})
     b = broker_factory(overrides)
@@ -113,7 +85,7 @@ def test_more_indexes_than_the_map_cache_holds_are_served(broker_factory):
         with_entries = [i for i in indexes if i.stat().st_size > 0]
         assert len(with_entries) >= PARTITIONS * 2, f"{len(with_entries)} of {len(indexes)} indexes have entries"
 
-        check(read_all(b, topic))
+        check(read_all(b, topic, PARTITIONS, ROUNDS), ROUNDS, value)
         peak = watch.stop()
         assert peak <= CACHE + IN_FLIGHT, f"peak of {peak} index mappings with a cache of {CACHE}"
         m = scrape(mport)
@@ -129,7 +101,7 @@ def test_more_indexes_than_the_map_cache_holds_are_served(broker_factory):
     b.restart(mode="kill")
     watch = MapWatch(b.proc.pid)
     try:
-        check(read_all(b, topic))
+        check(read_all(b, topic, PARTITIONS, ROUNDS), ROUNDS, value)
     finally:
         peak = watch.stop()
     assert peak <= CACHE + IN_FLIGHT, f"peak of {peak} index mappings after the restart"

@@ -60,12 +60,13 @@ class FdWatch:
         return self.peak
 
 
-def read_all(b, topic):
-    """Every record of every partition from offset 0, by partition."""
+def read_all(b, topic, partitions: int = PARTITIONS, rounds: int = ROUNDS):
+    """Every record of every partition from offset 0, by partition (compat/test_index_maps.py
+    reads its topic with this too)."""
     c = consumer(b, **{"fetch.wait.max.ms": 50})
     try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        got = {p: [] for p in range(PARTITIONS)}
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got = {p: [] for p in range(partitions)}
         eof = set()
 
         def done():
@@ -76,7 +77,7 @@ def read_all(b, topic):
                         continue
                     raise AssertionError(f"consume error: {m.error()}")
                 got[m.partition()].append((m.offset(), m.value()))
-            return len(eof) == PARTITIONS and sum(map(len, got.values())) >= PARTITIONS * ROUNDS
+            return len(eof) == partitions and sum(map(len, got.values())) >= partitions * rounds
 
         wait_until(done, WAIT, "every partition read from offset 0 to its end")
         return got
@@ -84,9 +85,10 @@ def read_all(b, topic):
         c.close()
 
 
-def check(got):
-    for p in range(PARTITIONS):
-        assert got[p] == [(r, value(p, r)) for r in range(ROUNDS)], f"partition {p}: {got[p][:6]}"
+def check(got, rounds: int = ROUNDS, value=value):
+    """Each partition holds `rounds` records, record r of partition p being value(p, r)."""
+    for p, records in got.items():
+        assert records == [(r, value(p, r)) for r in range(rounds)], f"partition {p}: {records[:10]}"
 
 
 def test_more_segments_and_partitions_than_the_open_file_limit_are_served(broker_factory):
