@@ -20,10 +20,10 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use super::lru::Lru;
+use super::lru::BoundedLru;
 
 /// Default of `gregor.log.segment.fd.cache.size`: a tenth of this machine class's 20,000-file
 /// limit would do; this leaves the rest for connections and is still far more than the
@@ -42,44 +42,26 @@ pub struct SegmentFileStats {
 }
 
 pub struct SegmentFileCache {
-    inner: Mutex<Lru<Arc<File>>>,
-    capacity: AtomicUsize,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    evictions: AtomicU64,
+    lru: BoundedLru<Arc<File>>,
 }
 
 impl SegmentFileCache {
     pub fn new(capacity: usize) -> Self {
-        SegmentFileCache {
-            inner: Mutex::new(Lru::default()),
-            capacity: AtomicUsize::new(capacity.max(1)),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Lru<Arc<File>>> {
-        // The map stays consistent whatever a panicking holder did (no step leaves it half
-        // updated across a call that can panic), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        SegmentFileCache { lru: BoundedLru::new(capacity) }
     }
 
     /// Sets the bound (at start, from the config), closing what no longer fits.
     pub fn set_capacity(&self, capacity: usize) {
-        self.capacity.store(capacity.max(1), Ordering::Relaxed);
-        let shed = self.lock().shed(capacity.max(1));
-        self.evictions.fetch_add(shed.len() as u64, Ordering::Relaxed);
+        self.lru.set_capacity(capacity);
     }
 
     /// Segment `id`'s file, opened (read and write) from `path` if the cache does not hold it.
     pub fn get(&self, id: u64, path: &Path) -> io::Result<Arc<File>> {
-        if let Some(f) = self.lock().touch(id) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = self.lru.lock().touch(id) {
+            self.lru.hit();
             return Ok(f);
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
+        self.lru.miss();
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         Ok(self.insert(id, file))
     }
@@ -87,9 +69,9 @@ impl SegmentFileCache {
     /// Hands the cache a file just opened for segment `id`; returns the handle to use (an
     /// entry another thread put in meanwhile wins, and `file` is closed).
     pub fn insert(&self, id: u64, file: File) -> Arc<File> {
-        let capacity = self.capacity.load(Ordering::Relaxed);
+        let capacity = self.lru.capacity();
         let (out, shed) = {
-            let mut inner = self.lock();
+            let mut inner = self.lru.lock();
             if let Some(f) = inner.touch(id) {
                 (f, Vec::new())
             } else {
@@ -98,30 +80,24 @@ impl SegmentFileCache {
                 (file, shed)
             }
         };
-        self.evictions.fetch_add(shed.len() as u64, Ordering::Relaxed);
+        self.lru.evicted(shed.len());
         drop(shed);
         out
     }
 
     /// Forgets segment `id` (deleted or dropped): its descriptor closes once no reader holds it.
     pub fn remove(&self, id: u64) {
-        let gone = self.lock().remove(id);
+        let gone = self.lru.lock().remove(id);
         drop(gone);
     }
 
     /// Whether segment `id`'s file is open in the cache.
     pub fn holds(&self, id: u64) -> bool {
-        self.lock().contains(id)
+        self.lru.lock().contains(id)
     }
 
     pub fn stats(&self) -> SegmentFileStats {
-        SegmentFileStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
-            open: self.lock().len() as u64,
-            capacity: self.capacity.load(Ordering::Relaxed) as u64,
-        }
+        self.lru.stats()
     }
 }
 

@@ -19,13 +19,13 @@
 use std::fs::OpenOptions;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use memmap2::MmapRaw;
 
 use super::fd_cache::SegmentFileStats;
-use super::lru::Lru;
+use super::lru::BoundedLru;
 
 /// One index file mapped shared, read and write, over its whole length.
 #[derive(Debug)]
@@ -71,45 +71,28 @@ impl IndexMap {
 }
 
 pub struct IndexMapCache {
-    inner: Mutex<Lru<Arc<IndexMap>>>,
-    capacity: AtomicUsize,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    evictions: AtomicU64,
+    lru: BoundedLru<Arc<IndexMap>>,
 }
 
 impl IndexMapCache {
     pub fn new(capacity: usize) -> Self {
-        IndexMapCache {
-            inner: Mutex::new(Lru::default()),
-            capacity: AtomicUsize::new(capacity.max(1)),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Lru<Arc<IndexMap>>> {
-        // No step leaves the map half updated across a call that can panic.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        IndexMapCache { lru: BoundedLru::new(capacity) }
     }
 
     /// Sets the bound (at start, from the config), unmapping what no longer fits.
     pub fn set_capacity(&self, capacity: usize) {
-        self.capacity.store(capacity.max(1), Ordering::Relaxed);
-        let shed = self.lock().shed(capacity.max(1));
-        self.evictions.fetch_add(shed.len() as u64, Ordering::Relaxed);
+        self.lru.set_capacity(capacity);
     }
 
     /// Index `id`'s file at `path` mapped over `len` bytes, mapped now if the cache does not
     /// hold it. A mapping of another length (left from before a resize the owner failed to
     /// report) is replaced, never served.
     pub fn get(&self, id: u64, path: &Path, len: usize) -> io::Result<Arc<IndexMap>> {
-        if let Some(m) = self.lock().touch(id).filter(|m| m.len() == len) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.lru.lock().touch(id).filter(|m| m.len() == len) {
+            self.lru.hit();
             return Ok(m);
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
+        self.lru.miss();
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty index file has nothing to map"));
         }
@@ -129,37 +112,31 @@ impl IndexMapCache {
             tracing::debug!(index = %path.display(), error = %e, "madvise(MADV_RANDOM) failed");
         }
         let map = Arc::new(IndexMap { raw });
-        let capacity = self.capacity.load(Ordering::Relaxed);
-        let shed = self.lock().insert(id, map.clone(), capacity);
-        self.evictions.fetch_add(shed.len() as u64, Ordering::Relaxed);
+        let capacity = self.lru.capacity();
+        let shed = self.lru.lock().insert(id, map.clone(), capacity);
+        self.lru.evicted(shed.len());
         drop(shed);
         Ok(map)
     }
 
     /// Index `id`'s mapping if the cache holds one, without mapping it or counting a use.
     pub fn peek(&self, id: u64) -> Option<Arc<IndexMap>> {
-        self.lock().peek(id)
+        self.lru.lock().peek(id)
     }
 
     /// Forgets index `id` (resized, deleted or dropped): unmapped once no reader holds it.
     pub fn remove(&self, id: u64) {
-        let gone = self.lock().remove(id);
+        let gone = self.lru.lock().remove(id);
         drop(gone);
     }
 
     /// Whether index `id` is mapped in the cache.
     pub fn holds(&self, id: u64) -> bool {
-        self.lock().contains(id)
+        self.lru.lock().contains(id)
     }
 
     pub fn stats(&self) -> SegmentFileStats {
-        SegmentFileStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
-            open: self.lock().len() as u64,
-            capacity: self.capacity.load(Ordering::Relaxed) as u64,
-        }
+        self.lru.stats()
     }
 }
 

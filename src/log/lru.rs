@@ -3,6 +3,71 @@
 //! never reused, values handed out as clones (an `Arc`), so a holder outlives an eviction.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use super::fd_cache::SegmentFileStats;
+
+/// An [`Lru`] behind its lock with the bound and the counters the metrics show: what both
+/// process-wide caches hold.
+pub(super) struct BoundedLru<V> {
+    inner: Mutex<Lru<V>>,
+    capacity: AtomicUsize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+}
+
+impl<V: Clone> BoundedLru<V> {
+    pub(super) fn new(capacity: usize) -> Self {
+        BoundedLru {
+            inner: Mutex::new(Lru::default()),
+            capacity: AtomicUsize::new(capacity.max(1)),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Lru<V>> {
+        // The map stays consistent whatever a panicking holder did (no step leaves it half
+        // updated across a call that can panic), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Sets the bound, dropping what no longer fits.
+    pub(super) fn set_capacity(&self, capacity: usize) {
+        self.capacity.store(capacity.max(1), Ordering::Relaxed);
+        let shed = self.lock().shed(capacity.max(1));
+        self.evicted(shed.len());
+    }
+
+    pub(super) fn hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn miss(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn evicted(&self, n: usize) {
+        self.evictions.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn stats(&self) -> SegmentFileStats {
+        SegmentFileStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            open: self.lock().len() as u64,
+            capacity: self.capacity() as u64,
+        }
+    }
+}
 
 pub(super) struct Lru<V> {
     by_id: HashMap<u64, (V, u64)>,
